@@ -1,0 +1,77 @@
+# tally — build, run and test. `make run` and `make test` work on a fresh Debian 12 machine.
+
+CC      ?= cc
+CLANG   ?= clang
+BUILD   := build
+CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -DH2O_USE_LIBUV=0 -Isrc -Wall -Wextra -Werror -pthread -MMD -MP
+CFLAGS  ?= -O2 -g
+LDLIBS  := -lh2o-evloop -llmdb -ljansson -lssl -lcrypto -lpthread
+SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+
+# Debian packages the build, the tests and the tools need (one place; `make deps` installs what is missing).
+DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libjansson-dev libssl-dev \
+                python3 clang clang-format libclang-rt-14-dev curl
+
+CORE_SRC   := $(wildcard src/core/*.c)
+LIB_SRC    := $(CORE_SRC) $(wildcard src/store/*.c) $(wildcard src/engine/*.c)
+HTTP_SRC   := $(wildcard src/http/*.c)
+TALLYD_SRC := $(LIB_SRC) $(HTTP_SRC) src/tallyd.c
+TALLY_SRC  := $(LIB_SRC) src/tally.c
+UNIT_SRC   := $(LIB_SRC) src/http/router.c $(wildcard tests/unit/*.c)
+
+obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
+
+.PHONY: all deps run test unit e2e format format-check fuzz bench clean
+all: $(BUILD)/tallyd $(BUILD)/tally
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/rel/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/san/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_COMMON) $(SAN_FLAGS) -c $< -o $@
+
+$(BUILD)/tallyd: $(call obj,rel,$(TALLYD_SRC))
+	$(CC) $(CFLAGS) -pthread -o $@ $^ $(LDLIBS)
+
+$(BUILD)/tally: $(call obj,rel,$(TALLY_SRC))
+	$(CC) $(CFLAGS) -pthread -o $@ $^ $(LDLIBS)
+
+$(BUILD)/san/tallyd: $(call obj,san,$(TALLYD_SRC))
+	$(CC) $(SAN_FLAGS) -pthread -o $@ $^ $(LDLIBS)
+
+$(BUILD)/san/unit_tests: $(call obj,san,$(UNIT_SRC))
+	$(CC) $(SAN_FLAGS) -pthread -o $@ $^ $(LDLIBS)
+
+run: deps all
+	$(BUILD)/tallyd --listen 127.0.0.1:8080 --data ./data
+
+# The whole suite: unit tests (sanitized), end-to-end against the release build and the sanitized one.
+test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests
+	@tests/run_all.sh
+
+unit: $(BUILD)/san/unit_tests
+	$(BUILD)/san/unit_tests
+
+e2e: all
+	python3 tests/e2e/run_e2e.py
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h')
+
+format-check:
+	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,114 @@
+/* answer.c — rendering of write answers and problem details with jansson. */
+#include "core/answer.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static const struct {
+    const char *code;
+    const char *title;
+} problem_titles[] = {
+    {"invalid-item-id", "Invalid item id"},
+    {"invalid-user-id", "Invalid user id"},
+    {"invalid-json", "Malformed JSON body"},
+    {"invalid-reaction", "Unknown reaction"},
+    {"invalid-parameter", "Invalid parameter"},
+    {"invalid-if-match", "Malformed If-Match header"},
+    {"invalid-request", "Malformed request"},
+    {"too-many-ids", "Too many ids"},
+    {"idempotency-key-required", "Idempotency-Key required"},
+    {"invalid-idempotency-key", "Invalid Idempotency-Key"},
+    {"idempotency-key-mismatch", "Idempotency-Key reused with another request"},
+    {"idempotency-key-in-use", "Idempotency-Key in use"},
+    {"version-mismatch", "Version mismatch"},
+    {"unauthenticated", "Authentication required"},
+    {"forbidden", "Forbidden"},
+    {"not-found", "Not found"},
+    {"method-not-allowed", "Method not allowed"},
+    {"body-too-large", "Request body too large"},
+    {"unsupported-media-type", "Unsupported media type"},
+    {"rate-limited", "Too many requests"},
+    {"overloaded", "Server overloaded"},
+    {"unavailable", "Service unavailable"},
+    {"internal", "Internal error"},
+};
+
+static const char *problem_title(const char *code)
+{
+    for (size_t i = 0; i < sizeof problem_titles / sizeof problem_titles[0]; i++)
+        if (strcmp(problem_titles[i].code, code) == 0)
+            return problem_titles[i].title;
+    return "Error";
+}
+
+static const char fallback_body[] =
+    "{\"type\":\"urn:tally:error:internal\",\"title\":\"Internal error\",\"status\":500}";
+
+void answer_free(answer_t *a)
+{
+    if (a->body != fallback_body)
+        free(a->body);
+    a->body = NULL;
+    a->body_len = 0;
+}
+
+void answer_set_body(answer_t *a, int status, answer_type_t type, char *body, size_t len)
+{
+    answer_free(a);
+    *a = (answer_t){.status = status, .type = type, .body = body, .body_len = len};
+}
+
+/* Takes the reference to obj; the body is compact JSON in insertion order. */
+static int answer_from_json(answer_t *a, int status, answer_type_t type, json_t *obj)
+{
+    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (!text) {
+        answer_free(a);
+        *a = (answer_t){
+            .status = 500, .type = ANSWER_PROBLEM, .body = (char *)fallback_body, .body_len = sizeof fallback_body - 1};
+        return -1;
+    }
+    answer_set_body(a, status, type, text, strlen(text));
+    return 0;
+}
+
+int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, int reaction, int previous, uint64_t version,
+                        bool changed)
+{
+    json_t *obj =
+        json_pack("{s:s%,s:s,s:s,s:I,s:b}", "item", item.ptr, item.len, "reaction", kinds_name(kinds, reaction),
+                  "previous", kinds_name(kinds, previous), "version", (json_int_t)version, "changed", changed);
+    int rc = answer_from_json(a, 200, ANSWER_JSON, obj);
+    if (rc == 0) {
+        a->has_etag = true;
+        a->etag_version = version;
+    }
+    return rc;
+}
+
+static json_t *problem_object(int status, const char *code, const char *detail)
+{
+    char type[96];
+    snprintf(type, sizeof type, "urn:tally:error:%s", code);
+    return json_pack("{s:s,s:s,s:i,s:s}", "type", type, "title", problem_title(code), "status", status, "detail",
+                     detail ? detail : problem_title(code));
+}
+
+int answer_problem(answer_t *a, int status, const char *code, const char *detail)
+{
+    return answer_from_json(a, status, ANSWER_PROBLEM, problem_object(status, code, detail));
+}
+
+int answer_version_mismatch(answer_t *a, const kinds_t *kinds, int reaction, uint64_t version)
+{
+    char detail[96];
+    snprintf(detail, sizeof detail, "the reaction is at version %llu", (unsigned long long)version);
+    json_t *obj = problem_object(412, "version-mismatch", detail);
+    if (obj) {
+        json_object_set_new(obj, "reaction", json_string(kinds_name(kinds, reaction)));
+        json_object_set_new(obj, "version", json_integer((json_int_t)version));
+    }
+    return answer_from_json(a, 412, ANSWER_PROBLEM, obj);
+}

@@ -1,0 +1,49 @@
+/* answer.h — a response as tally stores and sends it: status, a few headers, and the body bytes.
+ * Rendered here (not in http/) because the writer must store the exact bytes of an answer in the
+ * same commit as the effect it reports (idempotency records). */
+#ifndef TALLY_CORE_ANSWER_H
+#define TALLY_CORE_ANSWER_H
+
+#include <stdint.h>
+
+#include "core/kinds.h"
+#include "core/span.h"
+
+typedef enum {
+    ANSWER_JSON,    /* application/json */
+    ANSWER_PROBLEM, /* application/problem+json (RFC 9457) */
+    ANSWER_TEXT,    /* text/plain (metrics and the like) */
+} answer_type_t;
+
+typedef struct {
+    int status;
+    answer_type_t type;
+    bool has_etag; /* ETag: "<etag_version>" */
+    uint64_t etag_version;
+    bool replayed;          /* Idempotent-Replayed: true */
+    unsigned retry_after_s; /* Retry-After, when non-zero */
+    const char *allow;      /* Allow, when set (a static string) */
+    bool www_authenticate;  /* WWW-Authenticate: Bearer */
+    char *body;             /* owned, malloc'd */
+    size_t body_len;
+} answer_t;
+
+/* Each render function fills a (previous body freed) and returns 0, or -1 when out of memory, in
+ * which case a holds a 500 problem with a static body-less fallback. */
+
+/* {"item":…,"reaction":…,"previous":…,"version":…,"changed":…} with ETag. */
+int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, int reaction, int previous, uint64_t version,
+                        bool changed);
+
+/* RFC 9457 problem: {"type":"urn:tally:error:<code>","title":…,"status":…,"detail":…}. */
+int answer_problem(answer_t *a, int status, const char *code, const char *detail);
+
+/* 412 version-mismatch, with the row's current reaction and version as members. */
+int answer_version_mismatch(answer_t *a, const kinds_t *kinds, int reaction, uint64_t version);
+
+/* Takes ownership of a malloc'd JSON body. */
+void answer_set_body(answer_t *a, int status, answer_type_t type, char *body, size_t len);
+
+void answer_free(answer_t *a);
+
+#endif

@@ -1,0 +1,325 @@
+/* writer.c — the writer thread: group commit of reaction writes, with the fold and the sweep. */
+#include "engine/writer.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "engine/pipeline.h"
+
+#define SWEEP_INTERVAL_MS 1000
+#define IDLE_WAIT_MS 1000
+
+struct writer {
+    store_t *store;
+    const kinds_t *kinds;
+    writer_options_t opt;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    write_cmd_t *head, *tail; /* the queue, under lock */
+    size_t queued;
+    bool stopping;
+    /* writer thread only */
+    bool fold_backlog;     /* entries remain after the last fold (or unknown, at start) */
+    uint64_t last_fold_ms; /* monotonic */
+    uint64_t last_sweep_ms;
+    writer_stats_t stats;
+};
+
+static uint64_t clock_ms(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+const writer_stats_t *writer_stats(const writer_t *w)
+{
+    return &w->stats;
+}
+
+uint64_t writer_lag_ms(const writer_t *w)
+{
+    uint64_t oldest = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed);
+    uint64_t now = clock_ms(CLOCK_REALTIME);
+    return oldest && now > oldest ? now - oldest : 0;
+}
+
+int writer_submit(writer_t *w, write_cmd_t *cmd)
+{
+    int rc = -1;
+    cmd->next = NULL;
+    cmd->submitted_ns = mono_ns();
+    pthread_mutex_lock(&w->lock);
+    if (!w->stopping && w->queued < w->opt.queue_max) {
+        if (w->tail)
+            w->tail->next = cmd;
+        else
+            w->head = cmd;
+        w->tail = cmd;
+        w->queued++;
+        atomic_store_explicit(&w->stats.queue_depth, w->queued, memory_order_relaxed);
+        pthread_cond_signal(&w->wake);
+        rc = 0;
+    }
+    pthread_mutex_unlock(&w->lock);
+    return rc;
+}
+
+/* --- one command, inside the batch's transaction --- */
+
+/* Answers from a stored idempotency record when (user, key) is known and not expired.
+ * Returns 1 when the command is answered (replay or mismatch), 0 to go on, <0 on a store error. */
+static int idem_lookup(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
+{
+    store_idem_t rec;
+    span_t user = {cmd->user, cmd->user_len}, key = {cmd->key, cmd->key_len};
+    int rc = store_idem_get(tx, user, key, &rec);
+    if (rc == STORE_NOTFOUND || (rc == STORE_OK && rec.expires_ms <= now_ms))
+        return 0; /* unknown, or past its TTL: unknown from that moment on */
+    if (rc != STORE_OK)
+        return rc;
+    if (memcmp(rec.fingerprint, cmd->fingerprint, FINGERPRINT_LEN) != 0) {
+        answer_problem(&cmd->answer, 409, "idempotency-key-mismatch",
+                       "this Idempotency-Key was used with a different request");
+        return 1;
+    }
+    char *body = malloc(rec.body.len ? rec.body.len : 1);
+    if (!body) {
+        answer_problem(&cmd->answer, 500, "internal", "out of memory");
+        return 1;
+    }
+    memcpy(body, rec.body.ptr, rec.body.len);
+    answer_set_body(&cmd->answer, rec.status, (answer_type_t)rec.type, body, rec.body.len);
+    cmd->answer.has_etag = rec.has_etag;
+    cmd->answer.etag_version = rec.etag_version;
+    cmd->answer.replayed = true;
+    atomic_fetch_add_explicit(&w->stats.replays, 1, memory_order_relaxed);
+    return 1;
+}
+
+static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, uint64_t now_ms)
+{
+    const answer_t *a = &cmd->answer;
+    if (!((a->status >= 200 && a->status < 300) || a->status == 412))
+        return STORE_OK; /* only answers of processing are stored */
+    store_idem_t rec = {
+        .expires_ms = now_ms + w->opt.idem_ttl_ms,
+        .status = (uint16_t)a->status,
+        .type = (uint8_t)a->type,
+        .has_etag = a->has_etag,
+        .etag_version = a->etag_version,
+        .body = {a->body, a->body_len},
+    };
+    memcpy(rec.fingerprint, cmd->fingerprint, FINGERPRINT_LEN);
+    return store_idem_put(tx, (span_t){cmd->user, cmd->user_len}, (span_t){cmd->key, cmd->key_len}, &rec);
+}
+
+/* Decides and applies one command. Returns a STORE_ code; anything but STORE_OK voids the batch. */
+static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
+{
+    span_t item = {cmd->item, cmd->item_len}, user = {cmd->user, cmd->user_len};
+    if (cmd->key_len) {
+        int rc = idem_lookup(w, tx, cmd, now_ms);
+        if (rc != 0)
+            return rc < 0 ? rc : STORE_OK;
+    }
+    reaction_row_t row;
+    int rc = store_row_get(tx, item, user, &row);
+    if (rc != STORE_OK)
+        return rc;
+    if (cmd->has_if_match && !if_match_holds(&cmd->if_match, row.version)) {
+        answer_version_mismatch(&cmd->answer, w->kinds, row.kind, row.version);
+    } else {
+        int previous = row.kind;
+        int target = reaction_target(cmd->op, cmd->kind, previous);
+        if (target != previous) {
+            reaction_row_t next = {target, row.version + 1};
+            transition_t t = {item, user, previous, target, next.version, now_ms};
+            uint64_t seq;
+            if ((rc = store_row_put(tx, item, user, &next)) != STORE_OK ||
+                (rc = store_log_append(tx, &t, &seq)) != STORE_OK)
+                return rc;
+            uint64_t none = 0;
+            atomic_compare_exchange_strong(&w->stats.oldest_unfolded_ms, &none, now_ms);
+            atomic_fetch_add_explicit(&w->stats.transitions, 1, memory_order_relaxed);
+            row = next;
+        }
+        answer_write_result(&cmd->answer, w->kinds, item, row.kind, previous, row.version, target != previous);
+    }
+    return cmd->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
+}
+
+/* --- one transaction: a batch of commands, then the fold and the sweep when due --- */
+
+static bool fold_due(const writer_t *w, uint64_t mono_now_ms)
+{
+    return w->opt.fold_window_ms == 0 || mono_now_ms - w->last_fold_ms >= w->opt.fold_window_ms;
+}
+
+static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms)
+{
+    pipeline_result_t res;
+    int rc = pipeline_fold(tx, w->opt.fold_max, &res);
+    if (rc != STORE_OK)
+        return rc;
+    w->last_fold_ms = mono_now_ms;
+    w->fold_backlog = res.more;
+    atomic_store_explicit(&w->stats.oldest_unfolded_ms, res.more ? res.oldest_unfolded_ms : 0, memory_order_relaxed);
+    if (res.folded) {
+        atomic_fetch_add_explicit(&w->stats.folds, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->stats.folded, res.folded, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->stats.fold_items, res.items, memory_order_relaxed);
+    }
+    return STORE_OK;
+}
+
+static const char *store_error_detail(int rc)
+{
+    return rc == STORE_FULL ? "the store is out of space; nothing was written"
+                            : "the store failed to commit; nothing was written";
+}
+
+/* Runs one transaction over batch (may be empty). Every command of the batch is answered: with its
+ * result when the commit is durable, with 503 when it is not. */
+static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool force_fold)
+{
+    uint64_t now_ms = clock_ms(CLOCK_REALTIME), mono_now = clock_ms(CLOCK_MONOTONIC);
+    store_write_t *tx = NULL;
+    int rc = store_write_begin(w->store, &tx);
+    uint64_t oldest_before = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed);
+    for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
+        rc = writer_apply(w, tx, c, now_ms);
+    bool folded = false;
+    if (rc == STORE_OK && (force_fold || fold_due(w, mono_now))) {
+        rc = writer_fold(w, tx, mono_now);
+        folded = true;
+    }
+    if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS) {
+        size_t swept = 0;
+        rc = store_idem_sweep(tx, now_ms, w->opt.sweep_max, &swept);
+        atomic_fetch_add_explicit(&w->stats.swept, swept, memory_order_relaxed);
+        if (swept < w->opt.sweep_max)
+            w->last_sweep_ms = mono_now; /* else more are due: sweep again next time */
+    }
+    if (tx)
+        rc = rc == STORE_OK ? store_write_commit(tx) : (store_write_abort(tx), rc);
+    if (rc != STORE_OK) {
+        fprintf(stderr, "level=error event=commit-failed commands=%zu error=\"%s\"\n", n, store_error_detail(rc));
+        atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
+        if (folded)
+            w->fold_backlog = true;
+        atomic_fetch_add_explicit(&w->stats.failed_commands, n, memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&w->stats.batches, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->stats.commands, n, memory_order_relaxed);
+    for (write_cmd_t *c = batch, *next; c; c = next) {
+        next = c->next; /* done may free c */
+        if (rc != STORE_OK) {
+            answer_problem(&c->answer, 503, "unavailable", store_error_detail(rc));
+            c->answer.retry_after_s = 1;
+        }
+        c->done(c);
+    }
+}
+
+static void *writer_main(void *arg)
+{
+    writer_t *w = arg;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        uint64_t mono_now = clock_ms(CLOCK_MONOTONIC);
+        bool unfolded = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed) != 0;
+        bool fold_now = w->fold_backlog || (unfolded && fold_due(w, mono_now));
+        bool sweep_now = mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
+        if (!w->head && !fold_now && !sweep_now) {
+            if (w->stopping)
+                break;
+            uint64_t wait_ms = IDLE_WAIT_MS;
+            if (unfolded && w->opt.fold_window_ms)
+                wait_ms = w->last_fold_ms + w->opt.fold_window_ms - mono_now;
+            struct timespec until;
+            clock_gettime(CLOCK_MONOTONIC, &until);
+            until.tv_sec += (time_t)(wait_ms / 1000);
+            until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+            if (until.tv_nsec >= 1000000000) {
+                until.tv_sec++;
+                until.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&w->wake, &w->lock, &until);
+            continue;
+        }
+        write_cmd_t *batch = w->head, *last = NULL;
+        size_t n = 0;
+        for (write_cmd_t *c = w->head; c && n < w->opt.batch_max; c = c->next, n++)
+            last = c;
+        if (last) {
+            w->head = last->next;
+            if (!w->head)
+                w->tail = NULL;
+            last->next = NULL;
+        } else {
+            batch = NULL;
+        }
+        w->queued -= n;
+        atomic_store_explicit(&w->stats.queue_depth, w->queued, memory_order_relaxed);
+        bool final = w->stopping && !w->head;
+        pthread_mutex_unlock(&w->lock);
+        writer_run_batch(w, batch, n, fold_now || final);
+        pthread_mutex_lock(&w->lock);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *opt, writer_t **out)
+{
+    writer_t *w = calloc(1, sizeof *w);
+    if (!w)
+        return -1;
+    w->store = store;
+    w->kinds = kinds;
+    w->opt = *opt;
+    w->fold_backlog = true; /* fold whatever a previous run left behind the checkpoint */
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    atomic_store(&w->stats.running, true);
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
+        pthread_cond_destroy(&w->wake);
+        pthread_mutex_destroy(&w->lock);
+        free(w);
+        return -1;
+    }
+    *out = w;
+    return 0;
+}
+
+void writer_stop(writer_t *w)
+{
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stopping = true;
+    pthread_cond_signal(&w->wake);
+    pthread_mutex_unlock(&w->lock);
+    pthread_join(w->thread, NULL);
+    atomic_store(&w->stats.running, false);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+    free(w);
+}

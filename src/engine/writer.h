@@ -1,0 +1,82 @@
+/* writer.h — the single writer thread: a bounded queue of commands, one transaction and one durable
+ * commit per batch (group commit), the pipeline's fold and the idempotency sweep in the same commit.
+ * Because one thread decides every transition, two concurrent clicks can never both read `none`. */
+#ifndef TALLY_ENGINE_WRITER_H
+#define TALLY_ENGINE_WRITER_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "core/answer.h"
+#include "core/fingerprint.h"
+#include "core/ids.h"
+#include "core/kinds.h"
+#include "core/parse.h"
+#include "core/reaction.h"
+#include "store/store.h"
+
+typedef struct writer writer_t;
+typedef struct write_cmd write_cmd_t;
+
+/* One reaction write, as the HTTP layer hands it over. Owned by the submitter; the writer fills
+ * answer and calls done (on the writer thread) once the answer is final: after the commit that
+ * holds its effect is durable, or after that commit failed. */
+struct write_cmd {
+    react_op_t op;
+    int kind;
+    char item[ID_MAX_LEN];
+    size_t item_len;
+    char user[ID_MAX_LEN];
+    size_t user_len;
+    bool has_if_match;
+    if_match_t if_match;
+    size_t key_len; /* Idempotency-Key; 0 = none */
+    char key[IDEM_KEY_MAX + 1];
+    uint8_t fingerprint[FINGERPRINT_LEN];
+
+    answer_t answer;
+    void (*done)(write_cmd_t *cmd);
+    void *done_arg;
+
+    uint64_t submitted_ns; /* monotonic, set by writer_submit */
+    write_cmd_t *next;     /* queue link, the writer's */
+};
+
+typedef struct {
+    size_t queue_max;        /* commands waiting at most; past it writer_submit refuses */
+    size_t batch_max;        /* commands per transaction at most */
+    size_t fold_max;         /* log entries per fold at most */
+    uint64_t fold_window_ms; /* minimum interval between folds; 0 = fold with every batch */
+    uint64_t idem_ttl_ms;    /* how long an idempotency record is kept */
+    size_t sweep_max;        /* expired idempotency records deleted per transaction at most */
+} writer_options_t;
+
+#define WRITER_QUEUE_MAX_DEFAULT 8192
+#define WRITER_BATCH_MAX_DEFAULT 1024
+#define WRITER_FOLD_MAX_DEFAULT 65536
+#define WRITER_SWEEP_MAX_DEFAULT 512
+
+/* Counters for the metrics; read with relaxed atomics from any thread. */
+typedef struct {
+    atomic_uint_fast64_t batches, commands, failed_commands, replays, transitions, folds, folded, fold_items;
+    atomic_uint_fast64_t swept, queue_depth;
+    atomic_uint_fast64_t oldest_unfolded_ms; /* 0 when the counts are caught up */
+    atomic_bool running;
+} writer_stats_t;
+
+/* Starts the writer thread over an open store. Returns 0, or -1. */
+int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *opt, writer_t **out);
+
+/* Queues cmd (any thread). Returns 0, or -1 when the queue is full or the writer is stopping (the
+ * caller answers 503; cmd is untouched and still the caller's). */
+int writer_submit(writer_t *w, write_cmd_t *cmd);
+
+/* Answers every queued command, folds what is left, commits and joins the thread. */
+void writer_stop(writer_t *w);
+
+const writer_stats_t *writer_stats(const writer_t *w);
+
+/* Pipeline lag: age of the oldest transition not yet in the counts, in ms (0 when caught up). */
+uint64_t writer_lag_ms(const writer_t *w);
+
+#endif

@@ -1,0 +1,48 @@
+/* app.h — what the HTTP handlers share: configuration, the store for reads, the writer for writes. */
+#ifndef TALLY_HTTP_APP_H
+#define TALLY_HTTP_APP_H
+
+#include <jansson.h>
+#include <stdatomic.h>
+
+#include "core/kinds.h"
+#include "engine/writer.h"
+#include "http/request.h"
+#include "store/store.h"
+
+#define BODY_MAX_BYTES 4096 /* API.md: request bodies over 4 KiB are refused with 413 */
+#define BATCH_IDS_MAX 100
+
+typedef struct {
+    const kinds_t *kinds;
+    store_t *store;
+    writer_t *writer;
+    bool dev_mode; /* no JWT secret: the user is the X-User-Id header */
+    atomic_bool ready;
+} app_t;
+
+/* The request handler (HTTP threads): routes, checks methods, dispatches. */
+void app_handle(void *app, http_request_t *req);
+
+/* Reply helpers: each sends the answer; the caller just returns. */
+void reply_problem(http_request_t *req, int status, const char *code, const char *detail);
+void reply_json(http_request_t *req, int status, json_t *body); /* takes the reference */
+
+/* Who is asking. */
+typedef struct {
+    bool known; /* a user was given */
+    span_t user;
+    bool admin;
+} auth_t;
+
+/* Identifies the user. With required, a request without a user is answered 401. Returns true, or
+ * false having replied (401, 400 invalid-user-id). */
+bool auth_user_or_reply(const app_t *app, http_request_t *req, bool required, auth_t *who);
+
+/* Handlers of the item routes (http/items.c). */
+void items_get_one(app_t *app, http_request_t *req, span_t item);
+void items_get_many(app_t *app, http_request_t *req, span_t query);
+void items_get_reaction(app_t *app, http_request_t *req, span_t item);
+void items_write(app_t *app, http_request_t *req, span_t item, span_t action);
+
+#endif

@@ -1,0 +1,289 @@
+/* items.c — the item routes: counts and reactions read from a snapshot, writes handed to the
+ * writer thread. Every handler has the same shape: identify, validate (replying on the first
+ * error), then act. */
+#include <stdlib.h>
+
+#include "core/fingerprint.h"
+#include "core/ids.h"
+#include "core/parse.h"
+#include "http/app.h"
+
+#define HEADER_IDEMPOTENCY_KEY "idempotency-key"
+#define HEADER_IF_MATCH "if-match"
+#define HEADER_CONTENT_TYPE "content-type"
+#define MEDIA_JSON "application/json"
+
+static const char ID_RULE[] = "ids are 1-128 bytes of A-Z a-z 0-9 . _ : ~ - (and not . or ..)";
+
+static bool item_or_reply(http_request_t *req, span_t item)
+{
+    if (id_valid(item))
+        return true;
+    reply_problem(req, 400, "invalid-item-id", ID_RULE);
+    return false;
+}
+
+/* --- reads --- */
+
+static json_t *counts_object(const kinds_t *kinds, const int64_t counts[KINDS_MAX + 1])
+{
+    json_t *obj = json_object();
+    for (int k = 1; obj && k <= kinds->count; k++)
+        json_object_set_new(obj, kinds_name(kinds, k), json_integer(counts[k]));
+    return obj;
+}
+
+/* {"item":…,"counts":{…}[,"viewer":{…}]} from one snapshot; NULL on a store error. */
+static json_t *item_object(const app_t *app, store_read_t *snap, span_t item, const auth_t *who)
+{
+    int64_t counts[KINDS_MAX + 1];
+    if (store_read_counts(snap, item, counts) != STORE_OK)
+        return NULL;
+    json_t *obj = json_pack("{s:s%,s:o}", "item", item.ptr, item.len, "counts", counts_object(app->kinds, counts));
+    if (obj && who->known) {
+        reaction_row_t row;
+        if (store_read_row(snap, item, who->user, &row) != STORE_OK) {
+            json_decref(obj);
+            return NULL;
+        }
+        json_object_set_new(
+            obj, "viewer",
+            json_pack("{s:s,s:I}", "reaction", kinds_name(app->kinds, row.kind), "version", (json_int_t)row.version));
+    }
+    return obj;
+}
+
+void items_get_one(app_t *app, http_request_t *req, span_t item)
+{
+    auth_t who;
+    store_read_t *snap;
+    if (!auth_user_or_reply(app, req, false, &who) || !item_or_reply(req, item))
+        return;
+    if (store_read_begin(app->store, &snap) != STORE_OK) {
+        reply_problem(req, 503, "unavailable", "the store cannot be read");
+        return;
+    }
+    json_t *obj = item_object(app, snap, item, &who);
+    store_read_end(snap);
+    if (!obj)
+        reply_problem(req, 500, "internal", "reading the item failed");
+    else
+        reply_json(req, 200, obj);
+}
+
+void items_get_many(app_t *app, http_request_t *req, span_t query)
+{
+    auth_t who;
+    span_t ids, id;
+    if (!auth_user_or_reply(app, req, false, &who))
+        return;
+    if (!parse_query_param(query, "ids", &ids)) {
+        reply_problem(req, 400, "invalid-parameter", "ids is required: ?ids=a,b,c");
+        return;
+    }
+    size_t count = 0, pos = 0;
+    while (parse_list_next(ids, &pos, &id)) {
+        if (++count > BATCH_IDS_MAX) {
+            reply_problem(req, 400, "too-many-ids", "at most 100 ids per request");
+            return;
+        }
+        if (!item_or_reply(req, id))
+            return;
+    }
+    store_read_t *snap;
+    if (store_read_begin(app->store, &snap) != STORE_OK) {
+        reply_problem(req, 503, "unavailable", "the store cannot be read");
+        return;
+    }
+    json_t *items = json_array();
+    for (pos = 0; items && parse_list_next(ids, &pos, &id);) {
+        json_t *obj = item_object(app, snap, id, &who);
+        if (!obj || json_array_append_new(items, obj) != 0) {
+            json_decref(items);
+            items = NULL;
+        }
+    }
+    store_read_end(snap);
+    if (!items)
+        reply_problem(req, 500, "internal", "reading the items failed");
+    else
+        reply_json(req, 200, json_pack("{s:o}", "items", items));
+}
+
+void items_get_reaction(app_t *app, http_request_t *req, span_t item)
+{
+    auth_t who;
+    store_read_t *snap;
+    reaction_row_t row;
+    if (!auth_user_or_reply(app, req, true, &who) || !item_or_reply(req, item))
+        return;
+    if (store_read_begin(app->store, &snap) != STORE_OK) {
+        reply_problem(req, 503, "unavailable", "the store cannot be read");
+        return;
+    }
+    int rc = store_read_row(snap, item, who.user, &row);
+    store_read_end(snap);
+    if (rc != STORE_OK) {
+        reply_problem(req, 500, "internal", "reading the reaction failed");
+        return;
+    }
+    json_t *obj = json_pack("{s:s%,s:s,s:I}", "item", item.ptr, item.len, "reaction", kinds_name(app->kinds, row.kind),
+                            "version", (json_int_t)row.version);
+    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (!text) {
+        reply_problem(req, 500, "internal", "out of memory");
+        return;
+    }
+    answer_t a = {0};
+    answer_set_body(&a, 200, ANSWER_JSON, text, strlen(text));
+    a.has_etag = true;
+    a.etag_version = row.version;
+    http_respond(req, &a);
+    answer_free(&a);
+}
+
+/* --- writes --- */
+
+/* The body, within the size limit and of a JSON media type (none given is taken as JSON). */
+static bool body_or_reply(http_request_t *req, span_t *body)
+{
+    *body = http_req_body(req);
+    if (body->len > BODY_MAX_BYTES) {
+        reply_problem(req, 413, "body-too-large", "request bodies are at most 4096 bytes");
+        return false;
+    }
+    span_t type;
+    if (body->len == 0 || http_req_header(req, HEADER_CONTENT_TYPE, &type) == 0)
+        return true;
+    size_t n = 0;
+    while (n < type.len && type.ptr[n] != ';' && type.ptr[n] != ' ' && type.ptr[n] != '\t')
+        n++;
+    if (n == strlen(MEDIA_JSON) && strncasecmp(type.ptr, MEDIA_JSON, n) == 0)
+        return true;
+    reply_problem(req, 415, "unsupported-media-type", "request bodies are application/json");
+    return false;
+}
+
+/* {"reaction":"<kind>"} → its code (KIND_NONE only when allow_none). */
+static bool body_reaction_or_reply(const app_t *app, http_request_t *req, span_t body, bool allow_none, int *kind)
+{
+    json_error_t err;
+    json_t *doc = json_loadb(body.ptr, body.len, JSON_REJECT_DUPLICATES, &err);
+    if (!doc || !json_is_object(doc)) {
+        json_decref(doc);
+        reply_problem(req, 400, "invalid-json", doc ? "the body must be a JSON object" : err.text);
+        return false;
+    }
+    json_t *reaction = json_object_get(doc, "reaction");
+    *kind =
+        json_is_string(reaction)
+            ? kinds_find(app->kinds, (span_t){json_string_value(reaction), json_string_length(reaction)}, allow_none)
+            : -1;
+    json_decref(doc);
+    if (*kind < 0) {
+        reply_problem(req, 400, "invalid-reaction",
+                      reaction ? "reaction must be one of the configured kinds" : "the body needs a reaction member");
+        return false;
+    }
+    return true;
+}
+
+/* The headers every write may carry: Idempotency-Key and If-Match. */
+static bool write_headers_or_reply(http_request_t *req, write_cmd_t *cmd, bool key_required)
+{
+    span_t value;
+    size_t n = http_req_header(req, HEADER_IDEMPOTENCY_KEY, &value);
+    if (n == 0 && key_required) {
+        reply_problem(req, 400, "idempotency-key-required", "this write needs an Idempotency-Key header");
+        return false;
+    }
+    if (n > 0) {
+        int len = n == 1 ? parse_idempotency_key(value, cmd->key) : -1;
+        if (len < 0) {
+            reply_problem(req, 400, "invalid-idempotency-key",
+                          "an Idempotency-Key is 1-255 printable ASCII characters, given once");
+            return false;
+        }
+        cmd->key_len = (size_t)len;
+    }
+    n = http_req_header(req, HEADER_IF_MATCH, &value);
+    if (n > 0) {
+        if (n > 1 || parse_if_match(value, &cmd->if_match) != 0) {
+            reply_problem(req, 400, "invalid-if-match", "If-Match takes a version ETag such as \"3\"");
+            return false;
+        }
+        cmd->has_if_match = true;
+    }
+    return true;
+}
+
+/* Decides what the route asks for: op and kind. */
+static bool write_op_or_reply(const app_t *app, http_request_t *req, span_t action, span_t body, write_cmd_t *cmd)
+{
+    bool put = span_eq_str(http_req_method(req), "PUT");
+    if (span_eq_str(action, "reaction")) {
+        cmd->op = REACT_SET;
+        cmd->kind = KIND_NONE;
+        return !put || body_reaction_or_reply(app, req, body, true, &cmd->kind);
+    }
+    if (span_eq_str(action, "reaction:toggle")) {
+        cmd->op = REACT_TOGGLE;
+        return body_reaction_or_reply(app, req, body, false, &cmd->kind);
+    }
+    cmd->kind = kinds_find(app->kinds, action, false);
+    if (cmd->kind < 0) {
+        reply_problem(req, 400, "invalid-reaction", "the path names no configured reaction kind");
+        return false;
+    }
+    cmd->op = put ? REACT_SET : REACT_CLEAR_IF;
+    return true;
+}
+
+static void write_release(void *arg)
+{
+    write_cmd_t *cmd = arg;
+    answer_free(&cmd->answer);
+    free(cmd);
+}
+
+/* Writer thread: the answer is final; hand it to the request's HTTP thread. */
+static void write_done(write_cmd_t *cmd)
+{
+    http_pending_respond(cmd->done_arg, &cmd->answer, write_release, cmd);
+}
+
+void items_write(app_t *app, http_request_t *req, span_t item, span_t action)
+{
+    auth_t who;
+    span_t body;
+    if (!auth_user_or_reply(app, req, true, &who) || !item_or_reply(req, item) || !body_or_reply(req, &body))
+        return;
+    write_cmd_t *cmd = calloc(1, sizeof *cmd);
+    if (!cmd) {
+        reply_problem(req, 503, "overloaded", "out of memory");
+        return;
+    }
+    bool toggle = span_eq_str(action, "reaction:toggle");
+    if (!write_headers_or_reply(req, cmd, toggle) || !write_op_or_reply(app, req, action, body, cmd)) {
+        free(cmd);
+        return;
+    }
+    memcpy(cmd->item, item.ptr, item.len);
+    cmd->item_len = item.len;
+    memcpy(cmd->user, who.user.ptr, who.user.len);
+    cmd->user_len = who.user.len;
+    if (cmd->key_len && fingerprint_request(http_req_method(req), http_req_target(req), body, cmd->fingerprint) != 0) {
+        free(cmd);
+        reply_problem(req, 500, "internal", "fingerprinting the request failed");
+        return;
+    }
+    cmd->done = write_done;
+    cmd->done_arg = http_defer(req);
+    if (!cmd->done_arg || writer_submit(app->writer, cmd) != 0) {
+        if (cmd->done_arg)
+            http_pending_cancel(cmd->done_arg);
+        free(cmd);
+        reply_problem(req, 503, "overloaded", "too many writes are waiting; retry shortly");
+    }
+}

@@ -1,0 +1,35 @@
+/* request.h — what a handler sees of an HTTP request, and how it answers. The h2o adapter
+ * (server.c) implements this; nothing else in tally includes h2o. All functions run on the
+ * request's own HTTP thread unless said otherwise. */
+#ifndef TALLY_HTTP_REQUEST_H
+#define TALLY_HTTP_REQUEST_H
+
+#include "core/answer.h"
+#include "core/span.h"
+
+typedef struct http_request http_request_t;
+
+span_t http_req_method(const http_request_t *req);
+span_t http_req_target(const http_request_t *req); /* raw path with its query, as sent */
+span_t http_req_body(const http_request_t *req);
+
+/* The first value of header name (lowercase) and how many times it occurs. */
+size_t http_req_header(const http_request_t *req, const char *name, span_t *first);
+
+/* Sends a (the adapter copies what it needs; a stays the caller's). */
+void http_respond(http_request_t *req, const answer_t *a);
+
+/* A request answered later, from another thread (the writer). */
+typedef struct http_pending http_pending_t;
+
+/* Marks req as answered later. Returns NULL when out of memory. */
+http_pending_t *http_defer(http_request_t *req);
+
+/* Undoes http_defer when the request is answered at once after all (its own thread). */
+void http_pending_cancel(http_pending_t *p);
+
+/* Any thread: answers the deferred request with a on its own HTTP thread (if the client is still
+ * there), then calls release(arg) on that thread. a must stay valid until release is called. */
+void http_pending_respond(http_pending_t *p, const answer_t *a, void (*release)(void *), void *arg);
+
+#endif

@@ -1,0 +1,98 @@
+/* router.c — the route table of API.md. */
+#include "http/router.h"
+
+#define ITEMS_PREFIX "/v1/items"
+
+static const struct {
+    route_id_t id;
+    const char *allow;
+} route_methods[] = {
+    {ROUTE_HEALTHZ, "GET, HEAD"},
+    {ROUTE_READYZ, "GET, HEAD"},
+    {ROUTE_ITEMS, "GET, HEAD"},
+    {ROUTE_ITEM, "GET, HEAD"},
+    {ROUTE_REACTION, "GET, HEAD, PUT, DELETE"},
+    {ROUTE_TOGGLE, "POST"},
+    {ROUTE_KIND, "PUT, DELETE"},
+};
+
+const char *route_allow(route_id_t id)
+{
+    for (size_t i = 0; i < sizeof route_methods / sizeof route_methods[0]; i++)
+        if (route_methods[i].id == id)
+            return route_methods[i].allow;
+    return "";
+}
+
+bool route_allows(route_id_t id, span_t method)
+{
+    const char *allow = route_allow(id);
+    size_t pos = 0, n = strlen(allow);
+    while (pos < n) {
+        const char *comma = strchr(allow + pos, ',');
+        size_t len = comma ? (size_t)(comma - allow - pos) : n - pos;
+        if (span_eq(method, (span_t){allow + pos, len}))
+            return true;
+        pos += len + 2; /* ", " */
+    }
+    return false;
+}
+
+/* Cuts the next '/'-separated segment off *rest (which starts after a '/'). */
+static span_t next_segment(span_t *rest, bool *more)
+{
+    const char *slash = rest->len ? memchr(rest->ptr, '/', rest->len) : NULL;
+    span_t seg = {rest->ptr, slash ? (size_t)(slash - rest->ptr) : rest->len};
+    *more = slash != NULL;
+    if (slash)
+        *rest = (span_t){slash + 1, rest->len - seg.len - 1};
+    else
+        *rest = (span_t){rest->ptr + rest->len, 0};
+    return seg;
+}
+
+void route_match(span_t target, route_t *out)
+{
+    *out = (route_t){.id = ROUTE_NOT_FOUND};
+    const char *q = target.len ? memchr(target.ptr, '?', target.len) : NULL;
+    span_t path = {target.ptr, q ? (size_t)(q - target.ptr) : target.len};
+    if (q)
+        out->query = (span_t){q + 1, target.len - path.len - 1};
+    if (span_eq_str(path, "/healthz")) {
+        out->id = ROUTE_HEALTHZ;
+        return;
+    }
+    if (span_eq_str(path, "/readyz")) {
+        out->id = ROUTE_READYZ;
+        return;
+    }
+    size_t prefix_len = strlen(ITEMS_PREFIX);
+    if (path.len < prefix_len || memcmp(path.ptr, ITEMS_PREFIX, prefix_len) != 0)
+        return;
+    span_t rest = {path.ptr + prefix_len, path.len - prefix_len};
+    if (rest.len == 0) {
+        out->id = ROUTE_ITEMS;
+        return;
+    }
+    if (rest.ptr[0] != '/')
+        return;
+    rest.ptr++;
+    rest.len--;
+    bool more;
+    out->item = next_segment(&rest, &more);
+    if (!more) {
+        out->id = ROUTE_ITEM;
+        return;
+    }
+    span_t action = next_segment(&rest, &more);
+    if (more)
+        return; /* deeper paths are not routes */
+    if (span_eq_str(action, "reaction"))
+        out->id = ROUTE_REACTION;
+    else if (span_eq_str(action, "reaction:toggle"))
+        out->id = ROUTE_TOGGLE;
+    else if (action.len > 0) {
+        out->id = ROUTE_KIND;
+        out->kind = action;
+    }
+}

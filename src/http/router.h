@@ -1,0 +1,33 @@
+/* router.h — maps a raw request target to a route. Pure: ids are cut out, not validated. */
+#ifndef TALLY_HTTP_ROUTER_H
+#define TALLY_HTTP_ROUTER_H
+
+#include "core/span.h"
+
+typedef enum {
+    ROUTE_NOT_FOUND,
+    ROUTE_HEALTHZ,  /* /healthz */
+    ROUTE_READYZ,   /* /readyz */
+    ROUTE_ITEMS,    /* /v1/items?ids=… */
+    ROUTE_ITEM,     /* /v1/items/{item} */
+    ROUTE_REACTION, /* /v1/items/{item}/reaction */
+    ROUTE_TOGGLE,   /* /v1/items/{item}/reaction:toggle */
+    ROUTE_KIND,     /* /v1/items/{item}/{kind} */
+} route_id_t;
+
+typedef struct {
+    route_id_t id;
+    span_t item;  /* raw segment, for the item routes */
+    span_t kind;  /* raw segment, for ROUTE_KIND */
+    span_t query; /* after '?', without it */
+} route_t;
+
+/* Matches target (path and query, as sent). Always fills out; id ROUTE_NOT_FOUND when no route. */
+void route_match(span_t target, route_t *out);
+
+/* The methods a route accepts, for the Allow header ("GET, HEAD"). */
+const char *route_allow(route_id_t id);
+
+bool route_allows(route_id_t id, span_t method);
+
+#endif

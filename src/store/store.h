@@ -1,0 +1,91 @@
+/* store.h — the storage seam. The only contract between tally and the bytes it keeps.
+ *
+ * Above this line nothing knows the storage engine. The writer thread opens one write transaction
+ * per batch, applies its commands and the pipeline's fold in it, and commits once: the commit is
+ * durable (on stable storage) when store_write_commit returns 0. Readers take snapshots that never
+ * wait for the writer. Threads: one write transaction at a time (the writer thread); any number of
+ * snapshots, each used by the thread that began it.
+ *
+ * Reaction codes crossing this seam are the configured kind codes of kinds.h (0 = none); the store
+ * keeps its own stable numbering on disk and translates. */
+#ifndef TALLY_STORE_STORE_H
+#define TALLY_STORE_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/fingerprint.h"
+#include "core/kinds.h"
+#include "core/reaction.h"
+#include "core/span.h"
+
+enum {
+    STORE_OK = 0,
+    STORE_NOTFOUND = 1,
+    STORE_ERROR = -1, /* I/O or corruption: the transaction is void */
+    STORE_FULL = -2,  /* no space (map or disk): the transaction is void */
+};
+
+#define STORE_MAP_SIZE_DEFAULT (256ull << 30)
+
+typedef struct store store_t;
+typedef struct store_read store_read_t;
+typedef struct store_write store_write_t;
+
+typedef struct {
+    uint64_t map_size_bytes; /* virtual size of the map; the file stays as small as the data */
+} store_options_t;
+
+/* Opens (creating if needed) the store in dir. Checks the schema and the kinds: a kind stored before
+ * must still be configured; new kinds are added. Returns STORE_OK, or an error with err filled. */
+int store_open(const char *dir, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
+               size_t errlen);
+void store_close(store_t *store);
+
+/* --- snapshots (any thread) --- */
+int store_read_begin(store_t *store, store_read_t **out);
+void store_read_end(store_read_t *r);
+/* counts[code] for codes 1..kinds->count; zeros for an item nobody reacted to. */
+int store_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
+/* The row, or {KIND_NONE, 0} when there is none. */
+int store_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
+
+/* --- the write transaction (writer thread only) --- */
+int store_write_begin(store_t *store, store_write_t **out);
+int store_write_commit(store_write_t *w); /* durable on STORE_OK; w is gone either way */
+void store_write_abort(store_write_t *w);
+
+int store_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
+int store_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
+
+/* Appends t to the log under the next sequence number. */
+int store_log_append(store_write_t *w, const transition_t *t, uint64_t *seq);
+
+/* Calls fn for each log entry with seq > after, in order, at most limit of them. fn returns 0 to go
+ * on, non-zero to stop. The transition's spans are valid only during the call. */
+typedef int (*store_log_fn)(void *arg, uint64_t seq, const transition_t *t);
+int store_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg);
+
+/* counts[item][code] += deltas[code] for each configured kind. */
+int store_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1]);
+
+/* The pipeline's checkpoint: the last log seq folded into the counts. */
+int store_checkpoint_get(store_write_t *w, uint64_t *seq);
+int store_checkpoint_put(store_write_t *w, uint64_t seq);
+
+/* Idempotency records, keyed (user, key). */
+typedef struct {
+    uint64_t expires_ms;
+    uint8_t fingerprint[FINGERPRINT_LEN];
+    uint16_t status;
+    uint8_t type; /* answer_type_t */
+    uint8_t has_etag;
+    uint64_t etag_version;
+    span_t body; /* from store_idem_get: valid until the transaction's next write */
+} store_idem_t;
+int store_idem_get(store_write_t *w, span_t user, span_t key, store_idem_t *rec);
+int store_idem_put(store_write_t *w, span_t user, span_t key, const store_idem_t *rec);
+/* Deletes up to limit records whose expiry is at or before now_ms; *deleted says how many. */
+int store_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *deleted);
+
+#endif

@@ -1,0 +1,327 @@
+/* tallyd.c — the server: flags, wiring of store → writer → HTTP, signals, graceful shutdown. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/kinds.h"
+#include "core/parse.h"
+#include "engine/writer.h"
+#include "http/app.h"
+#include "http/server.h"
+#include "store/store.h"
+
+#define EXIT_USAGE 2
+#define LISTEN_BACKLOG 1024
+#define DRAIN_TIMEOUT_MS 10000
+#define HTTP_BODY_LIMIT_BYTES (1u << 20) /* h2o's own cap; handlers enforce the contract's 4 KiB */
+#define LOCK_FILE "tallyd.lock"
+
+typedef struct {
+    const char *listen;
+    const char *data;
+    const char *reactions;
+    int threads;
+    uint64_t idem_ttl_ms;
+    uint64_t fold_window_ms;
+    uint64_t request_timeout_ms;
+    uint64_t map_size;
+    uint64_t queue_max;
+    uint64_t batch_max;
+} options_t;
+
+static const char usage_text[] =
+    "usage: tallyd [flags]\n"
+    "\n"
+    "  --listen HOST:PORT         address to serve HTTP on; port 0 picks a free port (default 127.0.0.1:8080)\n"
+    "  --data DIR                 the embedded store's directory, created if needed (default ./data)\n"
+    "  --reactions LIST           reaction kinds, comma-separated, a-z 0-9 _ (default like,dislike)\n"
+    "  --threads N                HTTP threads (default: the number of CPUs)\n"
+    "  --idempotency-ttl DUR      how long Idempotency-Key answers are kept: 90s, 15m, 24h (default 24h)\n"
+    "  --fold-window DUR          minimum interval between folds of the log into counts (default 0)\n"
+    "  --request-timeout DUR      time to read a request and idle keep-alive limit (default 10s)\n"
+    "  --queue-max N              writes waiting for the writer at most; past it 503 (default 8192)\n"
+    "  --batch-max N              writes per commit at most (default 1024)\n"
+    "  --map-size SIZE            virtual size of the store's map, e.g. 256G (default 256G)\n"
+    "  --help                     this text\n"
+    "\n"
+    "Without TALLY_JWT_SECRET the server runs in development mode: the user is the X-User-Id header,\n"
+    "and it only listens on loopback addresses.\n";
+
+static void die_usage(const char *flag, const char *why)
+{
+    fprintf(stderr, "tallyd: %s: %s\n(see tallyd --help)\n", flag, why);
+    exit(EXIT_USAGE);
+}
+
+static uint64_t flag_duration(const char *flag, const char *value)
+{
+    uint64_t ms;
+    if (parse_duration_ms(value, &ms) != 0)
+        die_usage(flag, "expected a duration such as 250ms, 90s, 15m or 24h");
+    return ms;
+}
+
+static uint64_t flag_uint(const char *flag, const char *value, uint64_t min, uint64_t max)
+{
+    uint64_t n;
+    if (parse_uint(span_of(value), max, &n) != 0 || n < min)
+        die_usage(flag, "expected a whole number in range");
+    return n;
+}
+
+static void parse_flags(int argc, char **argv, options_t *o)
+{
+    enum { F_LISTEN = 1, F_DATA, F_REACTIONS, F_THREADS, F_TTL, F_FOLD, F_TIMEOUT, F_QUEUE, F_BATCH, F_MAP, F_HELP };
+    static const struct option flags[] = {
+        {"listen", required_argument, NULL, F_LISTEN},
+        {"data", required_argument, NULL, F_DATA},
+        {"reactions", required_argument, NULL, F_REACTIONS},
+        {"threads", required_argument, NULL, F_THREADS},
+        {"idempotency-ttl", required_argument, NULL, F_TTL},
+        {"fold-window", required_argument, NULL, F_FOLD},
+        {"request-timeout", required_argument, NULL, F_TIMEOUT},
+        {"queue-max", required_argument, NULL, F_QUEUE},
+        {"batch-max", required_argument, NULL, F_BATCH},
+        {"map-size", required_argument, NULL, F_MAP},
+        {"help", no_argument, NULL, F_HELP},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", flags, NULL)) != -1) {
+        const char *flag = argv[optind - 1];
+        switch (c) {
+        case F_LISTEN:
+            o->listen = optarg;
+            break;
+        case F_DATA:
+            o->data = optarg;
+            break;
+        case F_REACTIONS:
+            o->reactions = optarg;
+            break;
+        case F_THREADS:
+            o->threads = (int)flag_uint("--threads", optarg, 1, 64);
+            break;
+        case F_TTL:
+            o->idem_ttl_ms = flag_duration("--idempotency-ttl", optarg);
+            if (o->idem_ttl_ms < 1000)
+                die_usage("--idempotency-ttl", "must be at least 1s");
+            break;
+        case F_FOLD:
+            o->fold_window_ms = flag_duration("--fold-window", optarg);
+            break;
+        case F_TIMEOUT:
+            o->request_timeout_ms = flag_duration("--request-timeout", optarg);
+            if (o->request_timeout_ms < 100)
+                die_usage("--request-timeout", "must be at least 100ms");
+            break;
+        case F_QUEUE:
+            o->queue_max = flag_uint("--queue-max", optarg, 1, 1u << 24);
+            break;
+        case F_BATCH:
+            o->batch_max = flag_uint("--batch-max", optarg, 1, 1u << 20);
+            break;
+        case F_MAP:
+            if (parse_size_bytes(optarg, &o->map_size) != 0 || o->map_size < (1u << 24))
+                die_usage("--map-size", "expected a size of at least 16M, such as 256G");
+            break;
+        case F_HELP:
+            fputs(usage_text, stdout);
+            exit(0);
+        case ':':
+            die_usage(flag, "needs a value");
+            break;
+        default:
+            die_usage(flag, "unknown flag");
+        }
+    }
+    if (optind < argc)
+        die_usage(argv[optind], "unexpected argument");
+}
+
+static bool addr_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+    return false;
+}
+
+/* Binds the listening socket; prints nothing. Returns the fd, or -1 with a message on stderr. */
+static int listen_on(const char *spec, bool loopback_only, char *shown, size_t shown_len)
+{
+    char host[LISTEN_HOST_MAX + 1], port_text[8];
+    uint16_t port;
+    if (parse_listen(spec, host, &port) != 0)
+        die_usage("--listen", "expected HOST:PORT");
+    snprintf(port_text, sizeof port_text, "%u", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res;
+    int rc = getaddrinfo(host, port_text, &hints, &res);
+    if (rc != 0) {
+        fprintf(stderr, "tallyd: --listen %s: %s\n", spec, gai_strerror(rc));
+        return -1;
+    }
+    if (loopback_only && !addr_is_loopback(res->ai_addr)) {
+        fprintf(stderr,
+                "tallyd: development mode (no TALLY_JWT_SECRET) only listens on loopback addresses, "
+                "not %s\n",
+                spec);
+        freeaddrinfo(res);
+        return -1;
+    }
+    int fd = socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int on = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on) != 0 ||
+        bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, LISTEN_BACKLOG) != 0) {
+        fprintf(stderr, "tallyd: cannot listen on %s: %s\n", spec, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        freeaddrinfo(res);
+        return -1;
+    }
+    freeaddrinfo(res);
+    struct sockaddr_storage bound;
+    socklen_t len = sizeof bound;
+    getsockname(fd, (struct sockaddr *)&bound, &len);
+    char addr[INET6_ADDRSTRLEN];
+    if (bound.ss_family == AF_INET6) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)&bound;
+        inet_ntop(AF_INET6, &a->sin6_addr, addr, sizeof addr);
+        snprintf(shown, shown_len, "[%s]:%u", addr, ntohs(a->sin6_port));
+    } else {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)&bound;
+        inet_ntop(AF_INET, &a->sin_addr, addr, sizeof addr);
+        snprintf(shown, shown_len, "%s:%u", addr, ntohs(a->sin_port));
+    }
+    return fd;
+}
+
+/* One server per data directory: an exclusive lock held for the life of the process. */
+static int lock_data_dir(const char *dir)
+{
+    if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
+        fprintf(stderr, "tallyd: cannot create data directory %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, LOCK_FILE);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
+    if (fd < 0) {
+        fprintf(stderr, "tallyd: cannot open %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        fprintf(stderr, "tallyd: data directory %s is in use by another tallyd (%s)\n", dir,
+                errno == EWOULDBLOCK ? "it holds the lock" : strerror(errno));
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int main(int argc, char **argv)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    options_t o = {
+        .listen = "127.0.0.1:8080",
+        .data = "./data",
+        .reactions = KINDS_DEFAULT,
+        .threads = cpus > 0 ? (int)cpus : 1,
+        .idem_ttl_ms = 24ull * 3600 * 1000,
+        .request_timeout_ms = 10000,
+        .map_size = STORE_MAP_SIZE_DEFAULT,
+        .queue_max = WRITER_QUEUE_MAX_DEFAULT,
+        .batch_max = WRITER_BATCH_MAX_DEFAULT,
+    };
+    parse_flags(argc, argv, &o);
+    kinds_t kinds;
+    char err[512];
+    if (kinds_parse(&kinds, o.reactions, err, sizeof err) != 0)
+        die_usage("--reactions", err);
+    const char *secret = getenv("TALLY_JWT_SECRET");
+    if (secret && *secret) {
+        fprintf(stderr, "tallyd: TALLY_JWT_SECRET is set, but JWT authentication is not built yet; "
+                        "unset it to run in development mode on loopback\n");
+        return 1;
+    }
+    fprintf(stderr, "level=warn event=development-mode msg=\"no TALLY_JWT_SECRET: the user is the X-User-Id "
+                    "header; listening on loopback only\"\n");
+
+    /* Block the stop signals in every thread; main waits for them below. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    if (lock_data_dir(o.data) < 0)
+        return 1;
+    char shown[LISTEN_HOST_MAX + 16];
+    int listen_fd = listen_on(o.listen, true, shown, sizeof shown);
+    if (listen_fd < 0)
+        return 1;
+    store_t *store;
+    store_options_t sopt = {.map_size_bytes = o.map_size};
+    if (store_open(o.data, &kinds, &sopt, &store, err, sizeof err) != STORE_OK) {
+        fprintf(stderr, "tallyd: %s\n", err);
+        return 1;
+    }
+    writer_options_t wopt = {
+        .queue_max = o.queue_max,
+        .batch_max = o.batch_max,
+        .fold_max = WRITER_FOLD_MAX_DEFAULT,
+        .fold_window_ms = o.fold_window_ms,
+        .idem_ttl_ms = o.idem_ttl_ms,
+        .sweep_max = WRITER_SWEEP_MAX_DEFAULT,
+    };
+    static app_t app;
+    app.kinds = &kinds;
+    app.store = store;
+    app.dev_mode = true;
+    if (writer_start(store, &kinds, &wopt, &app.writer) != 0) {
+        fprintf(stderr, "tallyd: cannot start the writer thread\n");
+        return 1;
+    }
+    http_server_config_t hcfg = {
+        .listen_fd = listen_fd,
+        .threads = o.threads,
+        .max_body_bytes = HTTP_BODY_LIMIT_BYTES,
+        .request_timeout_ms = o.request_timeout_ms,
+        .handler = app_handle,
+        .app = &app,
+    };
+    if (http_server_start(&hcfg) != 0) {
+        fprintf(stderr, "tallyd: cannot start the HTTP threads\n");
+        return 1;
+    }
+    atomic_store(&app.ready, true);
+    printf("tallyd: listening on http://%s\n", shown);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "level=info event=shutdown signal=%s\n", sig == SIGTERM ? "TERM" : "INT");
+    atomic_store(&app.ready, false);
+    http_server_stop_accepting();
+    size_t left = http_server_drain(DRAIN_TIMEOUT_MS);
+    if (left)
+        fprintf(stderr, "level=warn event=shutdown-drain unanswered=%zu\n", left);
+    http_server_stop();
+    writer_stop(app.writer);
+    store_close(store);
+    close(listen_fd);
+    return 0;
+}

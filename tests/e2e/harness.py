@@ -1,0 +1,563 @@
+"""End-to-end test harness for tallyd: start/stop/kill a real server, talk HTTP to it.
+
+Standard library only. All traffic goes to 127.0.0.1; every wait is bounded.
+
+Environment:
+  TALLYD                   path of the server binary (default: <repo>/build/tallyd)
+  TALLY_E2E_START_TIMEOUT  seconds to wait for the "listening on" line (default 20)
+  TALLY_E2E_KEEP           if set, temporary directories are kept (for post-mortems)
+"""
+
+import http.client
+import itertools
+import json as _json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))  # tests/e2e -> tests -> repo root
+TALLYD = os.environ.get("TALLYD") or os.path.join(REPO_ROOT, "build", "tallyd")
+if not os.path.isabs(TALLYD):
+    TALLYD = os.path.join(REPO_ROOT, TALLYD)
+
+START_TIMEOUT_S = float(os.environ.get("TALLY_E2E_START_TIMEOUT", "20"))
+STOP_TIMEOUT_S = 20.0
+HTTP_TIMEOUT_S = 30.0
+KEEP_TMP = bool(os.environ.get("TALLY_E2E_KEEP"))
+
+LISTEN_RE = re.compile(r"listening on http://(\[[^\]]+\]|[^\s/:]+):(\d+)")
+SANITIZER_RE = re.compile(
+    r"ERROR: (AddressSanitizer|LeakSanitizer|ThreadSanitizer)|: runtime error: ")
+
+DEFAULT_KINDS = ("like", "dislike")
+
+
+class ServerExited(Exception):
+    """The server exited (or never printed its listening line)."""
+
+    def __init__(self, returncode, stdout, stderr, reason="exited before listening"):
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        super().__init__("tallyd %s (exit status %r)\n--- stdout ---\n%s\n--- stderr ---\n%s"
+                         % (reason, returncode, tail(stdout), tail(stderr)))
+
+
+def tail(text, n=3000):
+    if text is None:
+        return ""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    return text if len(text) <= n else "...\n" + text[-n:]
+
+
+def child_env(extra=None, drop_secret=True):
+    env = dict(os.environ)
+    if drop_secret:
+        env.pop("TALLY_JWT_SECRET", None)
+    if extra:
+        env.update(extra)
+    return env
+
+
+_uid_counter = itertools.count(1)
+_uid_salt = "%04x" % random.randrange(0x10000)
+
+
+def uid(prefix="x"):
+    """A fresh id in the item/user alphabet, unique within this test run."""
+    return "%s-%s-%d" % (prefix, _uid_salt, next(_uid_counter))
+
+
+class Proc:
+    """A tallyd child process: stdout collected by a thread, stderr into a file."""
+
+    def __init__(self, argv, env, stderr_path):
+        self.argv = argv
+        self.stderr_path = stderr_path
+        self._stderr_file = open(stderr_path, "ab")
+        self.stdout_lines = []
+        self._lock = threading.Lock()
+        self._listening = threading.Event()
+        self._eof = threading.Event()
+        self.host = None
+        self.port = None
+        self.popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=self._stderr_file, env=env, cwd=REPO_ROOT)
+        self._reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._reader.start()
+
+    def _read_stdout(self):
+        try:
+            for raw in iter(self.popen.stdout.readline, b""):
+                line = raw.decode("utf-8", "replace")
+                with self._lock:
+                    self.stdout_lines.append(line)
+                if not self._listening.is_set():
+                    m = LISTEN_RE.search(line)
+                    if m:
+                        host = m.group(1)
+                        if host.startswith("["):
+                            host = host[1:-1]
+                        self.host, self.port = host, int(m.group(2))
+                        self._listening.set()
+        finally:
+            self._eof.set()
+
+    def stdout(self):
+        with self._lock:
+            return "".join(self.stdout_lines)
+
+    def stderr(self):
+        self._stderr_file.flush()
+        try:
+            with open(self.stderr_path, "rb") as f:
+                return f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def wait_listening_or_exit(self, timeout):
+        """Returns 'listening', 'exited' or 'timeout'."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self._listening.wait(0.05):
+                return "listening"
+            if self.popen.poll() is not None:
+                self._eof.wait(2.0)  # let the reader drain what was printed
+                return "listening" if self._listening.is_set() else "exited"
+        return "timeout"
+
+    def wait(self, timeout):
+        try:
+            rc = self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        self._eof.wait(2.0)
+        return rc
+
+    def kill(self):
+        if self.popen.poll() is None:
+            try:
+                self.popen.kill()
+            except ProcessLookupError:
+                pass
+        rc = self.wait(STOP_TIMEOUT_S)
+        self.close()
+        return rc
+
+    def close(self):
+        try:
+            self._stderr_file.close()
+        except Exception:
+            pass
+        try:
+            self.popen.stdout.close()
+        except Exception:
+            pass
+
+
+def run_tallyd(args, env=None, timeout=START_TIMEOUT_S, workdir=None):
+    """Run tallyd with exactly `args` and wait until it exits.
+
+    Returns (returncode, stdout, stderr). If it prints its listening line instead of
+    exiting, it is killed and returncode is the string 'listening' (a test failure for
+    callers that expected an exit); if it does neither in time, 'timeout'.
+    """
+    own = workdir is None
+    if own:
+        workdir = tempfile.mkdtemp(prefix="tally-e2e-run-")
+    try:
+        p = Proc([TALLYD] + list(args), env if env is not None else child_env(),
+                 os.path.join(workdir, "stderr-%d.log" % next(_uid_counter)))
+        state = p.wait_listening_or_exit(timeout)
+        if state == "exited":
+            rc = p.wait(STOP_TIMEOUT_S)
+        else:
+            p.kill()
+            rc = state
+        out, err = p.stdout(), p.stderr()
+        p.close()
+        return rc, out, err
+    finally:
+        if own and not KEEP_TMP:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _lower_headers(msg):
+    out = {}
+    for k, v in msg.items():
+        k = k.lower()
+        out[k] = v if k not in out else out[k] + ", " + v
+    return out
+
+
+def _encode_body(body):
+    if body is None or isinstance(body, (bytes, bytearray)):
+        return body
+    if isinstance(body, str):
+        return body.encode("utf-8")
+    return _json.dumps(body, separators=(",", ":")).encode("utf-8")
+
+
+class Client:
+    """One keep-alive connection (for one thread). Never retries a request by itself:
+    after an error the next call opens a new connection."""
+
+    def __init__(self, host, port, timeout=HTTP_TIMEOUT_S):
+        self.host, self.port, self.timeout = host, port, timeout
+        self.conn = None
+
+    def request(self, method, path, body=None, headers=None, encode_chunked=False):
+        if self.conn is None:
+            self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        try:
+            self.conn.request(method, path, body=_encode_body(body), headers=headers or {},
+                              encode_chunked=encode_chunked)
+            resp = self.conn.getresponse()
+            data = resp.read()
+            hdrs = _lower_headers(resp.msg)
+            if resp.will_close:
+                self.close()
+            return resp.status, hdrs, data
+        except BaseException:
+            self.close()
+            raise
+
+    def json(self, method, path, body=None, headers=None, user=None):
+        return _json_call(self.request, method, path, body, headers, user)
+
+    def close(self):
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+            self.conn = None
+
+
+def _json_call(request, method, path, body, headers, user):
+    h = dict(headers or {})
+    if user is not None:
+        h["X-User-Id"] = user
+    if isinstance(body, (dict, list)) and not any(k.lower() == "content-type" for k in h):
+        h["Content-Type"] = "application/json"
+    status, hdrs, data = request(method, path, body=body, headers=h)
+    try:
+        doc = _json.loads(data.decode("utf-8")) if data else None
+    except ValueError:
+        doc = None
+    return status, hdrs, doc, data
+
+
+class Server:
+    """A running tallyd on 127.0.0.1:<free port> with its own data directory.
+
+    Server(args=[...]) starts it at construction unless start=False. The data directory
+    survives stop()/kill9()/restart() and is removed by close() (or the with-block)."""
+
+    def __init__(self, args=(), data_dir=None, env=None, start=True, listen="127.0.0.1:0"):
+        self.args = list(args)
+        self.listen = listen
+        self.env = env if env is not None else child_env()
+        self.tmp = tempfile.mkdtemp(prefix="tally-e2e-")
+        self.data_dir = data_dir or os.path.join(self.tmp, "data")
+        self.proc = None
+        self.host = self.port = None
+        self.starts = 0
+        self.logs = []  # stderr of earlier runs, for diagnostics
+        if start:
+            try:
+                self.start()
+            except BaseException:
+                self.close()
+                raise
+
+    # ---- process control -------------------------------------------------------------
+    def argv(self, args=None):
+        return [TALLYD, "--listen", self.listen, "--data", self.data_dir] + list(
+            self.args if args is None else args)
+
+    def start(self, args=None, timeout=START_TIMEOUT_S):
+        """Start (again) on the same data dir. `args` replaces the extra args if given.
+        Raises ServerExited if the server exits or does not listen in time."""
+        assert self.proc is None or self.proc.popen.poll() is not None, "already running"
+        if args is not None:
+            self.args = list(args)
+        self.starts += 1
+        p = Proc(self.argv(), self.env, os.path.join(self.tmp, "stderr-%d.log" % self.starts))
+        state = p.wait_listening_or_exit(timeout)
+        if state != "listening":
+            if state == "timeout":
+                p.kill()
+                rc = "timeout"
+            else:
+                rc = p.wait(STOP_TIMEOUT_S)
+            out, err = p.stdout(), p.stderr()
+            p.close()
+            self.logs.append(err)
+            raise ServerExited(rc, out, err, "did not print its listening line within %ss"
+                               % timeout if state == "timeout" else "exited before listening")
+        self.proc = p
+        self.host, self.port = p.host, p.port
+        return self
+
+    @property
+    def running(self):
+        return self.proc is not None and self.proc.popen.poll() is None
+
+    @property
+    def pid(self):
+        return self.proc.popen.pid
+
+    def stderr(self):
+        return self.proc.stderr() if self.proc else ""
+
+    def _retire(self):
+        err = self.proc.stderr()
+        self.proc.close()
+        self.logs.append(err)
+        self.proc = None
+        return err
+
+    def signal_and_wait(self, sig, timeout=STOP_TIMEOUT_S):
+        """Send `sig`, wait for exit; returns (returncode or None on timeout, stderr)."""
+        assert self.proc is not None, "not started"
+        if self.proc.popen.poll() is None:
+            self.proc.popen.send_signal(sig)
+        rc = self.proc.wait(timeout)
+        if rc is None:
+            self.proc.kill()
+        err = self._retire()
+        return rc, err
+
+    def stop(self, sig=signal.SIGTERM):
+        """Graceful stop; asserts exit status 0 and no sanitizer report."""
+        if self.proc is None:
+            return
+        already = self.proc.popen.poll()
+        rc, err = self.signal_and_wait(sig)
+        if already is not None:
+            raise AssertionError("tallyd had already exited (status %r) before stop()\n%s"
+                                 % (already, tail(err)))
+        if rc != 0:
+            raise AssertionError("tallyd exited with status %r after %s (want 0)\n--- stderr ---\n%s"
+                                 % (rc, signal.Signals(sig).name, tail(err)))
+        check_sanitizer(err)
+
+    def kill9(self):
+        if self.proc is None:
+            return
+        self.proc.kill()
+        err = self._retire()
+        check_sanitizer(err)
+
+    def restart(self, args=None):
+        if self.running:
+            self.stop()
+        elif self.proc is not None:
+            self._retire()
+        return self.start(args)
+
+    def close(self):
+        """Stop (kill if needed) and remove the temporary directory. Never raises."""
+        try:
+            if self.proc is not None:
+                self.proc.kill()
+                self._retire()
+        except Exception:
+            pass
+        if not KEEP_TMP:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            if exc_type is None and self.running:
+                self.stop()  # a clean test also checks the clean shutdown
+        finally:
+            self.close()
+        return False
+
+    # ---- HTTP --------------------------------------------------------------------------
+    def client(self, timeout=HTTP_TIMEOUT_S):
+        return Client(self.host, self.port, timeout)
+
+    def request(self, method, path, body=None, headers=None, encode_chunked=False):
+        """One request on a fresh connection: (status, lowercased headers, body bytes)."""
+        c = Client(self.host, self.port)
+        try:
+            return c.request(method, path, body=body, headers=headers,
+                             encode_chunked=encode_chunked)
+        finally:
+            c.close()
+
+    def json(self, method, path, body=None, headers=None, user=None):
+        """Like request(); dict bodies are JSON-encoded (Content-Type: application/json
+        added unless given). Returns (status, headers, parsed JSON or None, raw bytes)."""
+        return _json_call(self.request, method, path, body, headers, user)
+
+    def raw(self, data, timeout=10.0, read_limit=1 << 20):
+        """Send raw bytes on a new socket, read until the server closes or timeout."""
+        s = socket.create_connection((self.host, self.port), timeout=timeout)
+        chunks = []
+        try:
+            s.sendall(data)
+            deadline = time.monotonic() + timeout
+            total = 0
+            while time.monotonic() < deadline and total < read_limit:
+                try:
+                    b = s.recv(65536)
+                except socket.timeout:
+                    break
+                except ConnectionResetError:
+                    break
+                if not b:
+                    break
+                chunks.append(b)
+                total += len(b)
+                if _complete_response(b"".join(chunks)):
+                    break
+        finally:
+            s.close()
+        return b"".join(chunks)
+
+    # ---- domain helpers ----------------------------------------------------------------
+    def item(self, item, user=None, headers=None):
+        return self.json("GET", "/v1/items/" + item, user=user, headers=headers)
+
+    def counts(self, item):
+        status, _, doc, raw = self.json("GET", "/v1/items/" + item)
+        if status != 200 or not isinstance(doc, dict):
+            raise AssertionError("GET /v1/items/%s -> %s %r" % (item, status, raw[:300]))
+        return doc.get("counts")
+
+    def reaction(self, item, user):
+        status, hdrs, doc, raw = self.json("GET", "/v1/items/%s/reaction" % item, user=user)
+        if status != 200 or not isinstance(doc, dict):
+            raise AssertionError("GET reaction %s/%s -> %s %r" % (item, user, status, raw[:300]))
+        return doc
+
+    def put(self, item, user, reaction, headers=None):
+        return self.json("PUT", "/v1/items/%s/reaction" % item, {"reaction": reaction},
+                         user=user, headers=headers)
+
+    def wait_counts(self, item, expected, timeout=2.0):
+        """Poll GET item until counts == expected (dict). Returns the last counts seen."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while True:
+            last = self.counts(item)
+            if last == expected or time.monotonic() >= deadline:
+                return last
+            time.sleep(0.05)
+
+
+def _complete_response(buf):
+    head, sep, body = buf.partition(b"\r\n\r\n")
+    if not sep:
+        return False
+    m = re.search(rb"(?im)^content-length:\s*(\d+)\s*$", head)
+    if m:
+        return len(body) >= int(m.group(1))
+    return False
+
+
+def check_sanitizer(stderr_text):
+    m = SANITIZER_RE.search(stderr_text or "")
+    if m:
+        start = max(0, m.start() - 200)
+        raise AssertionError("sanitizer report in tallyd stderr:\n" + stderr_text[start:start + 4000])
+
+
+class TallyTestCase(unittest.TestCase):
+    """Assertions shared by the suites."""
+
+    maxDiff = None
+
+    def assertProblem(self, resp, status, code, msg=None):
+        """resp: a tuple from Server.json(); checks an RFC 9457 problem answer."""
+        st, hdrs, doc, raw = resp
+        ctx = "%s\n  got %s %s %r" % (msg or "", st, hdrs.get("content-type"), raw[:400])
+        self.assertEqual(st, status, "status" + ctx)
+        ctype = hdrs.get("content-type", "")
+        self.assertEqual(ctype.split(";")[0].strip().lower(), "application/problem+json",
+                         "content-type" + ctx)
+        self.assertIsInstance(doc, dict, "body is not a JSON object" + ctx)
+        self.assertEqual(doc.get("type"), "urn:tally:error:" + code, "problem type" + ctx)
+        self.assertEqual(doc.get("status"), status, "problem status member" + ctx)
+        self.assertIsInstance(doc.get("title"), str, "problem title" + ctx)
+        self.assertTrue(doc.get("title"), "empty problem title" + ctx)
+        self.assertIsInstance(doc.get("detail"), str, "problem detail" + ctx)
+        return doc
+
+    def assertOk(self, resp, msg=None):
+        st, hdrs, doc, raw = resp
+        ctx = "%s\n  got %s %s %r" % (msg or "", st, hdrs.get("content-type"), raw[:400])
+        self.assertEqual(st, 200, ctx)
+        self.assertEqual(hdrs.get("content-type", "").split(";")[0].strip().lower(),
+                         "application/json", "content-type" + ctx)
+        self.assertIsInstance(doc, dict, "body is not a JSON object" + ctx)
+        return doc
+
+    def assertWrite(self, resp, item, reaction, previous, version, changed, msg=None):
+        doc = self.assertOk(resp, msg)
+        self.assertEqual(doc, {"item": item, "reaction": reaction, "previous": previous,
+                               "version": version, "changed": changed},
+                         msg or "write answer")
+        self.assertEqual(resp[1].get("etag"), '"%d"' % version, "ETag of the write")
+        return doc
+
+    def assertCounts(self, server, item, expected, timeout=2.0, msg=None):
+        got = server.wait_counts(item, expected, timeout)
+        self.assertEqual(got, expected, msg or "counts of %s (after polling %ss)" % (item, timeout))
+        return got
+
+
+class SharedServerTestCase(TallyTestCase):
+    """One server for the whole class (tests keep apart by using fresh ids from uid())."""
+
+    server_args = ()
+    srv = None
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.srv = Server(args=cls.server_args)
+
+    @classmethod
+    def tearDownClass(cls):
+        srv, cls.srv = cls.srv, None
+        try:
+            if srv is not None and srv.running:
+                srv.stop()
+        finally:
+            if srv is not None:
+                srv.close()
+        super().tearDownClass()
+
+    def setUp(self):
+        super().setUp()
+        if self.srv is None or not self.srv.running:
+            raise AssertionError("shared tallyd is not running\n" +
+                                 tail(self.srv.stderr() if self.srv else ""))
+
+    def tearDown(self):
+        # a server that died during a test is that test's failure, not the next one's
+        if self.srv is not None and self.srv.proc is not None and not self.srv.running:
+            rc = self.srv.proc.popen.returncode
+            err = self.srv.stderr()
+            self.srv.close()
+            type(self).srv = None
+            raise AssertionError("tallyd died during this test (status %r)\n%s" % (rc, tail(err)))
+        super().tearDown()

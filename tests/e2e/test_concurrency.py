@@ -1,0 +1,186 @@
+"""Concurrent clicks, per DESIGN.md invariants 1-3: one decision per click, exact counts."""
+
+import random
+import threading
+import time
+import unittest
+
+from harness import SharedServerTestCase, uid
+
+KINDS = ("like", "dislike")
+
+
+def run_threads(targets, timeout=60):
+    """Run callables in threads; returns the exceptions they raised (bounded wait)."""
+    errors = []
+
+    def wrap(fn):
+        try:
+            fn()
+        except BaseException as e:  # collected and reported by the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=wrap, args=(fn,), daemon=True) for fn in targets]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    alive = sum(t.is_alive() for t in threads)
+    if alive:
+        errors.append(AssertionError("%d threads still running after %ss" % (alive, timeout)))
+    return errors
+
+
+class ConcurrencyTest(SharedServerTestCase):
+
+    def test_double_click_40_users(self):
+        s, item = self.srv, uid("item")
+        users = [uid("dbl") for _ in range(40)]
+        barrier = threading.Barrier(80, timeout=30)
+        answers = {u: [] for u in users}
+        lock = threading.Lock()
+
+        def click(u):
+            def fn():
+                barrier.wait()
+                resp = s.put(item, u, "like")  # its own connection
+                with lock:
+                    answers[u].append(resp)
+            return fn
+
+        errors = run_threads([click(u) for u in users for _ in range(2)])
+        self.assertEqual(errors, [])
+        for u in users:
+            got = answers[u]
+            self.assertEqual(len(got), 2)
+            for st, hdrs, doc, raw in got:
+                self.assertEqual(st, 200, raw[:300])
+            docs = sorted((r[2] for r in got), key=lambda d: not d["changed"])
+            self.assertEqual(docs, [
+                {"item": item, "reaction": "like", "previous": "none", "version": 1, "changed": True},
+                {"item": item, "reaction": "like", "previous": "like", "version": 1, "changed": False},
+            ], "user %s: exactly one of the two clicks changes the row" % u)
+        self.assertCounts(s, item, {"like": 40, "dislike": 0}, timeout=3)
+        time.sleep(0.3)
+        self.assertCounts(s, item, {"like": 40, "dislike": 0}, timeout=0, msg="counts overshoot")
+        for u in users[:5]:
+            self.assertEqual(s.reaction(item, u), {"item": item, "reaction": "like", "version": 1})
+
+    def test_double_click_mixed_routes(self):
+        # one click through /reaction, the other through /like, at once
+        s, item = self.srv, uid("item")
+        users = [uid("mix") for _ in range(20)]
+        barrier = threading.Barrier(40, timeout=30)
+        results = []
+
+        def click(u, route):
+            def fn():
+                barrier.wait()
+                if route:
+                    r = s.json("PUT", "/v1/items/%s/like" % item, user=u)
+                else:
+                    r = s.put(item, u, "like")
+                results.append((u, r))
+            return fn
+
+        errors = run_threads([click(u, k) for u in users for k in (0, 1)])
+        self.assertEqual(errors, [])
+        changed = {}
+        for u, (st, _, doc, raw) in results:
+            self.assertEqual(st, 200, raw[:300])
+            self.assertEqual(doc["version"], 1)
+            changed[u] = changed.get(u, 0) + int(doc["changed"])
+        self.assertEqual(set(changed.values()), {1})
+        self.assertCounts(s, item, {"like": 20, "dislike": 0}, timeout=3)
+
+    def test_random_sequences_40_users(self):
+        s = self.srv
+        items = [uid("rnd") for _ in range(3)]
+        users = [uid("ru") for _ in range(40)]
+        seed = random.randrange(1 << 30)
+        last = {}  # (user, item) -> (reaction, version) from the user's last answer
+        problems = []
+        lock = threading.Lock()
+
+        def session(n, u):
+            def fn():
+                rnd = random.Random(seed + n)
+                mine = {}
+                for _ in range(12):
+                    it = rnd.choice(items)
+                    op = rnd.randrange(6)
+                    if op == 0:
+                        target, resp = "none", s.json("DELETE", "/v1/items/%s/reaction" % it, user=u)
+                    elif op == 1:
+                        target, resp = "like", s.json("PUT", "/v1/items/%s/like" % it, user=u)
+                    elif op == 2:
+                        # clears only if the user has dislike
+                        prev = mine.get(it, ("none", 0))[0]
+                        target = "none" if prev == "dislike" else prev
+                        resp = s.json("DELETE", "/v1/items/%s/dislike" % it, user=u)
+                    else:
+                        target = rnd.choice(["like", "dislike", "none"])
+                        resp = s.put(it, u, target)
+                    st, _, doc, raw = resp
+                    if st != 200:
+                        problems.append("%s %s: %s %r" % (u, it, st, raw[:200]))
+                        return
+                    prev_r, prev_v = mine.get(it, ("none", 0))
+                    want_changed = target != prev_r
+                    want = {"item": it, "reaction": target, "previous": prev_r,
+                            "version": prev_v + int(want_changed), "changed": want_changed}
+                    if doc != want:
+                        problems.append("%s %s: got %r want %r" % (u, it, doc, want))
+                        return
+                    mine[it] = (doc["reaction"], doc["version"])
+                with lock:
+                    for it, rv in mine.items():
+                        last[(u, it)] = rv
+            return fn
+
+        errors = run_threads([session(n, u) for n, u in enumerate(users)])
+        self.assertEqual(errors, [])
+        self.assertEqual(problems, [], "seed %d" % seed)
+
+        tally = {it: {"like": 0, "dislike": 0} for it in items}
+        for u in users:
+            for it in items:
+                doc = s.reaction(it, u)
+                want = last.get((u, it), ("none", 0))
+                self.assertEqual((doc["reaction"], doc["version"]), want, "%s on %s" % (u, it))
+                if doc["reaction"] != "none":
+                    tally[it][doc["reaction"]] += 1
+        for it in items:
+            self.assertCounts(s, it, tally[it], timeout=3)
+        # the batch read agrees with the single reads
+        doc = self.assertOk(s.json("GET", "/v1/items?ids=" + ",".join(items)))
+        self.assertEqual([x["counts"] for x in doc["items"]], [tally[it] for it in items])
+
+    def test_many_users_same_time_on_one_item_flip(self):
+        # 30 users flip like<->dislike 6 times each, all at once; counts end exact
+        s, item = self.srv, uid("flip")
+        users = [uid("fu") for _ in range(30)]
+        barrier = threading.Barrier(len(users), timeout=30)
+        bad = []
+
+        def flipper(n, u):
+            def fn():
+                barrier.wait()
+                for i in range(6 + n % 2):
+                    r = "like" if i % 2 == 0 else "dislike"
+                    st, _, doc, raw = s.put(item, u, r)
+                    if st != 200 or doc["version"] != i + 1 or not doc["changed"]:
+                        bad.append((u, i, st, raw[:200]))
+                        return
+            return fn
+
+        errors = run_threads([flipper(n, u) for n, u in enumerate(users)])
+        self.assertEqual(errors, [])
+        self.assertEqual(bad, [])
+        # 6 flips end on dislike, 7 on like
+        self.assertCounts(s, item, {"like": 15, "dislike": 15}, timeout=3)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,142 @@
+"""kill -9 under write load, per DESIGN.md invariants 3, 4 and 6: every acknowledged write
+survives, an unacknowledged one is either fully applied or not at all, counts converge."""
+
+import random
+import threading
+import time
+import unittest
+
+from harness import Server, TallyTestCase, uid
+
+CYCLES = 3
+THREADS = 8
+USERS_PER_THREAD = 5
+ITEMS_PER_CYCLE = 4
+KINDS = ("like", "dislike")
+
+
+class Ledger:
+    """What one client thread knows about its users."""
+
+    def __init__(self):
+        self.acked = {}      # (user, item) -> (reaction, version) of the last 200 answer
+        self.inflight = None  # (user, item, target) sent but not answered
+        self.sent = 0
+        self.ok = 0
+        self.limited = 0
+        self.problems = []
+
+
+def writer(server, users, items, ledger, stop, seed, hard_deadline):
+    rnd = random.Random(seed)
+    c = server.client(timeout=10)
+    try:
+        while not stop.is_set() and time.monotonic() < hard_deadline:
+            u, it = rnd.choice(users), rnd.choice(items)
+            target = rnd.choice(("like", "dislike", "none"))
+            use_delete = target == "none" and rnd.random() < 0.5
+            ledger.inflight = (u, it, target)
+            ledger.sent += 1
+            try:
+                if use_delete:
+                    st, _, doc, raw = c.json("DELETE", "/v1/items/%s/reaction" % it, user=u)
+                else:
+                    st, _, doc, raw = c.json("PUT", "/v1/items/%s/reaction" % it,
+                                             {"reaction": target}, user=u)
+            except Exception:
+                return  # killed (or connection lost): the in-flight write's fate is unknown
+            if st == 200:
+                prev_r, prev_v = ledger.acked.get((u, it), ("none", 0))
+                changed = target != prev_r
+                want = {"item": it, "reaction": target, "previous": prev_r,
+                        "version": prev_v + int(changed), "changed": changed}
+                if doc != want:
+                    ledger.problems.append("%s/%s: got %r want %r" % (u, it, doc, want))
+                ledger.acked[(u, it)] = (doc["reaction"], doc["version"])
+                ledger.ok += 1
+            elif st in (429, 503):
+                ledger.limited += 1  # refused before any processing: not applied
+            else:
+                ledger.problems.append("%s/%s: status %s %r" % (u, it, st, raw[:200]))
+                ledger.inflight = None
+                return
+            ledger.inflight = None
+    finally:
+        c.close()
+
+
+class CrashTest(TallyTestCase):
+
+    def test_kill9_under_load(self):
+        seed = random.randrange(1 << 30)
+        rnd = random.Random(seed)
+        with Server() as s:
+            expected_all = {}  # (user, item) -> (reaction, version), verified after each crash
+            item_tallies = {}
+            for cycle in range(CYCLES):
+                ctx = "cycle %d, seed %d" % (cycle, seed)
+                items = [uid("crash%d" % cycle) for _ in range(ITEMS_PER_CYCLE)]
+                ledgers = [Ledger() for _ in range(THREADS)]
+                stop = threading.Event()
+                hard = time.monotonic() + 6.0
+                threads = []
+                for t in range(THREADS):
+                    users = [uid("c%dt%d" % (cycle, t)) for _ in range(USERS_PER_THREAD)]
+                    th = threading.Thread(target=writer, daemon=True,
+                                          args=(s, users, items, ledgers[t], stop,
+                                                seed + 1000 * cycle + t, hard))
+                    threads.append(th)
+                    th.start()
+                time.sleep(rnd.uniform(1.0, 1.5))
+                s.kill9()
+                stop.set()
+                for th in threads:
+                    th.join(15)
+                self.assertFalse(any(th.is_alive() for th in threads), "client thread stuck")
+                for lg in ledgers:
+                    self.assertEqual(lg.problems, [], ctx)
+                acked_total = sum(lg.ok for lg in ledgers)
+                self.assertGreater(acked_total, 0, "no write acknowledged before the kill; " + ctx)
+
+                s.start()
+
+                # every pair any thread touched (acknowledged or in flight)
+                allowed = {}
+                for lg in ledgers:
+                    for key, rv in lg.acked.items():
+                        allowed.setdefault(key, {rv})
+                    if lg.inflight is not None:
+                        u, it, target = lg.inflight
+                        base = lg.acked.get((u, it), ("none", 0))
+                        opts = allowed.setdefault((u, it), {base})
+                        if target != base[0]:
+                            opts.add((target, base[1] + 1))
+                tally = {it: {k: 0 for k in KINDS} for it in items}
+                for (u, it), opts in sorted(allowed.items()):
+                    doc = s.reaction(it, u)
+                    got = (doc["reaction"], doc["version"])
+                    self.assertIn(got, opts, "%s on %s after kill -9 (%s)" % (u, it, ctx))
+                    expected_all[(u, it)] = got
+                    if got[0] != "none":
+                        tally[it][got[0]] += 1
+                for it in items:
+                    self.assertCounts(s, it, tally[it], timeout=3,
+                                      msg="counts of %s vs rows after kill -9 (%s)" % (it, ctx))
+                item_tallies.update(tally)
+
+                # earlier cycles' state survived this crash too
+                for (u, it), got in sorted(expected_all.items()):
+                    doc = s.reaction(it, u)
+                    self.assertEqual((doc["reaction"], doc["version"]), got,
+                                     "%s on %s changed across a later crash (%s)" % (u, it, ctx))
+                for it, t in item_tallies.items():
+                    self.assertCounts(s, it, t, timeout=0.5, msg="counts of %s (%s)" % (it, ctx))
+
+            # a graceful stop after all that, and one more check
+            s.restart()
+            for it, t in item_tallies.items():
+                self.assertCounts(s, it, t, timeout=3)
+
+
+if __name__ == "__main__":
+    unittest.main()
