@@ -34,11 +34,13 @@ deps:
 
 $(BUILD)/rel/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(CFLAGS) -c $< -o $@
+	@echo "  CC $<"
+	@$(CC) $(CFLAGS_COMMON) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/san/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_COMMON) $(SAN_FLAGS) -c $< -o $@
+	@echo "  CC [san] $<"
+	@$(CC) $(CFLAGS_COMMON) $(SAN_FLAGS) -c $< -o $@
 
 $(BUILD)/tallyd: $(call obj,rel,$(TALLYD_SRC))
 	$(CC) $(CFLAGS) -pthread -o $@ $^ $(LDLIBS)

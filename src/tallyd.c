@@ -208,10 +208,29 @@ static int listen_on(const char *spec, bool loopback_only, char *shown, size_t s
     return fd;
 }
 
+/* mkdir -p: creates dir and any missing parents. */
+static int make_dirs(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = '\0';
+        if (mkdir(path, 0750) != 0 && errno != EEXIST)
+            return -1;
+        *p = '/';
+    }
+    return mkdir(path, 0750) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 /* One server per data directory: an exclusive lock held for the life of the process. */
 static int lock_data_dir(const char *dir)
 {
-    if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
+    if (make_dirs(dir) != 0) {
         fprintf(stderr, "tallyd: cannot create data directory %s: %s\n", dir, strerror(errno));
         return -1;
     }

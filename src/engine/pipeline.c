@@ -106,19 +106,22 @@ int pipeline_fold(store_write_t *w, size_t limit, pipeline_result_t *result)
         rc = store_log_scan(w, checkpoint, limit + 1, fold_one, &f);
     if (rc == STORE_OK)
         rc = f.rc;
+    size_t updates = 0;
     for (size_t i = 0; rc == STORE_OK && i < f.count; i++) {
         const fold_entry_t *e = &f.entries[i];
         bool net_zero = true; /* a like taken back within the batch writes nothing */
         for (int k = 1; k <= KINDS_MAX; k++)
             net_zero = net_zero && e->deltas[k] == 0;
-        if (!net_zero)
+        if (!net_zero) {
             rc = store_counts_add(w, (span_t){e->item, e->item_len}, e->deltas);
+            updates++;
+        }
     }
     if (rc == STORE_OK && f.seen > 0)
         rc = store_checkpoint_put(w, f.last_seq);
     if (rc == STORE_OK) {
         result->folded = f.seen;
-        result->items = f.count;
+        result->items = updates;
     }
     free(f.entries);
     free(f.slots);

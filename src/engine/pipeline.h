@@ -10,7 +10,7 @@
 
 typedef struct {
     size_t folded;               /* log entries folded by this call */
-    size_t items;                /* counts updates written (distinct items) */
+    size_t items;                /* counts updates written (items whose net change is not zero) */
     bool more;                   /* entries remain after this call's limit */
     uint64_t oldest_unfolded_ms; /* commit time of the first entry left unfolded (when more) */
 } pipeline_result_t;

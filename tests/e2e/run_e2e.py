@@ -28,8 +28,9 @@ class LineResult(unittest.TestResult):
         self._subfailed = {}
 
     def _line(self, test, word):
-        dt = time.monotonic() - self._t0.pop(test.id(), time.monotonic())
-        self.stream.write("%-6s %s (%.1fs)\n" % (word, test.id(), dt))
+        t0 = self._t0.pop(test.id(), None)
+        took = "" if t0 is None else " (%.1fs)" % (time.monotonic() - t0)
+        self.stream.write("%-6s %s%s\n" % (word, test.id(), took))
         self.stream.flush()
 
     def startTest(self, test):

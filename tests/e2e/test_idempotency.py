@@ -5,7 +5,7 @@ import threading
 import time
 import unittest
 
-from harness import Server, SharedServerTestCase, TallyTestCase, uid
+from harness import Server, SharedServerTestCase, TallyTestCase, server_without_rate_limit, uid
 
 JSON = "application/json"
 
@@ -347,7 +347,7 @@ class DurableKeyTest(IdemCase):
 class IdemConcurrencyTest(IdemCase):
 
     def test_storm_same_key_applied_once(self):
-        with Server(args=["--rate-limit", "off"]) as s:
+        with server_without_rate_limit() as s:
             item, user, key = uid("item"), uid("user"), uid("k")
             barrier = threading.Barrier(50, timeout=30)
             answers, errors = [], []

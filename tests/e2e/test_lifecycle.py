@@ -46,6 +46,14 @@ class StartupTest(TmpDirCase):
             self.assertEqual(b.request("GET", "/healthz")[0], 200)
 
     def test_data_dir_is_created(self):
+        data = os.path.join(self.tmp, "new")
+        with Server(data_dir=data) as s:
+            self.assertTrue(os.path.isdir(data))
+            item, user = uid("item"), uid("user")
+            self.assertWrite(s.put(item, user, "like"), item, "like", "none", 1, True)
+
+    def test_nested_data_dir_is_created(self):
+        # "--data DIR creates the directory if needed": parents included, like mkdir -p
         data = os.path.join(self.tmp, "a", "b", "c")
         with Server(data_dir=data) as s:
             self.assertTrue(os.path.isdir(data))

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# run_all.sh — the whole suite: unit tests (ASan+UBSan), then the end-to-end suite against the
+# release build and against the sanitizer build. Ends with one line: "N passed, N failed".
+set -u
+cd "$(dirname "$0")/.."
+passed=0
+failed=0
+log_dir=$(mktemp -d /tmp/tally-test-XXXXXX)
+
+# Runs one stage, shows its output, and adds its "N passed, N failed" line to the totals. A stage
+# that exits non-zero without such a line counts as one failure.
+stage() {
+    local name=$1
+    shift
+    echo "=== $name"
+    "$@" 2>&1 | tee "$log_dir/$name.log"
+    local rc=${PIPESTATUS[0]}
+    local line
+    line=$(grep -E '^([a-z0-9_-]+: )?[0-9]+ passed, [0-9]+ failed' "$log_dir/$name.log" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "$name: no result line (exit status $rc)"
+        failed=$((failed + 1))
+        return
+    fi
+    local p f
+    p=$(echo "$line" | sed -E 's/^([a-z0-9_-]+: )?([0-9]+) passed.*/\2/')
+    f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
+    passed=$((passed + p))
+    failed=$((failed + f))
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+        echo "$name: exit status $rc"
+        failed=$((failed + 1))
+    fi
+}
+
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+stage unit build/san/unit_tests
+stage e2e env TALLYD=build/tallyd python3 tests/e2e/run_e2e.py
+stage e2e-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 python3 tests/e2e/run_e2e.py
+rm -rf "$log_dir"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,23 @@
+/* main.c — runs every unit suite and prints the totals. */
+#include "unit.h"
+
+int unit_passed, unit_failed;
+
+int main(void)
+{
+    static const struct {
+        const char *name;
+        void (*run)(void);
+    } suites[] = {
+        {"ids", test_ids},       {"kinds", test_kinds},   {"reaction", test_reaction},
+        {"parse", test_parse},   {"fingerprint", test_fingerprint}, {"router", test_router},
+        {"answer", test_answer}, {"store", test_store},
+    };
+    for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
+        int before = unit_failed;
+        suites[i].run();
+        printf("%-12s %s\n", suites[i].name, unit_failed == before ? "ok" : "FAIL");
+    }
+    printf("unit: %d passed, %d failed\n", unit_passed, unit_failed);
+    return unit_failed ? 1 : 0;
+}

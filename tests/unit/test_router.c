@@ -1,0 +1,40 @@
+/* test_router.c — the route table. */
+#include "http/router.h"
+#include "unit.h"
+
+static route_t match(const char *target)
+{
+    route_t r;
+    route_match(span_of(target), &r);
+    return r;
+}
+
+void test_router(void)
+{
+    CHECK(match("/healthz").id == ROUTE_HEALTHZ);
+    CHECK(match("/readyz").id == ROUTE_READYZ);
+    CHECK(match("/healthz/x").id == ROUTE_NOT_FOUND);
+    CHECK(match("/v1/items?ids=a,b").id == ROUTE_ITEMS);
+    CHECK(span_eq_str(match("/v1/items?ids=a,b").query, "ids=a,b"));
+    route_t r = match("/v1/items/v1");
+    CHECK(r.id == ROUTE_ITEM && span_eq_str(r.item, "v1"));
+    r = match("/v1/items/v1?x=1");
+    CHECK(r.id == ROUTE_ITEM && span_eq_str(r.item, "v1") && span_eq_str(r.query, "x=1"));
+    CHECK(match("/v1/items/").id == ROUTE_ITEM && match("/v1/items/").item.len == 0);
+    r = match("/v1/items/v1/reaction");
+    CHECK(r.id == ROUTE_REACTION && span_eq_str(r.item, "v1"));
+    CHECK(match("/v1/items/v1/reaction:toggle").id == ROUTE_TOGGLE);
+    r = match("/v1/items/a%20b/like");
+    CHECK(r.id == ROUTE_KIND && span_eq_str(r.item, "a%20b") && span_eq_str(r.kind, "like"));
+    CHECK(match("/v1/items/v1/like/x").id == ROUTE_NOT_FOUND);
+    CHECK(match("/v1/items/v1/").id == ROUTE_NOT_FOUND);
+    CHECK(match("/v1/itemsx").id == ROUTE_NOT_FOUND);
+    CHECK(match("/v2/items/v1").id == ROUTE_NOT_FOUND);
+    CHECK(match("").id == ROUTE_NOT_FOUND);
+    CHECK(match("*").id == ROUTE_NOT_FOUND);
+    CHECK(route_allows(ROUTE_REACTION, SPAN_LIT("PUT")) && route_allows(ROUTE_REACTION, SPAN_LIT("DELETE")));
+    CHECK(route_allows(ROUTE_REACTION, SPAN_LIT("GET")) && !route_allows(ROUTE_REACTION, SPAN_LIT("POST")));
+    CHECK(route_allows(ROUTE_TOGGLE, SPAN_LIT("POST")) && !route_allows(ROUTE_TOGGLE, SPAN_LIT("PUT")));
+    CHECK(!route_allows(ROUTE_KIND, SPAN_LIT("GET")) && !route_allows(ROUTE_ITEM, SPAN_LIT("PUT")));
+    CHECK(!route_allows(ROUTE_ITEM, SPAN_LIT("GE")) && !route_allows(ROUTE_ITEM, SPAN_LIT("GETX")));
+}

@@ -1,0 +1,190 @@
+/* test_store.c — the LMDB store and the pipeline fold, on a temporary directory. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine/pipeline.h"
+#include "store/store.h"
+#include "unit.h"
+
+static void rm_dir(const char *dir)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+static store_t *open_with(const char *dir, const char *list, uint64_t map_size)
+{
+    static kinds_t kinds; /* the store keeps no pointer to it, but tests reuse the codes */
+    char err[256];
+    store_t *s = NULL;
+    kinds_parse(&kinds, list, err, sizeof err);
+    store_options_t opt = {.map_size_bytes = map_size};
+    if (store_open(dir, &kinds, &opt, &s, err, sizeof err) != STORE_OK)
+        return NULL;
+    return s;
+}
+
+/* Applies one transition the way the writer does: row, then log. */
+static int apply(store_write_t *w, const char *item, const char *user, int to, uint64_t at_ms)
+{
+    reaction_row_t row;
+    int rc = store_row_get(w, span_of(item), span_of(user), &row);
+    if (rc != STORE_OK || row.kind == to)
+        return rc;
+    reaction_row_t next = {to, row.version + 1};
+    transition_t t = {span_of(item), span_of(user), row.kind, to, next.version, at_ms};
+    uint64_t seq;
+    rc = store_row_put(w, span_of(item), span_of(user), &next);
+    return rc == STORE_OK ? store_log_append(w, &t, &seq) : rc;
+}
+
+static void test_rows_log_fold(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    char user[32];
+    for (int i = 0; i < 10000; i++) { /* a viral item: 10 000 likes */
+        snprintf(user, sizeof user, "u%d", i);
+        CHECK(apply(w, "viral", user, 1, 1000) == STORE_OK);
+    }
+    CHECK(apply(w, "other", "u1", 2, 1000) == STORE_OK);
+    CHECK(apply(w, "other", "u1", KIND_NONE, 1000) == STORE_OK); /* net zero within the fold */
+    pipeline_result_t res;
+    CHECK(pipeline_fold(w, 100000, &res) == STORE_OK);
+    CHECK(res.folded == 10002 && !res.more);
+    CHECK(res.items == 1); /* 10 000 transitions of one item: one counts update; the net-zero item none */
+    CHECK(store_write_commit(w) == STORE_OK);
+
+    store_read_t *r;
+    int64_t counts[KINDS_MAX + 1];
+    reaction_row_t row;
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(store_read_counts(r, SPAN_LIT("viral"), counts) == STORE_OK && counts[1] == 10000 && counts[2] == 0);
+    CHECK(store_read_counts(r, SPAN_LIT("other"), counts) == STORE_OK && counts[1] == 0 && counts[2] == 0);
+    CHECK(store_read_row(r, SPAN_LIT("other"), SPAN_LIT("u1"), &row) == STORE_OK && row.kind == KIND_NONE &&
+          row.version == 2);
+    CHECK(store_read_row(r, SPAN_LIT("nothing"), SPAN_LIT("u1"), &row) == STORE_OK && row.version == 0);
+    store_read_end(r);
+
+    /* A fold with a limit leaves the rest, reports its age, and a second fold finishes. */
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    for (int i = 0; i < 10; i++) {
+        snprintf(user, sizeof user, "u%d", i);
+        CHECK(apply(w, "viral", user, 2, 2000 + (uint64_t)i) == STORE_OK);
+    }
+    CHECK(pipeline_fold(w, 4, &res) == STORE_OK && res.folded == 4 && res.more && res.oldest_unfolded_ms == 2004);
+    CHECK(store_write_commit(w) == STORE_OK);
+    /* An aborted transaction leaves nothing behind, not even its sequence numbers. */
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(apply(w, "viral", "ghost", 1, 3000) == STORE_OK);
+    store_write_abort(w);
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(pipeline_fold(w, 100, &res) == STORE_OK && res.folded == 6 && !res.more);
+    CHECK(store_write_commit(w) == STORE_OK);
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(store_read_counts(r, SPAN_LIT("viral"), counts) == STORE_OK && counts[1] == 9990 && counts[2] == 10);
+    CHECK(store_read_row(r, SPAN_LIT("viral"), SPAN_LIT("ghost"), &row) == STORE_OK && row.version == 0);
+    store_read_end(r);
+    store_close(s);
+
+    /* Kinds: removing one refuses; adding one keeps the old counts under the old names. */
+    CHECK(open_with(dir, "like", 1ull << 30) == NULL);
+    s = open_with(dir, "love,dislike,like", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(store_read_counts(r, SPAN_LIT("viral"), counts) == STORE_OK && counts[3] == 9990 && counts[2] == 10 &&
+          counts[1] == 0);
+    CHECK(store_read_row(r, SPAN_LIT("viral"), SPAN_LIT("u0"), &row) == STORE_OK && row.kind == 2);
+    store_read_end(r);
+    store_close(s);
+}
+
+static void test_idem(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    store_idem_t rec = {.expires_ms = 5000, .status = 200, .type = 0, .has_etag = 1, .etag_version = 7,
+                        .body = SPAN_LIT("{\"ok\":1}")};
+    memset(rec.fingerprint, 0xab, sizeof rec.fingerprint);
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_idem_put(w, SPAN_LIT("u1"), SPAN_LIT("k1"), &rec) == STORE_OK);
+    rec.expires_ms = 9000;
+    CHECK(store_idem_put(w, SPAN_LIT("u2"), SPAN_LIT("k1"), &rec) == STORE_OK);
+    store_idem_t got;
+    CHECK(store_idem_get(w, SPAN_LIT("u1"), SPAN_LIT("k1"), &got) == STORE_OK);
+    CHECK(got.expires_ms == 5000 && got.status == 200 && got.etag_version == 7 && span_eq_str(got.body, "{\"ok\":1}"));
+    CHECK(store_idem_get(w, SPAN_LIT("u1"), SPAN_LIT("k2"), &got) == STORE_NOTFOUND);
+    CHECK(store_idem_get(w, SPAN_LIT("u"), SPAN_LIT("1k1"), &got) == STORE_NOTFOUND); /* keys are length-prefixed */
+    size_t deleted;
+    CHECK(store_idem_sweep(w, 4999, 10, &deleted) == STORE_OK && deleted == 0);
+    CHECK(store_idem_sweep(w, 5000, 10, &deleted) == STORE_OK && deleted == 1);
+    CHECK(store_idem_get(w, SPAN_LIT("u1"), SPAN_LIT("k1"), &got) == STORE_NOTFOUND);
+    CHECK(store_idem_get(w, SPAN_LIT("u2"), SPAN_LIT("k1"), &got) == STORE_OK);
+    /* Replacing a record moves its expiry: the old index entry must not delete the new record. */
+    rec.expires_ms = 20000;
+    CHECK(store_idem_put(w, SPAN_LIT("u2"), SPAN_LIT("k1"), &rec) == STORE_OK);
+    CHECK(store_idem_sweep(w, 10000, 10, &deleted) == STORE_OK && deleted == 0);
+    CHECK(store_idem_get(w, SPAN_LIT("u2"), SPAN_LIT("k1"), &got) == STORE_OK && got.expires_ms == 20000);
+    CHECK(store_write_commit(w) == STORE_OK);
+    store_close(s);
+}
+
+/* A store that runs out of space fails the transaction cleanly and keeps what was committed. */
+static void test_full(const char *dir)
+{
+    store_t *s = open_with(dir, "like", 1ull << 24);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(apply(w, "kept", "u", 1, 1) == STORE_OK);
+    CHECK(store_write_commit(w) == STORE_OK);
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    int rc = STORE_OK;
+    char user[64];
+    for (int i = 0; i < 1000000 && rc == STORE_OK; i++) {
+        snprintf(user, sizeof user, "user-with-a-long-name-%d", i);
+        rc = apply(w, "filler", user, 1, 1);
+    }
+    CHECK(rc == STORE_FULL);
+    store_write_abort(w);
+    store_read_t *r;
+    reaction_row_t row;
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(store_read_row(r, SPAN_LIT("kept"), SPAN_LIT("u"), &row) == STORE_OK && row.version == 1);
+    CHECK(store_read_row(r, SPAN_LIT("filler"), SPAN_LIT("user-with-a-long-name-1"), &row) == STORE_OK &&
+          row.version == 0);
+    store_read_end(r);
+    store_close(s);
+}
+
+void test_store(void)
+{
+    char base[] = "/tmp/tally-unit-XXXXXX";
+    if (!mkdtemp(base)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/a", base);
+    test_rows_log_fold(dir);
+    snprintf(dir, sizeof dir, "%s/b", base);
+    test_idem(dir);
+    snprintf(dir, sizeof dir, "%s/c", base);
+    test_full(dir);
+    rm_dir(base);
+}

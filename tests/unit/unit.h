@@ -1,0 +1,28 @@
+/* unit.h — a minimal test harness: CHECK records a pass or a failure with its place. */
+#ifndef TALLY_TESTS_UNIT_H
+#define TALLY_TESTS_UNIT_H
+
+#include <stdio.h>
+
+extern int unit_passed, unit_failed;
+
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        if (cond) {                                                                                                    \
+            unit_passed++;                                                                                             \
+        } else {                                                                                                       \
+            unit_failed++;                                                                                             \
+            fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                                            \
+        }                                                                                                              \
+    } while (0)
+
+void test_ids(void);
+void test_kinds(void);
+void test_reaction(void);
+void test_parse(void);
+void test_fingerprint(void);
+void test_router(void);
+void test_answer(void);
+void test_store(void);
+
+#endif
