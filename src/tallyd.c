@@ -37,6 +37,8 @@ typedef struct {
     uint64_t map_size;
     uint64_t queue_max;
     uint64_t batch_max;
+    uint64_t log_retention_ms;
+    uint64_t log_max_bytes;
 } options_t;
 
 static const char usage_text[] =
@@ -52,6 +54,8 @@ static const char usage_text[] =
     "  --queue-max N              writes waiting for the writer at most; past it 503 (default 8192)\n"
     "  --batch-max N              writes per commit at most (default 1024)\n"
     "  --map-size SIZE            virtual size of the store's map, e.g. 256G (default 256G)\n"
+    "  --log-retention DUR        keep folded transitions (the change feed) this long (default 24h)\n"
+    "  --log-max-size SIZE        prune the oldest folded transitions past this size (default 4GiB)\n"
     "  --help                     this text\n"
     "\n"
     "Without TALLY_JWT_SECRET the server runs in development mode: the user is the X-User-Id header,\n"
@@ -81,7 +85,21 @@ static uint64_t flag_uint(const char *flag, const char *value, uint64_t min, uin
 
 static void parse_flags(int argc, char **argv, options_t *o)
 {
-    enum { F_LISTEN = 1, F_DATA, F_REACTIONS, F_THREADS, F_TTL, F_FOLD, F_TIMEOUT, F_QUEUE, F_BATCH, F_MAP, F_HELP };
+    enum {
+        F_LISTEN = 1,
+        F_DATA,
+        F_REACTIONS,
+        F_THREADS,
+        F_TTL,
+        F_FOLD,
+        F_TIMEOUT,
+        F_QUEUE,
+        F_BATCH,
+        F_MAP,
+        F_RETENTION,
+        F_LOGMAX,
+        F_HELP
+    };
     static const struct option flags[] = {
         {"listen", required_argument, NULL, F_LISTEN},
         {"data", required_argument, NULL, F_DATA},
@@ -93,6 +111,8 @@ static void parse_flags(int argc, char **argv, options_t *o)
         {"queue-max", required_argument, NULL, F_QUEUE},
         {"batch-max", required_argument, NULL, F_BATCH},
         {"map-size", required_argument, NULL, F_MAP},
+        {"log-retention", required_argument, NULL, F_RETENTION},
+        {"log-max-size", required_argument, NULL, F_LOGMAX},
         {"help", no_argument, NULL, F_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -135,6 +155,13 @@ static void parse_flags(int argc, char **argv, options_t *o)
         case F_MAP:
             if (parse_size_bytes(optarg, &o->map_size) != 0 || o->map_size < (1u << 24))
                 die_usage("--map-size", "expected a size of at least 16M, such as 256G");
+            break;
+        case F_RETENTION:
+            o->log_retention_ms = flag_duration("--log-retention", optarg);
+            break;
+        case F_LOGMAX:
+            if (parse_size_bytes(optarg, &o->log_max_bytes) != 0 || o->log_max_bytes == 0)
+                die_usage("--log-max-size", "expected a size such as 4GiB");
             break;
         case F_HELP:
             fputs(usage_text, stdout);
@@ -263,6 +290,8 @@ int main(int argc, char **argv)
         .map_size = STORE_MAP_SIZE_DEFAULT,
         .queue_max = WRITER_QUEUE_MAX_DEFAULT,
         .batch_max = WRITER_BATCH_MAX_DEFAULT,
+        .log_retention_ms = 24ull * 3600 * 1000,
+        .log_max_bytes = 4ull << 30,
     };
     parse_flags(argc, argv, &o);
     kinds_t kinds;
@@ -305,11 +334,20 @@ int main(int argc, char **argv)
         .fold_window_ms = o.fold_window_ms,
         .idem_ttl_ms = o.idem_ttl_ms,
         .sweep_max = WRITER_SWEEP_MAX_DEFAULT,
+        .log_retention_ms = o.log_retention_ms,
+        .log_max_bytes = o.log_max_bytes,
     };
     static app_t app;
     app.kinds = &kinds;
     app.store = store;
+    app.data_dir = o.data;
     app.dev_mode = true;
+    if (feed_start(store, &app.feed) != 0) {
+        fprintf(stderr, "tallyd: cannot start the change feed thread\n");
+        return 1;
+    }
+    wopt.on_commit = feed_notify;
+    wopt.on_commit_arg = app.feed;
     if (writer_start(store, &kinds, &wopt, &app.writer) != 0) {
         fprintf(stderr, "tallyd: cannot start the writer thread\n");
         return 1;
@@ -320,6 +358,7 @@ int main(int argc, char **argv)
         .max_body_bytes = HTTP_BODY_LIMIT_BYTES,
         .request_timeout_ms = o.request_timeout_ms,
         .handler = app_handle,
+        .observe = app_observe,
         .app = &app,
     };
     if (http_server_start(&hcfg) != 0) {
@@ -335,6 +374,7 @@ int main(int argc, char **argv)
     fprintf(stderr, "level=info event=shutdown signal=%s\n", sig == SIGTERM ? "TERM" : "INT");
     atomic_store(&app.ready, false);
     http_server_stop_accepting();
+    feed_stop(app.feed); /* long polls are answered at once */
     size_t left = http_server_drain(DRAIN_TIMEOUT_MS);
     if (left)
         fprintf(stderr, "level=warn event=shutdown-drain unanswered=%zu\n", left);

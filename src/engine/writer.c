@@ -126,9 +126,20 @@ static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, ui
     return store_idem_put(tx, (span_t){cmd->user, cmd->user_len}, (span_t){cmd->key, cmd->key_len}, &rec);
 }
 
+/* A recount's correction: the deltas it measured between rows and counts. */
+static int writer_adjust(store_write_t *tx, write_cmd_t *cmd)
+{
+    int rc = store_counts_add(tx, (span_t){cmd->item, cmd->item_len}, cmd->deltas);
+    if (rc == STORE_OK)
+        answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
+    return rc;
+}
+
 /* Decides and applies one command. Returns a STORE_ code; anything but STORE_OK voids the batch. */
 static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
 {
+    if (cmd->type == WRITE_COUNTS_ADJUST)
+        return writer_adjust(tx, cmd);
     span_t item = {cmd->item, cmd->item_len}, user = {cmd->user, cmd->user_len};
     if (cmd->key_len) {
         int rc = idem_lookup(w, tx, cmd, now_ms);
@@ -178,11 +189,37 @@ static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms)
     w->fold_backlog = res.more;
     atomic_store_explicit(&w->stats.oldest_unfolded_ms, res.more ? res.oldest_unfolded_ms : 0, memory_order_relaxed);
     if (res.folded) {
+        histogram_observe(&w->stats.fold_entries, (double)res.folded);
         atomic_fetch_add_explicit(&w->stats.folds, 1, memory_order_relaxed);
         atomic_fetch_add_explicit(&w->stats.folded, res.folded, memory_order_relaxed);
         atomic_fetch_add_explicit(&w->stats.fold_items, res.items, memory_order_relaxed);
     }
     return STORE_OK;
+}
+
+/* Expired idempotency records, and log entries behind the checkpoint past their retention or
+ * beyond the log's size limit: a bounded amount per commit, so that writes never stall. */
+static int writer_sweep(writer_t *w, store_write_t *tx, uint64_t now_ms, uint64_t mono_now)
+{
+    size_t swept = 0, pruned = 0;
+    uint64_t checkpoint;
+    int rc = store_idem_sweep(tx, now_ms, w->opt.sweep_max, &swept);
+    if (rc == STORE_OK)
+        rc = store_checkpoint_get(tx, &checkpoint);
+    if (rc == STORE_OK) {
+        store_stats_t st;
+        bool too_big =
+            w->opt.log_max_bytes && store_stats(w->store, &st) == STORE_OK && st.log_bytes > w->opt.log_max_bytes;
+        uint64_t before_ms = too_big                            ? UINT64_MAX
+                             : now_ms > w->opt.log_retention_ms ? now_ms - w->opt.log_retention_ms
+                                                                : 0;
+        rc = store_log_prune(tx, checkpoint, before_ms, WRITER_PRUNE_MAX, &pruned);
+    }
+    atomic_fetch_add_explicit(&w->stats.swept, swept, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->stats.pruned, pruned, memory_order_relaxed);
+    if (swept < w->opt.sweep_max && pruned < WRITER_PRUNE_MAX)
+        w->last_sweep_ms = mono_now; /* else more are due: sweep again with the next commit */
+    return rc;
 }
 
 static const char *store_error_detail(int rc)
@@ -199,6 +236,7 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
     store_write_t *tx = NULL;
     int rc = store_write_begin(w->store, &tx);
     uint64_t oldest_before = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed);
+    uint64_t transitions_before = atomic_load_explicit(&w->stats.transitions, memory_order_relaxed);
     for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
         rc = writer_apply(w, tx, c, now_ms);
     bool folded = false;
@@ -206,13 +244,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         rc = writer_fold(w, tx, mono_now);
         folded = true;
     }
-    if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS) {
-        size_t swept = 0;
-        rc = store_idem_sweep(tx, now_ms, w->opt.sweep_max, &swept);
-        atomic_fetch_add_explicit(&w->stats.swept, swept, memory_order_relaxed);
-        if (swept < w->opt.sweep_max)
-            w->last_sweep_ms = mono_now; /* else more are due: sweep again next time */
-    }
+    if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS)
+        rc = writer_sweep(w, tx, now_ms, mono_now);
     if (tx)
         rc = rc == STORE_OK ? store_write_commit(tx) : (store_write_abort(tx), rc);
     if (rc != STORE_OK) {
@@ -221,7 +254,15 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         if (folded)
             w->fold_backlog = true;
         atomic_fetch_add_explicit(&w->stats.failed_commands, n, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->stats.commit_failures, 1, memory_order_relaxed);
+        atomic_store_explicit(&w->stats.transitions, transitions_before, memory_order_relaxed);
+    } else if (w->opt.on_commit &&
+               atomic_load_explicit(&w->stats.transitions, memory_order_relaxed) != transitions_before) {
+        w->opt.on_commit(w->opt.on_commit_arg);
     }
+    if (n)
+        histogram_observe(&w->stats.batch_commands, (double)n);
+    uint64_t done_ns = mono_ns();
     atomic_fetch_add_explicit(&w->stats.batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->stats.commands, n, memory_order_relaxed);
     for (write_cmd_t *c = batch, *next; c; c = next) {
@@ -230,6 +271,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
             answer_problem(&c->answer, 503, "unavailable", store_error_detail(rc));
             c->answer.retry_after_s = 1;
         }
+        if (c->type == WRITE_REACT)
+            histogram_observe(&w->stats.write_seconds, (double)(done_ns - c->submitted_ns) / 1e9);
         c->done(c);
     }
 }
@@ -242,7 +285,7 @@ static void *writer_main(void *arg)
         uint64_t mono_now = clock_ms(CLOCK_MONOTONIC);
         bool unfolded = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed) != 0;
         bool fold_now = w->fold_backlog || (unfolded && fold_due(w, mono_now));
-        bool sweep_now = mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
+        bool sweep_now = !w->stopping && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
         if (!w->head && !fold_now && !sweep_now) {
             if (w->stopping)
                 break;
@@ -298,6 +341,12 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&w->wake, &attr);
     pthread_condattr_destroy(&attr);
+    static const double write_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+    static const double batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096};
+    static const double fold_bounds[] = {1, 4, 16, 64, 256, 1024, 4096, 16384, 65536};
+    histogram_init(&w->stats.write_seconds, write_bounds, sizeof write_bounds / sizeof write_bounds[0]);
+    histogram_init(&w->stats.batch_commands, batch_bounds, sizeof batch_bounds / sizeof batch_bounds[0]);
+    histogram_init(&w->stats.fold_entries, fold_bounds, sizeof fold_bounds / sizeof fold_bounds[0]);
     atomic_store(&w->stats.running, true);
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         pthread_cond_destroy(&w->wake);

@@ -9,6 +9,7 @@
 
 #include "core/answer.h"
 #include "core/fingerprint.h"
+#include "core/histogram.h"
 #include "core/ids.h"
 #include "core/kinds.h"
 #include "core/parse.h"
@@ -18,10 +19,16 @@
 typedef struct writer writer_t;
 typedef struct write_cmd write_cmd_t;
 
-/* One reaction write, as the HTTP layer hands it over. Owned by the submitter; the writer fills
- * answer and calls done (on the writer thread) once the answer is final: after the commit that
- * holds its effect is durable, or after that commit failed. */
+typedef enum {
+    WRITE_REACT,         /* a reaction write from a request */
+    WRITE_COUNTS_ADJUST, /* counts[item] += deltas: a recount's correction */
+} write_type_t;
+
+/* One command: a reaction write as the HTTP layer hands it over, or a command from no request. Owned by the submitter;
+ * the writer fills answer and calls done (on the writer thread) once the answer is final: after the commit that holds
+ * its effect is durable, or after that commit failed. */
 struct write_cmd {
+    write_type_t type;
     react_op_t op;
     int kind;
     char item[ID_MAX_LEN];
@@ -33,6 +40,7 @@ struct write_cmd {
     size_t key_len; /* Idempotency-Key; 0 = none */
     char key[IDEM_KEY_MAX + 1];
     uint8_t fingerprint[FINGERPRINT_LEN];
+    int64_t deltas[KINDS_MAX + 1]; /* WRITE_COUNTS_ADJUST */
 
     answer_t answer;
     void (*done)(write_cmd_t *cmd);
@@ -43,23 +51,31 @@ struct write_cmd {
 };
 
 typedef struct {
-    size_t queue_max;        /* commands waiting at most; past it writer_submit refuses */
-    size_t batch_max;        /* commands per transaction at most */
-    size_t fold_max;         /* log entries per fold at most */
-    uint64_t fold_window_ms; /* minimum interval between folds; 0 = fold with every batch */
-    uint64_t idem_ttl_ms;    /* how long an idempotency record is kept */
-    size_t sweep_max;        /* expired idempotency records deleted per transaction at most */
+    size_t queue_max;             /* commands waiting at most; past it writer_submit refuses */
+    size_t batch_max;             /* commands per transaction at most */
+    size_t fold_max;              /* log entries per fold at most */
+    uint64_t fold_window_ms;      /* minimum interval between folds; 0 = fold with every batch */
+    uint64_t idem_ttl_ms;         /* how long an idempotency record is kept */
+    size_t sweep_max;             /* expired idempotency records deleted per transaction at most */
+    uint64_t log_retention_ms;    /* folded log entries older than this are pruned */
+    uint64_t log_max_bytes;       /* past this size the oldest folded entries are pruned, whatever their age */
+    void (*on_commit)(void *arg); /* after each durable commit that appended transitions (writer thread) */
+    void *on_commit_arg;
 } writer_options_t;
 
 #define WRITER_QUEUE_MAX_DEFAULT 8192
 #define WRITER_BATCH_MAX_DEFAULT 1024
 #define WRITER_FOLD_MAX_DEFAULT 65536
 #define WRITER_SWEEP_MAX_DEFAULT 512
+#define WRITER_PRUNE_MAX 4096
 
 /* Counters for the metrics; read with relaxed atomics from any thread. */
 typedef struct {
     atomic_uint_fast64_t batches, commands, failed_commands, replays, transitions, folds, folded, fold_items;
-    atomic_uint_fast64_t swept, queue_depth;
+    atomic_uint_fast64_t swept, pruned, queue_depth, commit_failures;
+    histogram_t write_seconds;               /* from submit to the answer being final (queue wait + commit) */
+    histogram_t batch_commands;              /* commands per commit */
+    histogram_t fold_entries;                /* log entries per fold */
     atomic_uint_fast64_t oldest_unfolded_ms; /* 0 when the counts are caught up */
     atomic_bool running;
 } writer_stats_t;

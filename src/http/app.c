@@ -34,6 +34,15 @@ static void reply_health(http_request_t *req, bool ok)
     reply_json(req, ok ? 200 : 503, json_pack("{s:s}", "status", ok ? "ok" : "unavailable"));
 }
 
+void app_observe(void *arg, http_request_t *req, int status)
+{
+    app_t *app = arg;
+    route_t route;
+    route_match(http_req_target(req), &route);
+    if (status >= 0 && status < STATUS_CODES && route.id < ROUTE_COUNT)
+        atomic_fetch_add_explicit(&app->responses[route.id][status], 1, memory_order_relaxed);
+}
+
 void app_handle(void *arg, http_request_t *req)
 {
     app_t *app = arg;
@@ -78,7 +87,17 @@ void app_handle(void *arg, http_request_t *req)
     case ROUTE_KIND:
         items_write(app, req, route.item, route.kind);
         return;
+    case ROUTE_METRICS:
+        metrics_get(app, req);
+        return;
+    case ROUTE_CHANGES:
+        changes_get(app, req, route.query);
+        return;
+    case ROUTE_RECOUNT:
+        admin_recount(app, req);
+        return;
     case ROUTE_NOT_FOUND:
+    case ROUTE_COUNT:
         break;
     }
     reply_problem(req, 404, "not-found", "no such route");

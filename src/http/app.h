@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 
 #include "core/kinds.h"
+#include "engine/feed.h"
 #include "engine/writer.h"
 #include "http/request.h"
 #include "store/store.h"
@@ -13,12 +14,20 @@
 #define BODY_MAX_BYTES 4096 /* API.md: request bodies over 4 KiB are refused with 413 */
 #define BATCH_IDS_MAX 100
 
+#define RECOUNT_ITEMS_MAX 10000
+#define STATUS_CODES 600 /* per-route counters are indexed by status code */
+
 typedef struct {
     const kinds_t *kinds;
     store_t *store;
     writer_t *writer;
+    feed_t *feed;
+    const char *data_dir;
     bool dev_mode; /* no JWT secret: the user is the X-User-Id header */
     atomic_bool ready;
+    atomic_bool recount_running;
+    atomic_uint_fast64_t responses[16][STATUS_CODES]; /* [route][status] */
+    atomic_uint_fast64_t rate_limited;
 } app_t;
 
 /* The request handler (HTTP threads): routes, checks methods, dispatches. */
@@ -38,6 +47,16 @@ typedef struct {
 /* Identifies the user. With required, a request without a user is answered 401. Returns true, or
  * false having replied (401, 400 invalid-user-id). */
 bool auth_user_or_reply(const app_t *app, http_request_t *req, bool required, auth_t *who);
+
+/* Admin rights, or a 401/403 answer. */
+bool auth_admin_or_reply(const app_t *app, http_request_t *req);
+
+/* Counts a response for the metrics (called by the server after each answer). */
+void app_observe(void *app, http_request_t *req, int status);
+
+void metrics_get(app_t *app, http_request_t *req);
+void changes_get(app_t *app, http_request_t *req, span_t query);
+void admin_recount(app_t *app, http_request_t *req);
 
 /* Handlers of the item routes (http/items.c). */
 void items_get_one(app_t *app, http_request_t *req, span_t item);

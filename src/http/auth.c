@@ -36,3 +36,15 @@ bool auth_user_or_reply(const app_t *app, http_request_t *req, bool required, au
     who->admin = span_eq_str(user, DEV_ADMIN_USER);
     return true;
 }
+
+bool auth_admin_or_reply(const app_t *app, http_request_t *req)
+{
+    auth_t who;
+    if (!auth_user_or_reply(app, req, true, &who))
+        return false;
+    if (!who.admin) {
+        reply_problem(req, 403, "forbidden", "this needs admin rights");
+        return false;
+    }
+    return true;
+}

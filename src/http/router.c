@@ -5,16 +5,30 @@
 
 static const struct {
     route_id_t id;
+    const char *name;
+    const char *path; /* fixed paths only */
     const char *allow;
 } route_methods[] = {
-    {ROUTE_HEALTHZ, "GET, HEAD"},
-    {ROUTE_READYZ, "GET, HEAD"},
-    {ROUTE_ITEMS, "GET, HEAD"},
-    {ROUTE_ITEM, "GET, HEAD"},
-    {ROUTE_REACTION, "GET, HEAD, PUT, DELETE"},
-    {ROUTE_TOGGLE, "POST"},
-    {ROUTE_KIND, "PUT, DELETE"},
+    {ROUTE_NOT_FOUND, "not_found", NULL, ""},
+    {ROUTE_HEALTHZ, "healthz", "/healthz", "GET, HEAD"},
+    {ROUTE_READYZ, "readyz", "/readyz", "GET, HEAD"},
+    {ROUTE_ITEMS, "items", NULL, "GET, HEAD"},
+    {ROUTE_ITEM, "item", NULL, "GET, HEAD"},
+    {ROUTE_REACTION, "reaction", NULL, "GET, HEAD, PUT, DELETE"},
+    {ROUTE_TOGGLE, "toggle", NULL, "POST"},
+    {ROUTE_KIND, "kind", NULL, "PUT, DELETE"},
+    {ROUTE_METRICS, "metrics", "/metrics", "GET, HEAD"},
+    {ROUTE_CHANGES, "changes", "/v1/changes", "GET, HEAD"},
+    {ROUTE_RECOUNT, "recount", "/v1/admin/recount", "POST"},
 };
+
+const char *route_name(route_id_t id)
+{
+    for (size_t i = 0; i < sizeof route_methods / sizeof route_methods[0]; i++)
+        if (route_methods[i].id == id)
+            return route_methods[i].name;
+    return "not_found";
+}
 
 const char *route_allow(route_id_t id)
 {
@@ -58,13 +72,11 @@ void route_match(span_t target, route_t *out)
     span_t path = {target.ptr, q ? (size_t)(q - target.ptr) : target.len};
     if (q)
         out->query = (span_t){q + 1, target.len - path.len - 1};
-    if (span_eq_str(path, "/healthz")) {
-        out->id = ROUTE_HEALTHZ;
-        return;
-    }
-    if (span_eq_str(path, "/readyz")) {
-        out->id = ROUTE_READYZ;
-        return;
+    for (size_t i = 0; i < sizeof route_methods / sizeof route_methods[0]; i++) {
+        if (route_methods[i].path && span_eq_str(path, route_methods[i].path)) {
+            out->id = route_methods[i].id;
+            return;
+        }
     }
     size_t prefix_len = strlen(ITEMS_PREFIX);
     if (path.len < prefix_len || memcmp(path.ptr, ITEMS_PREFIX, prefix_len) != 0)

@@ -13,7 +13,14 @@ typedef enum {
     ROUTE_REACTION, /* /v1/items/{item}/reaction */
     ROUTE_TOGGLE,   /* /v1/items/{item}/reaction:toggle */
     ROUTE_KIND,     /* /v1/items/{item}/{kind} */
+    ROUTE_METRICS,  /* /metrics */
+    ROUTE_CHANGES,  /* /v1/changes */
+    ROUTE_RECOUNT,  /* /v1/admin/recount */
+    ROUTE_COUNT     /* number of routes, for per-route tables */
 } route_id_t;
+
+/* A short stable name for metrics labels ("item", "reaction", …). */
+const char *route_name(route_id_t id);
 
 typedef struct {
     route_id_t id;

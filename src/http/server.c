@@ -174,6 +174,8 @@ void http_respond(http_request_t *request, const answer_t *a)
     if (a->www_authenticate)
         add_header_str(req, "www-authenticate", "Bearer");
     req->res.content_length = a->body_len;
+    if (server.cfg.observe)
+        server.cfg.observe(server.cfg.app, request, a->status);
     h2o_send_inline(req, a->body ? a->body : "", a->body_len);
 }
 

@@ -15,6 +15,7 @@ typedef struct {
     size_t max_body_bytes;       /* h2o's own limit: kept well above what handlers accept */
     uint64_t request_timeout_ms; /* reading a request (and idle keep-alive) */
     http_handler_fn handler;
+    void (*observe)(void *app, http_request_t *req, int status); /* after each response (metrics) */
     void *app;
 } http_server_config_t;
 

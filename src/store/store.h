@@ -37,10 +37,15 @@ typedef struct {
 } store_options_t;
 
 /* Opens (creating if needed) the store in dir. Checks the schema and the kinds: a kind stored before
- * must still be configured; new kinds are added. Returns STORE_OK, or an error with err filled. */
+ * must still be configured; new kinds are added. With kinds NULL, the stored kinds are used as
+ * configured (for tools that read an existing directory). Returns STORE_OK, or an error with err
+ * filled. */
 int store_open(const char *dir, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
                size_t errlen);
 void store_close(store_t *store);
+
+/* The kinds in force: codes 1..count as used across this seam. */
+const kinds_t *store_kinds(const store_t *store);
 
 /* --- snapshots (any thread) --- */
 int store_read_begin(store_t *store, store_read_t **out);
@@ -87,5 +92,32 @@ int store_idem_get(store_write_t *w, span_t user, span_t key, store_idem_t *rec)
 int store_idem_put(store_write_t *w, span_t user, span_t key, const store_idem_t *rec);
 /* Deletes up to limit records whose expiry is at or before now_ms; *deleted says how many. */
 int store_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *deleted);
+
+/* --- snapshot views: recount, the change feed, statistics (any thread) --- */
+
+int store_read_checkpoint(store_read_t *r, uint64_t *seq);
+int store_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg);
+/* The oldest and newest retained log seq (0, 0 when the log is empty). */
+int store_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last);
+/* Counts item's rows per kind (the truth the counts are checked against). */
+int store_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
+/* Calls fn for each item that has rows or a counts record, in key order, starting after `after`
+ * (from the first when after is empty), at most limit; *visited says how many. fn returns 0 to go
+ * on. The item span is valid only during the call. */
+typedef int (*store_item_fn)(void *arg, span_t item);
+int store_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited);
+
+typedef struct {
+    uint64_t rows, items, log_entries, log_bytes, idem_records, used_bytes, checkpoint;
+} store_stats_t;
+int store_stats(store_t *store, store_stats_t *st);
+
+/* A consistent, compacted copy of the store into dir (which must exist and be empty); safe while
+ * the store is in use, also by another process. */
+int store_backup(store_t *store, const char *dir);
+
+/* Deletes log entries from the oldest on, while seq <= upto_seq and their commit time is before
+ * before_ms, at most limit. Writer thread. */
+int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
 
 #endif

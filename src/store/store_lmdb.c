@@ -3,7 +3,7 @@
  * Databases (DESIGN.md § Keys of the embedded store):
  *   rows      [item_len][item][user]          → [kind u8][version u64]
  *   log       seq (u64, integer key)          → [at_ms u64][version u64][from u8][to u8][item_len u8][item][user]
- *   counts    item                            → int64 per stored kind, in stored order
+ *   counts    [item_len][item]                → int64 per stored kind, in stored order (same order as rows)
  *   meta      "schema", "kinds", "checkpoint"
  *   idem      [user_len][user][key]           → [expires_ms][fingerprint][status u16][type u8][has_etag u8][etag
  * u64][body] idem_exp  [expires_ms big-endian][idem key] → ""   (expiry index, swept front to back) Kinds on disk are
@@ -41,6 +41,7 @@ struct store_write {
 struct store {
     MDB_env *env;
     MDB_dbi rows, log, counts, meta, idem, idem_exp;
+    kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
     int cfg_to_db[KINDS_MAX + 1]; /* configured code → disk code */
     int db_to_cfg[KINDS_MAX + 1]; /* disk code → configured code */
@@ -123,6 +124,14 @@ static int kinds_reconcile(store_t *s, MDB_txn *txn, const kinds_t *kinds, char 
         snprintf(err, errlen, "reading kinds: %s", mdb_strerror(rc));
         return map_rc(rc);
     }
+    if (!kinds) { /* adopt what the directory holds (the operator's tool) */
+        if (stored.count == 0) {
+            snprintf(err, errlen, "no reactions are stored here: not a tally data directory");
+            return STORE_ERROR;
+        }
+        kinds = &stored;
+    }
+    s->kinds = *kinds;
     for (int d = 1; d <= stored.count; d++) {
         int c = kinds_find(kinds, span_of(stored.names[d]), false);
         if (c < 0) {
@@ -266,6 +275,11 @@ fail:
     return STORE_ERROR;
 }
 
+const kinds_t *store_kinds(const store_t *s)
+{
+    return &s->kinds;
+}
+
 void store_close(store_t *s)
 {
     if (!s)
@@ -309,7 +323,8 @@ static void counts_decode(const store_t *s, const MDB_val *val, int64_t counts[K
 
 static int counts_get(const store_t *s, MDB_txn *txn, span_t item, int64_t counts[KINDS_MAX + 1])
 {
-    MDB_val key = {item.len, (void *)item.ptr}, val;
+    char kbuf[KEY_BUF_LEN];
+    MDB_val key = {pair_key(kbuf, item, (span_t){"", 0}), kbuf}, val;
     memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
     int rc = mdb_get(txn, s->counts, &key, &val);
     if (rc == MDB_SUCCESS)
@@ -436,10 +451,10 @@ static int log_decode(const store_t *s, const MDB_val *val, transition_t *t)
     return STORE_OK;
 }
 
-int store_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg)
+static int log_scan(const store_t *s, MDB_txn *txn, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(w->txn, w->store->log, &cur);
+    int rc = mdb_cursor_open(txn, s->log, &cur);
     if (rc != MDB_SUCCESS)
         return map_rc(rc);
     uint64_t start = after + 1;
@@ -449,7 +464,7 @@ int store_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn 
     for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS && n < limit;
          rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT), n++) {
         transition_t t;
-        if ((result = log_decode(w->store, &val, &t)) != STORE_OK)
+        if ((result = log_decode(s, &val, &t)) != STORE_OK)
             break;
         if (fn(arg, get_u64(key.mv_data), &t) != 0)
             break;
@@ -458,6 +473,11 @@ int store_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn 
         result = map_rc(rc);
     mdb_cursor_close(cur);
     return result;
+}
+
+int store_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg)
+{
+    return log_scan(w->store, w->txn, after, limit, fn, arg);
 }
 
 int store_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1])
@@ -474,18 +494,24 @@ int store_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_M
         assert(counts[c] >= 0 && "a count never goes negative");
         disk[d - 1] = counts[c];
     }
-    MDB_val key = {item.len, (void *)item.ptr}, val = {sizeof(int64_t) * (size_t)s->db_kinds, disk};
+    char kbuf[KEY_BUF_LEN];
+    MDB_val key = {pair_key(kbuf, item, (span_t){"", 0}), kbuf}, val = {sizeof(int64_t) * (size_t)s->db_kinds, disk};
     return map_rc(mdb_put(w->txn, s->counts, &key, &val, 0));
 }
 
-int store_checkpoint_get(store_write_t *w, uint64_t *seq)
+static int checkpoint_get(const store_t *s, MDB_txn *txn, uint64_t *seq)
 {
     MDB_val val;
-    int rc = meta_get(w->txn, w->store->meta, "checkpoint", &val);
+    int rc = meta_get(txn, s->meta, "checkpoint", &val);
     *seq = 0;
     if (rc == MDB_SUCCESS && val.mv_size == 8)
         *seq = get_u64(val.mv_data);
     return rc == MDB_NOTFOUND ? STORE_OK : map_rc(rc);
+}
+
+int store_checkpoint_get(store_write_t *w, uint64_t *seq)
+{
+    return checkpoint_get(w->store, w->txn, seq);
 }
 
 int store_checkpoint_put(store_write_t *w, uint64_t seq)
@@ -576,6 +602,184 @@ int store_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *de
         if (rc == MDB_SUCCESS && val.mv_size >= 8 && get_u64(val.mv_data) == expires)
             rc = mdb_del(w->txn, s->idem, &key, NULL);
         if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+            break;
+        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
+            break;
+        (*deleted)++;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : map_rc(rc);
+}
+
+/* --- snapshot views for recount, the change feed and statistics --- */
+
+int store_read_checkpoint(store_read_t *r, uint64_t *seq)
+{
+    return checkpoint_get(r->store, r->txn, seq);
+}
+
+int store_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg)
+{
+    return log_scan(r->store, r->txn, after, limit, fn, arg);
+}
+
+int store_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last)
+{
+    MDB_cursor *cur;
+    MDB_val key, val;
+    *first = *last = 0;
+    int rc = mdb_cursor_open(r->txn, r->store->log, &cur);
+    if (rc != MDB_SUCCESS)
+        return map_rc(rc);
+    if ((rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST)) == MDB_SUCCESS) {
+        *first = get_u64(key.mv_data);
+        if ((rc = mdb_cursor_get(cur, &key, &val, MDB_LAST)) == MDB_SUCCESS)
+            *last = get_u64(key.mv_data);
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? STORE_OK : map_rc(rc);
+}
+
+int store_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1])
+{
+    const store_t *s = r->store;
+    char prefix[KEY_BUF_LEN];
+    size_t plen = pair_key(prefix, item, (span_t){"", 0});
+    memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(r->txn, s->rows, &cur);
+    if (rc != MDB_SUCCESS)
+        return map_rc(rc);
+    MDB_val key = {plen, prefix}, val;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+        if (key.mv_size <= plen || memcmp(key.mv_data, prefix, plen) != 0)
+            break;
+        reaction_row_t row;
+        row_decode(s, &val, &row);
+        counts[row.kind]++;
+    }
+    mdb_cursor_close(cur);
+    counts[KIND_NONE] = 0;
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : map_rc(rc);
+}
+
+/* The item of a rows or counts key ([len][item]…), or false when the key is malformed. */
+static bool key_item(const MDB_val *key, span_t *item)
+{
+    const uint8_t *p = key->mv_data;
+    if (key->mv_size < 1 || key->mv_size < (size_t)1 + p[0])
+        return false;
+    *item = (span_t){(const char *)p + 1, p[0]};
+    return true;
+}
+
+/* Positions cur at the first key whose item sorts after `after` (all keys when after is empty). */
+static int seek_after_item(MDB_cursor *cur, span_t after, MDB_val *key, MDB_val *val)
+{
+    if (after.len == 0)
+        return mdb_cursor_get(cur, key, val, MDB_FIRST);
+    char buf[KEY_BUF_LEN];
+    size_t n = pair_key(buf, after, (span_t){"", 0});
+    buf[n++] = (char)0xff; /* past every user of that item: user bytes are ASCII */
+    key->mv_size = n;
+    key->mv_data = buf;
+    return mdb_cursor_get(cur, key, val, MDB_SET_RANGE);
+}
+
+static int item_cmp(span_t a, span_t b)
+{
+    if (a.len != b.len)
+        return a.len < b.len ? -1 : 1;
+    return memcmp(a.ptr, b.ptr, a.len);
+}
+
+int store_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited)
+{
+    const store_t *s = r->store;
+    MDB_cursor *rows = NULL, *counts = NULL;
+    *visited = 0;
+    int rc = mdb_cursor_open(r->txn, s->rows, &rows);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_cursor_open(r->txn, s->counts, &counts);
+    if (rc != MDB_SUCCESS) {
+        if (rows)
+            mdb_cursor_close(rows);
+        return map_rc(rc);
+    }
+    MDB_val rkey, rval, ckey, cval;
+    int rrc = seek_after_item(rows, after, &rkey, &rval);
+    int crc = seek_after_item(counts, after, &ckey, &cval);
+    int result = STORE_OK;
+    while (*visited < limit && (rrc == MDB_SUCCESS || crc == MDB_SUCCESS)) {
+        span_t ritem = {0}, citem = {0};
+        if ((rrc == MDB_SUCCESS && !key_item(&rkey, &ritem)) || (crc == MDB_SUCCESS && !key_item(&ckey, &citem))) {
+            result = STORE_ERROR;
+            break;
+        }
+        int cmp = rrc != MDB_SUCCESS ? 1 : crc != MDB_SUCCESS ? -1 : item_cmp(ritem, citem);
+        span_t item = cmp <= 0 ? ritem : citem;
+        char copy[256];
+        memcpy(copy, item.ptr, item.len);
+        item.ptr = copy;
+        (*visited)++;
+        if (fn(arg, item) != 0)
+            break;
+        if (cmp <= 0)
+            rrc = seek_after_item(rows, item, &rkey, &rval);
+        if (cmp >= 0)
+            crc = seek_after_item(counts, item, &ckey, &cval);
+    }
+    if (result == STORE_OK &&
+        ((rrc != MDB_SUCCESS && rrc != MDB_NOTFOUND) || (crc != MDB_SUCCESS && crc != MDB_NOTFOUND)))
+        result = map_rc(rrc != MDB_SUCCESS && rrc != MDB_NOTFOUND ? rrc : crc);
+    mdb_cursor_close(rows);
+    mdb_cursor_close(counts);
+    return result;
+}
+
+int store_stats(store_t *s, store_stats_t *st)
+{
+    MDB_txn *txn;
+    MDB_stat ms;
+    MDB_envinfo info;
+    *st = (store_stats_t){0};
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc != MDB_SUCCESS)
+        return map_rc(rc);
+    if ((rc = mdb_stat(txn, s->rows, &ms)) == MDB_SUCCESS)
+        st->rows = ms.ms_entries;
+    if (rc == MDB_SUCCESS && (rc = mdb_stat(txn, s->counts, &ms)) == MDB_SUCCESS)
+        st->items = ms.ms_entries;
+    if (rc == MDB_SUCCESS && (rc = mdb_stat(txn, s->log, &ms)) == MDB_SUCCESS) {
+        st->log_entries = ms.ms_entries;
+        st->log_bytes = (uint64_t)(ms.ms_branch_pages + ms.ms_leaf_pages + ms.ms_overflow_pages) * ms.ms_psize;
+    }
+    if (rc == MDB_SUCCESS && (rc = mdb_stat(txn, s->idem, &ms)) == MDB_SUCCESS)
+        st->idem_records = ms.ms_entries;
+    if (rc == MDB_SUCCESS && (rc = mdb_env_info(s->env, &info)) == MDB_SUCCESS && mdb_env_stat(s->env, &ms) == 0)
+        st->used_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
+    if (rc == MDB_SUCCESS)
+        rc = checkpoint_get(s, txn, &st->checkpoint) == STORE_OK ? MDB_SUCCESS : MDB_PANIC;
+    mdb_txn_abort(txn);
+    return map_rc(rc);
+}
+
+int store_backup(store_t *s, const char *dir)
+{
+    return map_rc(mdb_env_copy2(s->env, dir, MDB_CP_COMPACT));
+}
+
+int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
+{
+    MDB_cursor *cur;
+    MDB_val key, val;
+    *deleted = 0;
+    int rc = mdb_cursor_open(w->txn, w->store->log, &cur);
+    if (rc != MDB_SUCCESS)
+        return map_rc(rc);
+    while (*deleted < limit && (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST)) == MDB_SUCCESS) {
+        if (get_u64(key.mv_data) > upto_seq || val.mv_size < 8 || get_u64(val.mv_data) >= before_ms)
             break;
         if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
             break;

@@ -6,6 +6,7 @@ Environment:
   TALLYD                   path of the server binary (default: <repo>/build/tallyd)
   TALLY_E2E_START_TIMEOUT  seconds to wait for the "listening on" line (default 20)
   TALLY_E2E_KEEP           if set, temporary directories are kept (for post-mortems)
+  TALLY_SANITIZED          if set, waits for counts to converge are 3x longer (ASan build)
 """
 
 import http.client
@@ -30,6 +31,9 @@ if not os.path.isabs(TALLYD):
     TALLYD = os.path.join(REPO_ROOT, TALLYD)
 
 START_TIMEOUT_S = float(os.environ.get("TALLY_E2E_START_TIMEOUT", "20"))
+# A sanitizer build is ~3x slower: stretch the waits for counts to converge (never the
+# correctness checks themselves).
+SLOW = 3.0 if os.environ.get("TALLY_SANITIZED") else 1.0
 STOP_TIMEOUT_S = 20.0
 HTTP_TIMEOUT_S = 30.0
 KEEP_TMP = bool(os.environ.get("TALLY_E2E_KEEP"))
@@ -52,12 +56,16 @@ class ServerExited(Exception):
                          % (reason, returncode, tail(stdout), tail(stderr)))
 
 
-def tail(text, n=3000):
+def tail(text, n=4000):
+    """The start and the end of a long log (start-up messages and the last words)."""
     if text is None:
         return ""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    return text if len(text) <= n else "...\n" + text[-n:]
+    if len(text) <= n:
+        return text
+    head = text[: n // 3]
+    return head + "\n[... %d characters left out ...]\n" % (len(text) - n) + text[-(n - len(head)):]
 
 
 def child_env(extra=None, drop_secret=True):
@@ -478,7 +486,7 @@ class Server:
 
     def wait_counts(self, item, expected, timeout=2.0):
         """Poll GET item until counts == expected (dict). Returns the last counts seen."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout * SLOW
         last = None
         while True:
             last = self.counts(item)

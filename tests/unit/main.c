@@ -9,9 +9,14 @@ int main(void)
         const char *name;
         void (*run)(void);
     } suites[] = {
-        {"ids", test_ids},       {"kinds", test_kinds},   {"reaction", test_reaction},
-        {"parse", test_parse},   {"fingerprint", test_fingerprint}, {"router", test_router},
-        {"answer", test_answer}, {"store", test_store},
+        {"ids", test_ids},
+        {"kinds", test_kinds},
+        {"reaction", test_reaction},
+        {"parse", test_parse},
+        {"fingerprint", test_fingerprint},
+        {"router", test_router},
+        {"answer", test_answer},
+        {"store", test_store},
     };
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         int before = unit_failed;

@@ -59,7 +59,8 @@ static void check_delta(int from, int to, int kinds)
     int64_t d[KINDS_MAX + 1] = {0};
     reaction_deltas_add(from, to, d);
     for (int k = 0; k <= kinds; k++) {
-        int64_t want = (k == to && to != from && to != KIND_NONE ? 1 : 0) - (k == from && to != from && from != KIND_NONE ? 1 : 0);
+        int64_t want =
+            (k == to && to != from && to != KIND_NONE ? 1 : 0) - (k == from && to != from && from != KIND_NONE ? 1 : 0);
         CHECK(d[k] == want);
     }
 }
@@ -192,7 +193,8 @@ void test_answer(void)
     kinds_parse(&k, "like,dislike", err, sizeof err);
     answer_t a = {0};
     CHECK(answer_write_result(&a, &k, SPAN_LIT("v1"), 2, 1, 8, true) == 0);
-    const char want[] = "{\"item\":\"v1\",\"reaction\":\"dislike\",\"previous\":\"like\",\"version\":8,\"changed\":true}";
+    const char want[] =
+        "{\"item\":\"v1\",\"reaction\":\"dislike\",\"previous\":\"like\",\"version\":8,\"changed\":true}";
     CHECK(a.status == 200 && a.has_etag && a.etag_version == 8);
     CHECK(a.body_len == strlen(want) && memcmp(a.body, want, a.body_len) == 0);
     CHECK(answer_problem(&a, 409, "idempotency-key-mismatch", "d") == 0);

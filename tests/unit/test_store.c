@@ -116,8 +116,8 @@ static void test_idem(const char *dir)
     if (!s)
         return;
     store_write_t *w;
-    store_idem_t rec = {.expires_ms = 5000, .status = 200, .type = 0, .has_etag = 1, .etag_version = 7,
-                        .body = SPAN_LIT("{\"ok\":1}")};
+    store_idem_t rec = {
+        .expires_ms = 5000, .status = 200, .type = 0, .has_etag = 1, .etag_version = 7, .body = SPAN_LIT("{\"ok\":1}")};
     memset(rec.fingerprint, 0xab, sizeof rec.fingerprint);
     CHECK(store_write_begin(s, &w) == STORE_OK);
     CHECK(store_idem_put(w, SPAN_LIT("u1"), SPAN_LIT("k1"), &rec) == STORE_OK);

@@ -1,0 +1,43 @@
+/* recount.h — rebuilds counts from the reaction rows and reports (and corrects) drift
+ * (DESIGN.md § Recount). Each chunk of items is compared inside one snapshot: rows against that
+ * snapshot's counts plus its not-yet-folded log, an exact comparison that never stops the writer.
+ * Corrections go through the writer as commands. In a correct system it finds nothing. */
+#ifndef TALLY_ENGINE_RECOUNT_H
+#define TALLY_ENGINE_RECOUNT_H
+
+#include <stdatomic.h>
+
+#include "core/ids.h"
+#include "engine/writer.h"
+#include "store/store.h"
+
+#define RECOUNT_CHUNK_ITEMS 256
+
+typedef struct {
+    char item[ID_MAX_LEN + 1];
+    int kind;
+    int64_t counted; /* rows holding the kind */
+    int64_t stored;  /* the counts, plus the log not yet folded into them */
+} recount_drift_t;
+
+typedef struct {
+    size_t checked;   /* items compared */
+    size_t corrected; /* drift entries corrected (0 when run without a writer) */
+    recount_drift_t *drift;
+    size_t ndrift, cap;
+} recount_report_t;
+
+/* Recounts items (all items when items is NULL). With a writer, queues the corrections and waits
+ * until they are durable. Blocks: run it on a thread of its own, never on an HTTP thread.
+ * Returns a STORE_ code (STORE_ERROR also when the writer would not take a correction). */
+int recount_run(store_t *store, writer_t *writer, const span_t *items, size_t nitems, recount_report_t *report);
+
+void recount_report_free(recount_report_t *report);
+
+/* For the metrics: drift entries found by the last finished recount, and the total corrected. */
+typedef struct {
+    atomic_uint_fast64_t runs, last_drift, corrected_total;
+} recount_stats_t;
+extern recount_stats_t recount_stats;
+
+#endif

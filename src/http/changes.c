@@ -1,0 +1,180 @@
+/* changes.c — GET /v1/changes: every transition in commit order, paged by cursor, with long
+ * polling through the feed thread (no snapshot is held while a poll waits). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/parse.h"
+#include "http/app.h"
+
+#define CHANGES_LIMIT_DEFAULT 100
+#define CHANGES_LIMIT_MAX 1000
+#define CHANGES_WAIT_MAX_S 30
+
+typedef struct {
+    app_t *app;
+    bool has_after;
+    uint64_t after;
+    size_t limit;
+    http_pending_t *pending;
+    answer_t answer;
+} changes_query_t;
+
+typedef struct {
+    const kinds_t *kinds;
+    json_t *changes;
+    uint64_t last;
+    int rc;
+} page_t;
+
+static void iso_time(uint64_t at_ms, char out[32])
+{
+    time_t secs = (time_t)(at_ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%03uZ", (unsigned)(at_ms % 1000));
+}
+
+static int page_add(void *arg, uint64_t seq, const transition_t *t)
+{
+    page_t *p = arg;
+    char cursor[24], at[32];
+    snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)seq);
+    iso_time(t->at_ms, at);
+    json_t *c = json_pack("{s:s,s:s%,s:s%,s:s,s:s,s:I,s:s}", "cursor", cursor, "item", t->item.ptr, t->item.len, "user",
+                          t->user.ptr, t->user.len, "from", kinds_name(p->kinds, t->from), "to",
+                          kinds_name(p->kinds, t->to), "version", (json_int_t)t->version, "at", at);
+    if (!c || json_array_append_new(p->changes, c) != 0) {
+        p->rc = STORE_ERROR;
+        return 1;
+    }
+    p->last = seq;
+    return 0;
+}
+
+/* Reads one page with a fresh snapshot into q->answer. Returns the number of changes, or -1 when
+ * the answer is an error. */
+static int changes_page(changes_query_t *q)
+{
+    store_read_t *snap;
+    uint64_t first, last, checkpoint;
+    if (store_read_begin(q->app->store, &snap) != STORE_OK) {
+        answer_problem(&q->answer, 503, "unavailable", "the store cannot be read");
+        return -1;
+    }
+    int rc = store_read_log_bounds(snap, &first, &last);
+    if (rc == STORE_OK)
+        rc = store_read_checkpoint(snap, &checkpoint);
+    uint64_t newest = last > checkpoint ? last : checkpoint; /* pruning never passes the checkpoint */
+    uint64_t oldest = first ? first : newest + 1;
+    uint64_t after = q->has_after ? q->after : oldest - 1;
+    if (rc == STORE_OK && after + 1 < oldest) {
+        store_read_end(snap);
+        answer_problem(&q->answer, 410, "cursor-expired", "the log no longer holds the changes after that cursor");
+        return -1;
+    }
+    if (rc == STORE_OK && after > newest) {
+        store_read_end(snap);
+        answer_problem(&q->answer, 400, "invalid-parameter", "after is not a cursor this server gave");
+        return -1;
+    }
+    page_t p = {q->app->kinds, json_array(), after, STORE_OK};
+    if (rc == STORE_OK && p.changes)
+        rc = store_read_log(snap, after, q->limit, page_add, &p);
+    store_read_end(snap);
+    if (rc == STORE_OK)
+        rc = p.rc;
+    if (rc != STORE_OK || !p.changes) {
+        json_decref(p.changes);
+        answer_problem(&q->answer, 500, "internal", "reading the change feed failed");
+        return -1;
+    }
+    char next[24];
+    snprintf(next, sizeof next, "%llu", (unsigned long long)p.last);
+    int n = (int)json_array_size(p.changes);
+    json_t *body = json_pack("{s:o,s:s}", "changes", p.changes, "next", next);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        answer_problem(&q->answer, 500, "internal", "out of memory");
+        return -1;
+    }
+    answer_set_body(&q->answer, 200, ANSWER_JSON, text, strlen(text));
+    return n;
+}
+
+static void query_free(void *arg)
+{
+    changes_query_t *q = arg;
+    answer_free(&q->answer);
+    free(q);
+}
+
+/* Feed thread: new changes, the wait ran out, or shutdown. */
+static void changes_wake(void *arg)
+{
+    changes_query_t *q = arg;
+    changes_page(q);
+    http_pending_respond(q->pending, &q->answer, query_free, q);
+}
+
+static bool number_param_or_reply(http_request_t *req, span_t query, const char *name, uint64_t min, uint64_t max,
+                                  bool *given, uint64_t *value)
+{
+    span_t text;
+    *given = parse_query_param(query, name, &text);
+    if (!*given)
+        return true;
+    if (parse_uint(text, max, value) == 0 && *value >= min)
+        return true;
+    char detail[96];
+    snprintf(detail, sizeof detail, "%s must be a whole number from %llu to %llu", name, (unsigned long long)min,
+             (unsigned long long)max);
+    reply_problem(req, 400, "invalid-parameter", detail);
+    return false;
+}
+
+void changes_get(app_t *app, http_request_t *req, span_t query)
+{
+    bool has_limit, has_wait;
+    uint64_t limit = CHANGES_LIMIT_DEFAULT, wait_s = 0;
+    changes_query_t *q = calloc(1, sizeof *q);
+    if (!q) {
+        reply_problem(req, 503, "overloaded", "out of memory");
+        return;
+    }
+    q->app = app;
+    if (!auth_admin_or_reply(app, req) ||
+        !number_param_or_reply(req, query, "after", 0, UINT64_MAX - 1, &q->has_after, &q->after) ||
+        !number_param_or_reply(req, query, "limit", 1, CHANGES_LIMIT_MAX, &has_limit, &limit) ||
+        !number_param_or_reply(req, query, "wait", 0, CHANGES_WAIT_MAX_S, &has_wait, &wait_s)) {
+        free(q);
+        return;
+    }
+    q->limit = (size_t)limit;
+    int n = changes_page(q);
+    if (n != 0 || wait_s == 0) {
+        http_respond(req, &q->answer);
+        query_free(q);
+        return;
+    }
+    /* Nothing yet: wait on the feed thread from the page's cursor. */
+    uint64_t newest = q->has_after ? q->after : 0;
+    if (!q->has_after) { /* continue from where the empty page ended */
+        json_t *doc = json_loadb(q->answer.body, q->answer.body_len, 0, NULL);
+        const char *next = doc ? json_string_value(json_object_get(doc, "next")) : NULL;
+        if (next && parse_uint(span_of(next), UINT64_MAX - 1, &newest) == 0) {
+            q->has_after = true;
+            q->after = newest;
+        }
+        json_decref(doc);
+    }
+    q->pending = http_defer(req);
+    if (!q->pending || feed_wait(app->feed, q->after, wait_s * 1000, changes_wake, q) != 0) {
+        if (q->pending)
+            http_pending_cancel(q->pending);
+        http_respond(req, &q->answer); /* shutting down: answer the empty page at once */
+        query_free(q);
+    }
+}

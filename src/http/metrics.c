@@ -1,0 +1,159 @@
+/* metrics.c — GET /metrics in the Prometheus text format (names by Prometheus conventions). */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "engine/recount.h"
+#include "http/app.h"
+#include "http/router.h"
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    bool failed;
+} text_t;
+
+static void put(text_t *t, const char *fmt, ...)
+{
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        size_t room = t->cap - t->len;
+        int n = t->failed ? 0 : vsnprintf(t->buf + t->len, room, fmt, ap);
+        va_end(ap);
+        if (t->failed || n < 0)
+            return;
+        if ((size_t)n < room) {
+            t->len += (size_t)n;
+            return;
+        }
+        size_t cap = t->cap ? t->cap * 2 : 8192;
+        while (cap - t->len <= (size_t)n)
+            cap *= 2;
+        char *b = realloc(t->buf, cap);
+        if (!b) {
+            t->failed = true;
+            return;
+        }
+        t->buf = b;
+        t->cap = cap;
+    }
+}
+
+static void metric_head(text_t *t, const char *name, const char *type, const char *help)
+{
+    put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void counter(text_t *t, const char *name, const char *help, uint64_t v)
+{
+    metric_head(t, name, "counter", help);
+    put(t, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void gauge(text_t *t, const char *name, const char *help, double v)
+{
+    metric_head(t, name, "gauge", help);
+    put(t, "%s %.17g\n", name, v);
+}
+
+static void histogram(text_t *t, const char *name, const char *help, histogram_t *h)
+{
+    metric_head(t, name, "histogram", help);
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < h->nbounds; i++) {
+        cumulative += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
+        put(t, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cumulative);
+    }
+    cumulative += atomic_load_explicit(&h->counts[h->nbounds], memory_order_relaxed);
+    put(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
+    put(t, "%s_sum %.17g\n%s_count %llu\n", name, atomic_load(&h->sum), name, (unsigned long long)cumulative);
+}
+
+static uint64_t resident_bytes(void)
+{
+    unsigned long pages_total = 0, pages_resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f)
+        return 0;
+    if (fscanf(f, "%lu %lu", &pages_total, &pages_resident) != 2)
+        pages_resident = 0;
+    fclose(f);
+    return (uint64_t)pages_resident * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static uint64_t store_file_bytes(const char *dir)
+{
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/data.mdb", dir);
+    return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
+}
+
+static void render_requests(text_t *t, app_t *app)
+{
+    metric_head(t, "tally_http_requests_total", "counter", "HTTP responses by route and status.");
+    for (int r = 0; r < ROUTE_COUNT; r++)
+        for (int s = 0; s < STATUS_CODES; s++) {
+            uint64_t n = atomic_load_explicit(&app->responses[r][s], memory_order_relaxed);
+            if (n)
+                put(t, "tally_http_requests_total{route=\"%s\",status=\"%d\"} %llu\n", route_name((route_id_t)r), s,
+                    (unsigned long long)n);
+        }
+}
+
+void metrics_get(app_t *app, http_request_t *req)
+{
+    writer_stats_t *ws = (writer_stats_t *)writer_stats(app->writer);
+    store_stats_t st;
+    bool have_store = store_stats(app->store, &st) == STORE_OK;
+    text_t t = {0};
+    render_requests(&t, app);
+    histogram(&t, "tally_write_duration_seconds", "Writes from queueing to a durable answer.", &ws->write_seconds);
+    histogram(&t, "tally_writer_batch_commands", "Commands per writer commit (group commit size).",
+              &ws->batch_commands);
+    histogram(&t, "tally_pipeline_batch_entries", "Log entries folded into the counts per fold.", &ws->fold_entries);
+    gauge(&t, "tally_writer_queue_depth", "Writes waiting for the writer.", (double)atomic_load(&ws->queue_depth));
+    gauge(&t, "tally_pipeline_lag_seconds", "Age of the oldest transition not yet folded into the counts.",
+          (double)writer_lag_ms(app->writer) / 1000.0);
+    counter(&t, "tally_writer_commits_total", "Writer transactions.", atomic_load(&ws->batches));
+    counter(&t, "tally_writes_total", "Write commands processed.", atomic_load(&ws->commands));
+    counter(&t, "tally_writes_failed_total", "Write commands answered 503 because their commit failed.",
+            atomic_load(&ws->failed_commands));
+    counter(&t, "tally_transitions_total", "Reaction transitions committed.", atomic_load(&ws->transitions));
+    counter(&t, "tally_pipeline_folded_total", "Log entries folded into the counts.", atomic_load(&ws->folded));
+    counter(&t, "tally_pipeline_count_updates_total", "Counts records written by the pipeline.",
+            atomic_load(&ws->fold_items));
+    counter(&t, "tally_idempotent_replays_total", "Answers replayed for a repeated Idempotency-Key.",
+            atomic_load(&ws->replays));
+    counter(&t, "tally_idempotency_records_swept_total", "Expired idempotency records deleted.",
+            atomic_load(&ws->swept));
+    counter(&t, "tally_log_pruned_total", "Log entries pruned behind the checkpoint.", atomic_load(&ws->pruned));
+    counter(&t, "tally_rate_limited_total", "Requests refused with 429.", atomic_load(&app->rate_limited));
+    gauge(&t, "tally_recount_drift", "Drift entries found by the last recount (should be 0).",
+          (double)atomic_load(&recount_stats.last_drift));
+    counter(&t, "tally_recount_corrections_total", "Count corrections made by recounts.",
+            atomic_load(&recount_stats.corrected_total));
+    counter(&t, "tally_recount_runs_total", "Recounts finished.", atomic_load(&recount_stats.runs));
+    if (have_store) {
+        gauge(&t, "tally_store_used_bytes", "Bytes of the store's map in use.", (double)st.used_bytes);
+        gauge(&t, "tally_store_rows", "Reaction rows.", (double)st.rows);
+        gauge(&t, "tally_store_items", "Items with counts.", (double)st.items);
+        gauge(&t, "tally_log_entries", "Transitions retained in the log.", (double)st.log_entries);
+        gauge(&t, "tally_idempotency_records", "Idempotency records kept.", (double)st.idem_records);
+    }
+    gauge(&t, "tally_store_file_bytes", "Disk space used by the store's data file.",
+          (double)store_file_bytes(app->data_dir));
+    gauge(&t, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)resident_bytes());
+    if (t.failed) {
+        free(t.buf);
+        reply_problem(req, 500, "internal", "out of memory");
+        return;
+    }
+    answer_t a = {0};
+    answer_set_body(&a, 200, ANSWER_TEXT, t.buf, t.len);
+    http_respond(req, &a);
+    answer_free(&a);
+}
