@@ -13,7 +13,7 @@
 #define FUZZ_ASSERT(cond)                                                                                              \
     do {                                                                                                               \
         if (!(cond)) {                                                                                                 \
-            fprintf(stderr, "%s:%d: property violated: %s\n", __FILE__, __LINE__, #cond);                             \
+            fprintf(stderr, "%s:%d: property violated: %s\n", __FILE__, __LINE__, #cond);                              \
             abort();                                                                                                   \
         }                                                                                                              \
     } while (0)

@@ -30,8 +30,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     static const route_id_t routes[] = {ROUTE_ITEM, ROUTE_REACTION, ROUTE_TOGGLE, ROUTE_KIND};
     char path[sizeof ITEM_PATH_PREFIX + ID_MAX_LEN + sizeof "/reaction:toggle?x=1"];
     for (size_t s = 0; s < sizeof suffixes / sizeof suffixes[0]; s++) {
-        int n = snprintf(path, sizeof path, "%s%.*s%s?x=1", ITEM_PATH_PREFIX, (int)size, (const char *)data,
-                         suffixes[s]);
+        int n =
+            snprintf(path, sizeof path, "%s%.*s%s?x=1", ITEM_PATH_PREFIX, (int)size, (const char *)data, suffixes[s]);
         FUZZ_ASSERT(n > 0 && (size_t)n < sizeof path);
         route_t r;
         route_match((span_t){path, (size_t)n}, &r);

@@ -1,9 +1,11 @@
-/* fuzz_json.c — libFuzzer target for the write-body path: json_loadb with JSON_REJECT_DUPLICATES, then
- * the "reaction" member looked up among the kinds, as src/http/items.c body_reaction_or_reply does. */
+/* fuzz_json.c — libFuzzer target for the JSON request bodies: json_loadb with JSON_REJECT_DUPLICATES, then
+ * what the handlers read: "reaction" among the kinds (items.c body_reaction_or_reply) and "items" as
+ * item ids (admin.c recount_body_or_reply). */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/ids.h"
 #include "core/kinds.h"
 #include "fuzz.h"
 
@@ -39,6 +41,24 @@ static int body_reaction(const kinds_t *kinds, json_t *doc, bool allow_none)
         FUZZ_ASSERT(!(allow_none && span_eq_str(name, "none")));
     }
     return code;
+}
+
+/* What recount_body_or_reply accepts: {} or {"items":[ids…]}; each id is copied into an ID_MAX_LEN slot. */
+static void recount_items(json_t *doc)
+{
+    json_t *items = json_object_get(doc, "items");
+    if (!items || !json_is_array(items))
+        return;
+    for (size_t i = 0; i < json_array_size(items); i++) {
+        json_t *v = json_array_get(items, i);
+        if (!json_is_string(v))
+            return;
+        span_t id = {json_string_value(v), json_string_length(v)};
+        if (!id_valid(id))
+            return;
+        FUZZ_ASSERT(id.len >= 1 && id.len <= ID_MAX_LEN);
+        FUZZ_ASSERT(strlen(id.ptr) == id.len);
+    }
 }
 
 /* What the parser accepted survives being written out and read back, duplicates still refused. */
@@ -78,6 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(toggle == put || (put == KIND_NONE && toggle == -1));
         body_reaction(&kinds_wide, doc, true);
         body_reaction(&kinds_wide, doc, false);
+        recount_items(doc);
     }
     check_round_trip(doc);
     json_decref(doc);

@@ -6,7 +6,7 @@
 #include "core/kinds.h"
 #include "fuzz.h"
 
-#define ERR_LEN 128   /* what the callers pass */
+#define ERR_LEN 128     /* what the callers pass */
 #define ERR_SHORT_LEN 7 /* a short buffer: the message must be cut, never overrun */
 
 static bool kind_char(unsigned char c)
@@ -23,8 +23,8 @@ static bool ref_kinds_valid(const char *list)
     for (;;) {
         const char *comma = strchr(p, ',');
         span_t name = {p, comma ? (size_t)(comma - p) : strlen(p)};
-        if (name.len == 0 || name.len > KIND_NAME_MAX || span_eq_str(name, "none") ||
-            span_eq_str(name, "reaction") || count == KINDS_MAX)
+        if (name.len == 0 || name.len > KIND_NAME_MAX || span_eq_str(name, "none") || span_eq_str(name, "reaction") ||
+            count == KINDS_MAX)
             return false;
         for (size_t i = 0; i < name.len; i++)
             if (!kind_char((unsigned char)name.ptr[i]))

@@ -19,6 +19,11 @@ enum {
     SEL_QUERY,
 };
 
+#define BATCH_MAX (1u << 20)        /* tallyd --batch-max */
+#define QUEUE_MAX (1u << 24)        /* tallyd --queue-max */
+#define AFTER_MAX (UINT64_MAX - 1)  /* /v1/changes?after= */
+#define U64_TENTH (UINT64_MAX / 10) /* around the overflow edge of v * 10 + digit */
+#define U64_TENTH1 (UINT64_MAX / 10 + 1)
 #define UINT_MAX_DIGITS 20 /* parse_uint's own limit: UINT64_MAX has 20 digits */
 #define DURATION_MAX_MS (365ull * 86400 * 1000)
 
@@ -51,10 +56,11 @@ static size_t leading_digits(const char *s)
 
 static void check_uint(span_t text)
 {
-    static const uint64_t maxes[] = {
-        0, 1, 7, 9, 10, 64, 99, 100, UINT16_MAX, 1u << 20, 1u << 24, UINT64_MAX / 10, UINT64_MAX / 10 + 1,
-        UINT64_MAX - 1, UINT64_MAX,
-    };
+    /* Small bounds, then the callers' (--threads, wait, limit, ports, --batch-max, --queue-max, after),
+     * then the edges of 64 bits. */
+    static const uint64_t maxes[] = {0,         1,         7,          9,         10,         30,
+                                     64,        99,        100,        1000,      UINT16_MAX, BATCH_MAX,
+                                     QUEUE_MAX, U64_TENTH, U64_TENTH1, AFTER_MAX, UINT64_MAX};
     for (size_t i = 0; i < sizeof maxes / sizeof maxes[0]; i++) {
         uint64_t got = 0xdeadbeef, want = 0;
         int rc = parse_uint(text, maxes[i], &got);
@@ -111,8 +117,8 @@ static void check_size(const char *text)
         const char *suffix;
         unsigned shift;
     } units[] = {
-        {"", 0},     {"B", 0},     {"K", 10},    {"KB", 10}, {"KiB", 10}, {"M", 20},  {"MB", 20},
-        {"MiB", 20}, {"G", 30},    {"GB", 30},   {"GiB", 30}, {"T", 40},   {"TB", 40}, {"TiB", 40},
+        {"", 0},     {"B", 0},  {"K", 10},  {"KB", 10},  {"KiB", 10}, {"M", 20},  {"MB", 20},
+        {"MiB", 20}, {"G", 30}, {"GB", 30}, {"GiB", 30}, {"T", 40},   {"TB", 40}, {"TiB", 40},
     };
     uint64_t got = 0xdeadbeef;
     int rc = parse_size_bytes(text, &got);
@@ -210,8 +216,8 @@ static void check_idem_key(span_t header)
     int len = parse_idempotency_key(header, key);
     int want_len = ref_idem_key(header, want);
     if (len != want_len)
-        fprintf(stderr, "parse_idempotency_key(\"%.*s\"): returned %d, expected %d\n", (int)header.len, header.ptr,
-                len, want_len);
+        fprintf(stderr, "parse_idempotency_key(\"%.*s\"): returned %d, expected %d\n", (int)header.len, header.ptr, len,
+                want_len);
     FUZZ_ASSERT(len == want_len);
     if (len >= 0) {
         FUZZ_ASSERT(len >= 1 && len <= IDEM_KEY_MAX);

@@ -30,6 +30,7 @@ typedef struct {
     const char *listen;
     const char *data;
     const char *reactions;
+    const char *jwt_secret_file;
     int threads;
     uint64_t idem_ttl_ms;
     uint64_t fold_window_ms;
@@ -47,6 +48,8 @@ static const char usage_text[] =
     "  --listen HOST:PORT         address to serve HTTP on; port 0 picks a free port (default 127.0.0.1:8080)\n"
     "  --data DIR                 the embedded store's directory, created if needed (default ./data)\n"
     "  --reactions LIST           reaction kinds, comma-separated, a-z 0-9 _ (default like,dislike)\n"
+    "  --jwt-secret-file FILE     HS256 secrets, one per line (the first signs; all verify); re-read on\n"
+    "                             SIGHUP (default: the TALLY_JWT_SECRET environment variable)\n"
     "  --threads N                HTTP threads (default: the number of CPUs)\n"
     "  --idempotency-ttl DUR      how long Idempotency-Key answers are kept: 90s, 15m, 24h (default 24h)\n"
     "  --fold-window DUR          minimum interval between folds of the log into counts (default 0)\n"
@@ -98,6 +101,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         F_MAP,
         F_RETENTION,
         F_LOGMAX,
+        F_JWT,
         F_HELP
     };
     static const struct option flags[] = {
@@ -105,6 +109,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         {"data", required_argument, NULL, F_DATA},
         {"reactions", required_argument, NULL, F_REACTIONS},
         {"threads", required_argument, NULL, F_THREADS},
+        {"jwt-secret-file", required_argument, NULL, F_JWT},
         {"idempotency-ttl", required_argument, NULL, F_TTL},
         {"fold-window", required_argument, NULL, F_FOLD},
         {"request-timeout", required_argument, NULL, F_TIMEOUT},
@@ -129,6 +134,9 @@ static void parse_flags(int argc, char **argv, options_t *o)
             break;
         case F_REACTIONS:
             o->reactions = optarg;
+            break;
+        case F_JWT:
+            o->jwt_secret_file = optarg;
             break;
         case F_THREADS:
             o->threads = (int)flag_uint("--threads", optarg, 1, 64);
@@ -298,27 +306,34 @@ int main(int argc, char **argv)
     char err[512];
     if (kinds_parse(&kinds, o.reactions, err, sizeof err) != 0)
         die_usage("--reactions", err);
+    static app_t app;
+    static auth_keys_t keys = {.lock = PTHREAD_RWLOCK_INITIALIZER};
     const char *secret = getenv("TALLY_JWT_SECRET");
-    if (secret && *secret) {
-        fprintf(stderr, "tallyd: TALLY_JWT_SECRET is set, but JWT authentication is not built yet; "
-                        "unset it to run in development mode on loopback\n");
-        return 1;
+    app.dev_mode = !o.jwt_secret_file && !(secret && *secret);
+    if (!app.dev_mode) {
+        if (auth_keys_load(&keys, o.jwt_secret_file, secret, err, sizeof err) != 0) {
+            fprintf(stderr, "tallyd: %s: %s\n", o.jwt_secret_file ? "--jwt-secret-file" : "TALLY_JWT_SECRET", err);
+            return o.jwt_secret_file ? EXIT_USAGE : 1;
+        }
+        app.keys = &keys;
+    } else {
+        fprintf(stderr, "level=warn event=development-mode msg=\"no TALLY_JWT_SECRET: the user is the X-User-Id "
+                        "header; listening on loopback only\"\n");
     }
-    fprintf(stderr, "level=warn event=development-mode msg=\"no TALLY_JWT_SECRET: the user is the X-User-Id "
-                    "header; listening on loopback only\"\n");
 
     /* Block the stop signals in every thread; main waits for them below. */
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     if (lock_data_dir(o.data) < 0)
         return 1;
     char shown[LISTEN_HOST_MAX + 16];
-    int listen_fd = listen_on(o.listen, true, shown, sizeof shown);
+    int listen_fd = listen_on(o.listen, app.dev_mode, shown, sizeof shown);
     if (listen_fd < 0)
         return 1;
     store_t *store;
@@ -337,11 +352,9 @@ int main(int argc, char **argv)
         .log_retention_ms = o.log_retention_ms,
         .log_max_bytes = o.log_max_bytes,
     };
-    static app_t app;
     app.kinds = &kinds;
     app.store = store;
     app.data_dir = o.data;
-    app.dev_mode = true;
     if (feed_start(store, &app.feed) != 0) {
         fprintf(stderr, "tallyd: cannot start the change feed thread\n");
         return 1;
@@ -370,7 +383,18 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     int sig = 0;
-    sigwait(&stop_signals, &sig);
+    for (;;) {
+        sigwait(&stop_signals, &sig);
+        if (sig != SIGHUP)
+            break;
+        if (!o.jwt_secret_file)
+            fprintf(stderr, "level=info event=sighup msg=\"nothing to reload\"\n");
+        else if (auth_keys_load(&keys, o.jwt_secret_file, NULL, err, sizeof err) != 0)
+            fprintf(stderr, "level=error event=secrets-reload error=\"%s\" msg=\"keeping the secrets in force\"\n",
+                    err);
+        else
+            fprintf(stderr, "level=info event=secrets-reloaded count=%d\n", keys.count);
+    }
     fprintf(stderr, "level=info event=shutdown signal=%s\n", sig == SIGTERM ? "TERM" : "INT");
     atomic_store(&app.ready, false);
     http_server_stop_accepting();

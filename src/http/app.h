@@ -3,8 +3,10 @@
 #define TALLY_HTTP_APP_H
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
+#include "core/jwt.h"
 #include "core/kinds.h"
 #include "engine/feed.h"
 #include "engine/writer.h"
@@ -15,6 +17,14 @@
 #define BATCH_IDS_MAX 100
 
 #define RECOUNT_ITEMS_MAX 10000
+
+/* The JWT secrets in force; replaced as a whole on reload (SIGHUP). */
+typedef struct {
+    pthread_rwlock_t lock;
+    char *text; /* the file's bytes, or the environment's secret */
+    span_t secrets[JWT_SECRETS_MAX];
+    int count;
+} auth_keys_t;
 #define STATUS_CODES 600 /* per-route counters are indexed by status code */
 
 typedef struct {
@@ -23,7 +33,8 @@ typedef struct {
     writer_t *writer;
     feed_t *feed;
     const char *data_dir;
-    bool dev_mode; /* no JWT secret: the user is the X-User-Id header */
+    bool dev_mode;     /* no JWT secret: the user is the X-User-Id header */
+    auth_keys_t *keys; /* JWT secrets, when not in development mode */
     atomic_bool ready;
     atomic_bool recount_running;
     atomic_uint_fast64_t responses[16][STATUS_CODES]; /* [route][status] */
@@ -47,6 +58,10 @@ typedef struct {
 /* Identifies the user. With required, a request without a user is answered 401. Returns true, or
  * false having replied (401, 400 invalid-user-id). */
 bool auth_user_or_reply(const app_t *app, http_request_t *req, bool required, auth_t *who);
+
+/* Loads the secrets: from the file when given (one per line), else from secret. Returns 0, or -1
+ * with a message in err (the keys in force are kept). */
+int auth_keys_load(auth_keys_t *keys, const char *file, const char *secret, char *err, size_t errlen);
 
 /* Admin rights, or a 401/403 answer. */
 bool auth_admin_or_reply(const app_t *app, http_request_t *req);

@@ -1,0 +1,336 @@
+#!/usr/bin/env bash
+# bench/run.sh — the benchmark harness of issue 6. Not part of the test suite; never run by CI.
+#
+# Starts a fresh tallyd on an empty temporary data directory and an nginx instance of its own
+# (one worker, a fixed JSON answer: the ceiling), both on 127.0.0.1 only, and runs wrk against
+# each with the same settings:
+#   (a) write   durable PUTs; users uniform over 1M, items Zipf(1.1) over 1M; like/dislike/none 80/15/5
+#   (b) viral   the same PUT (like only), every write on one item
+#   (c) feed    GET /v1/items?ids=<100 ids> with a viewer
+#   (d) mixed   90% GET /v1/items/{item} with a viewer, 10% writes as in (a)
+#   (e) toggle  POST .../reaction:toggle with Idempotency-Key; 20% resend an earlier key and body
+# Then, with tallyd alone, a short write run under `strace -c` (fdatasyncs per request; slows
+# the server, so its figures are not in the table), the correctness check (bench/verify.py:
+# every row written is read back through the API and compared with the counts), and a SIGTERM
+# shutdown that must exit 0.
+#
+# Bounded: every wrk run has a fixed duration (default total about 4 minutes); every wait loop
+# has a count limit. Environment knobs:
+#   BENCH_DURATION=10        seconds of each main run (tally and nginx alike)
+#   BENCH_SWEEP_DURATION=6   seconds of each extra connection-count run
+#   BENCH_WRK_THREADS=1      wrk threads (the machine has 2 cores: one for wrk, the rest for the server)
+#   BENCH_VERIFY_BUDGET=90   seconds at most for the correctness check
+#   BENCH_KEEP=1             keep the temporary directory (wrk outputs, logs, the data directory)
+#   TALLYD=build/tallyd      the server binary
+# Output: the tables (Markdown) on stdout, also written to $BENCH_OUT (default: the temp dir).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+BENCH_DIR=bench
+TALLYD=${TALLYD:-build/tallyd}
+DUR=${BENCH_DURATION:-10}
+SWEEP_DUR=${BENCH_SWEEP_DURATION:-6}
+WRK_THREADS=${BENCH_WRK_THREADS:-1}
+VERIFY_BUDGET=${BENCH_VERIFY_BUDGET:-90}
+SEED=${BENCH_SEED:-$(date +%s)}
+
+log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- tools
+
+need_pkgs=()
+command -v wrk >/dev/null 2>&1 || need_pkgs+=(wrk)
+[ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need_pkgs+=(nginx)
+command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
+command -v strace >/dev/null 2>&1 || need_pkgs+=(strace)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+    log "installing ${need_pkgs[*]}"
+    if [ "$(id -u)" = 0 ]; then
+        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+    else
+        die "missing ${need_pkgs[*]}: install them (apt-get install ${need_pkgs[*]})"
+    fi
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+[ -x "$TALLYD" ] || die "$TALLYD not built (make all)"
+
+# ---------------------------------------------------------------- temp dir and cleanup
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/tally-bench.XXXXXX")
+OUT=${BENCH_OUT:-$T}
+mkdir -p "$T/runs" "$T/nginx" "$OUT"
+TALLYD_PID="" NGINX_PID="" BG_PID=""
+
+cleanup() {
+    set +e
+    [ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null
+    [ -n "$TALLYD_PID" ] && kill -TERM "$TALLYD_PID" 2>/dev/null
+    [ -n "$NGINX_PID" ] && kill -TERM "$NGINX_PID" 2>/dev/null
+    for _ in $(seq 1 50); do
+        { [ -n "$TALLYD_PID" ] && kill -0 "$TALLYD_PID" 2>/dev/null; } ||
+            { [ -n "$NGINX_PID" ] && kill -0 "$NGINX_PID" 2>/dev/null; } || break
+        sleep 0.1
+    done
+    [ -n "$TALLYD_PID" ] && kill -KILL "$TALLYD_PID" 2>/dev/null
+    [ -n "$NGINX_PID" ] && kill -KILL "$NGINX_PID" 2>/dev/null
+    if [ "${BENCH_KEEP:-0}" = 1 ]; then log "kept $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---------------------------------------------------------------- servers
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+start_tallyd() {
+    local extra=()
+    # Benchmark the server, not the per-user limiter (when it exists): users here are random.
+    if "$TALLYD" --help 2>&1 | grep -q -- '--rate-limit'; then extra+=(--rate-limit off); fi
+    # shellcheck disable=SC2206
+    extra+=(${BENCH_TALLYD_FLAGS:-})
+    "$TALLYD" --listen 127.0.0.1:0 --data "$T/data" "${extra[@]}" >"$T/tallyd.out" 2>"$T/tallyd.err" &
+    TALLYD_PID=$!
+    for _ in $(seq 1 100); do
+        TALLY_URL=$(grep -o 'http://[0-9.:]*' "$T/tallyd.out" 2>/dev/null | head -1 || true)
+        [ -n "$TALLY_URL" ] && break
+        kill -0 "$TALLYD_PID" 2>/dev/null || { cat "$T/tallyd.err" >&2; die "tallyd did not start"; }
+        sleep 0.1
+    done
+    [ -n "$TALLY_URL" ] || die "tallyd printed no listening line in 10 s"
+    TALLYD_ARGS="--listen 127.0.0.1:0 --data \$TMP/data ${extra[*]}"
+    log "tallyd pid $TALLYD_PID at $TALLY_URL"
+}
+
+start_nginx() {
+    local port
+    for _ in 1 2 3 4 5; do
+        port=$(free_port)
+        cat >"$T/nginx/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $T/nginx/nginx.pid;
+error_log $T/nginx/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    keepalive_timeout 60s;
+    client_body_temp_path $T/nginx/body;
+    proxy_temp_path $T/nginx/proxy;
+    fastcgi_temp_path $T/nginx/fastcgi;
+    uwsgi_temp_path $T/nginx/uwsgi;
+    scgi_temp_path $T/nginx/scgi;
+    server {
+        listen 127.0.0.1:$port;
+        location / {
+            default_type application/json;
+            return 200 '{"item":"x","counts":{"like":1,"dislike":0}}';
+        }
+    }
+}
+EOF
+        "$NGINX" -e "$T/nginx/error.log" -p "$T/nginx" -c "$T/nginx/nginx.conf" >"$T/nginx/stdout" 2>&1 &
+        NGINX_PID=$!
+        for _ in $(seq 1 50); do
+            if curl -sf -o /dev/null "http://127.0.0.1:$port/"; then
+                NGINX_URL="http://127.0.0.1:$port"
+                log "nginx pid $NGINX_PID at $NGINX_URL ($("$NGINX" -v 2>&1 | sed 's/.*: //'))"
+                return 0
+            fi
+            kill -0 "$NGINX_PID" 2>/dev/null || break
+            sleep 0.1
+        done
+        kill "$NGINX_PID" 2>/dev/null || true
+        wait "$NGINX_PID" 2>/dev/null || true
+        NGINX_PID=""
+    done
+    cat "$T/nginx/error.log" >&2 || true
+    die "nginx did not start"
+}
+
+# ---------------------------------------------------------------- measurements
+
+CLK_TCK=$(getconf CLK_TCK)
+DISK_STAT=""
+dev=$(df --output=source "$T" 2>/dev/null | tail -1 || true)
+if [ -n "$dev" ] && [ -e "/sys/class/block/$(basename "$dev")/stat" ]; then
+    DISK_STAT="/sys/class/block/$(basename "$dev")/stat"
+fi
+
+proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+# tallyd's threads in creation order: main, writer, then the HTTP threads (src/tallyd.c).
+tally_threads() { # prints "writer_ticks http_ticks"
+    local tids w h t
+    tids=$(ls "/proc/$TALLYD_PID/task" | sort -n)
+    w=$(echo "$tids" | sed -n 2p)
+    h=0
+    for t in $(echo "$tids" | sed -n '3,$p'); do h=$((h + $(proc_ticks "$TALLYD_PID/task/$t"))); done
+    echo "$(proc_ticks "$TALLYD_PID/task/$w") $h"
+}
+cpu_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+disk() { if [ -n "$DISK_STAT" ]; then awk '{print $7, $16}' "$DISK_STAT"; else echo "0 0"; fi; }
+pio() { awk '/^write_bytes/{print $2}' "/proc/$1/io" 2>/dev/null || echo 0; }
+
+# run_wrk LABEL TARGET SCENARIO CONNS DURATION
+run_wrk() {
+    local label=$1 target=$2 scenario=$3 conns=$4 dur=$5 url pid out
+    if [ "$target" = tally ]; then url=$TALLY_URL pid=$TALLYD_PID; else url=$NGINX_URL pid=$(pgrep -P "$NGINX_PID" | head -1); fi
+    out="$T/runs/$label-$target"
+    local c0 w0 h0 b0 d0 f0 io0
+    c0=$(proc_ticks "$pid"); read -r w0 h0 < <(if [ "$target" = tally ]; then tally_threads; else echo "0 0"; fi)
+    read -r b0 a0 < <(cpu_busy); read -r d0 f0 < <(disk); io0=$(pio "$pid")
+    log "$label on $target: wrk -t$WRK_THREADS -c$conns -d${dur}s ($scenario)"
+    local t_start t_end
+    t_start=$(date +%s.%N)
+    TIMEFORMAT='%R %U %S'
+    { time wrk -t"$WRK_THREADS" -c"$conns" -d"${dur}s" --latency --timeout 10s \
+        -s "$BENCH_DIR/load.lua" "$url" -- "$scenario" "$target" "$out" "$SEED" >"$out.wrk" 2>&1; } 2>"$out.time" || true
+    t_end=$(date +%s.%N)
+    local c1 w1 h1 b1 a1 d1 f1 io1
+    c1=$(proc_ticks "$pid"); read -r w1 h1 < <(if [ "$target" = tally ]; then tally_threads; else echo "0 0"; fi)
+    read -r b1 a1 < <(cpu_busy); read -r d1 f1 < <(disk); io1=$(pio "$pid")
+    [ -s "$out.result" ] || { cat "$out.wrk" >&2; die "wrk gave no result for $label on $target"; }
+    # label target scenario conns dur wall server_ticks writer_ticks http_ticks cpu_busy cpu_all
+    # disk_sectors disk_flushes proc_write_bytes wrk_time(real user sys)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+        "$label" "$target" "$scenario" "$conns" "$dur" \
+        "$(echo "$t_end - $t_start" | bc)" "$((c1 - c0))" "$((w1 - w0))" "$((h1 - h0))" \
+        "$((b1 - b0))" "$((a1 - a0))" "$((d1 - d0))" "$((f1 - f0))" "$((io1 - io0))" \
+        "$(tr '\n' ' ' <"$out.time")" >>"$T/runs.tsv"
+    if [ "$target" = tally ] && ! kill -0 "$TALLYD_PID" 2>/dev/null; then
+        tail -20 "$T/tallyd.err" >&2
+        die "tallyd is gone after $label"
+    fi
+}
+
+# ---------------------------------------------------------------- the runs
+
+log "seed $SEED; temp dir $T; machine: $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+start_tallyd
+start_nginx
+BEFORE_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# label scenario connections duration
+RUNS="
+a-c64 write 64 $DUR
+a-c16 write 16 $SWEEP_DUR
+a-c256 write 256 $DUR
+a-c512 write 512 $SWEEP_DUR
+b-c64 viral 64 $DUR
+b-c256 viral 256 $SWEEP_DUR
+c-c32 feed 32 $DUR
+d-c64 mixed 64 $DUR
+e-c64 toggle 64 $DUR
+e-c256 toggle 256 $SWEEP_DUR
+"
+: >"$T/runs.tsv"
+while read -r label scenario conns dur; do
+    [ -n "$label" ] || continue
+    run_wrk "$label" tally "$scenario" "$conns" "$dur"
+    run_wrk "$label" nginx "$scenario" "$conns" "$dur"
+done <<<"$RUNS"
+
+# fdatasyncs per request: a short write run with strace attached (slows tallyd a lot; not in the table)
+STRACE_NOTE="strace not run"
+if command -v strace >/dev/null 2>&1; then
+    log "strace -c -f on tallyd during a 4 s write run (-c64)"
+    strace -c -f -e trace=fdatasync,fsync,msync,sync_file_range,pwrite64,pwritev,writev -o "$T/strace.txt" -p "$TALLYD_PID" 2>/dev/null &
+    BG_PID=$!
+    sleep 0.5
+    wrk -t"$WRK_THREADS" -c64 -d4s --timeout 10s -s "$BENCH_DIR/load.lua" "$TALLY_URL" -- write tally "$T/runs/strace-tally" "$SEED" >"$T/runs/strace-tally.wrk" 2>&1 || true
+    kill -INT "$BG_PID" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$BG_PID" 2>/dev/null || break; sleep 0.1; done
+    wait "$BG_PID" 2>/dev/null || true
+    BG_PID=""
+    if [ -s "$T/strace.txt" ] && [ -s "$T/runs/strace-tally.result" ]; then
+        STRACE_NOTE=$(python3 - "$T/strace.txt" "$T/runs/strace-tally.result" <<'EOF'
+import sys
+calls = {}
+for line in open(sys.argv[1]):
+    f = line.split()
+    if len(f) >= 5 and f[-1].isidentifier() and f[3].isdigit():
+        calls[f[-1]] = (int(f[3]), float(f[2]))
+res = dict(kv.split("=", 1) for kv in open(sys.argv[2]).read().split())
+n, secs = int(res["requests"]), float(res["secs"])
+syncs = sum(calls.get(k, (0, 0))[0] for k in ("fdatasync", "fsync", "msync", "sync_file_range"))
+pw = calls.get("pwrite64", (0, 0))[0] + calls.get("pwritev", (0, 0))[0]
+us = calls.get("fdatasync", (0, 0))[1]
+print(f"under strace: {n} writes in {secs:.1f} s ({n/secs:.0f}/s), {syncs} syncs "
+      f"({syncs/secs:.0f}/s, {n/max(syncs,1):.1f} writes per sync, {us:.0f} us per fdatasync as strace sees it), "
+      f"{pw} pwrite calls ({pw/max(n,1):.2f} per write)")
+EOF
+)
+    fi
+    cp "$T/strace.txt" "$OUT/strace.txt" 2>/dev/null || true
+    log "$STRACE_NOTE"
+fi
+
+# ---------------------------------------------------------------- correctness check
+
+sleep 1
+log "correctness check (budget ${VERIFY_BUDGET}s)"
+changed_true=0
+for f in "$T"/runs/b-*-tally.result; do
+    n=$(grep -o 'changed_true=[0-9]*' "$f" | cut -d= -f2)
+    changed_true=$((changed_true + n))
+done
+VERIFY_RC=0
+timeout $((VERIFY_BUDGET + 60)) python3 "$BENCH_DIR/verify.py" --url "$TALLY_URL" --budget "$VERIFY_BUDGET" \
+    --viral-changed-true "$changed_true" --pairs "$T"/runs/*-tally.pairs >"$T/verify.txt" 2>&1 || VERIFY_RC=$?
+cat "$T/verify.txt" >&2
+
+# ---------------------------------------------------------------- shutdown
+
+log "SIGTERM to tallyd"
+kill -TERM "$TALLYD_PID"
+t0=$(date +%s.%N)
+for _ in $(seq 1 150); do kill -0 "$TALLYD_PID" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$TALLYD_PID" 2>/dev/null; then
+    SHUTDOWN="tallyd still running 15 s after SIGTERM"
+else
+    rc=0; wait "$TALLYD_PID" || rc=$?
+    SHUTDOWN="tallyd exited with status $rc $(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)") s after SIGTERM"
+    TALLYD_PID=""
+fi
+log "$SHUTDOWN"
+DATA_SIZE=$(du -sh "$T/data" | cut -f1)
+
+# ---------------------------------------------------------------- report
+
+python3 "$BENCH_DIR/report.py" "$T/runs.tsv" "$T/runs" "$CLK_TCK" >"$OUT/tables.md"
+{
+    echo "## Run"
+    echo
+    echo "- command: \`bench/run.sh\` (wrk -t$WRK_THREADS, --latency, --timeout 10s; main runs ${DUR}s, extra connection counts ${SWEEP_DUR}s; seed $SEED)"
+    echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); host: $(nproc) CPUs, $(free -g | awk '/^Mem:/{print $2}') GiB; kernel $(uname -r)"
+    echo "- tallyd: \`$TALLYD $TALLYD_ARGS\` (git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet -- src 2>/dev/null || echo ', src modified'))"
+    echo "- nginx: $("$NGINX" -v 2>&1 | sed 's/.*: //'), 1 worker, fixed 200 JSON answer, access_log off"
+    echo "- $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-3)"
+    echo "- load average before the runs: $BEFORE_LOAD; after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "- data directory after the runs: $DATA_SIZE"
+    echo
+    cat "$OUT/tables.md"
+    echo
+    echo "## fsync"
+    echo
+    echo "- $STRACE_NOTE"
+    echo
+    echo "## Correctness check"
+    echo
+    echo '```'
+    cat "$T/verify.txt"
+    echo '```'
+    echo
+    echo "## Shutdown"
+    echo
+    echo "- $SHUTDOWN"
+    if grep -qv 'development-mode\|event=shutdown' "$T/tallyd.err"; then
+        echo "- tallyd stderr (other than the development-mode warning):"
+        echo '```'
+        grep -v 'development-mode' "$T/tallyd.err" | tail -20
+        echo '```'
+    fi
+} | tee "$OUT/report.md"
+
+if [ "$VERIFY_RC" != 0 ]; then die "correctness check failed (see above)"; fi
