@@ -51,6 +51,9 @@ $(BUILD)/tally: $(call obj,rel,$(TALLY_SRC))
 $(BUILD)/san/tallyd: $(call obj,san,$(TALLYD_SRC))
 	$(CC) $(SAN_FLAGS) -pthread -o $@ $^ $(LDLIBS)
 
+$(BUILD)/corrupt_count: $(call obj,rel,$(LIB_SRC) tests/tools/corrupt_count.c)
+	$(CC) $(CFLAGS) -pthread -o $@ $^ $(LDLIBS)
+
 $(BUILD)/san/unit_tests: $(call obj,san,$(UNIT_SRC))
 	$(CC) $(SAN_FLAGS) -pthread -o $@ $^ $(LDLIBS)
 
@@ -58,7 +61,7 @@ run: deps all
 	$(BUILD)/tallyd --listen 127.0.0.1:8080 --data ./data
 
 # The whole suite: unit tests (sanitized), end-to-end against the release build and the sanitized one.
-test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests
+test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count
 	@tests/run_all.sh
 
 unit: $(BUILD)/san/unit_tests

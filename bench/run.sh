@@ -195,7 +195,7 @@ run_wrk() {
     # disk_sectors disk_flushes proc_write_bytes wrk_time(real user sys)
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$label" "$target" "$scenario" "$conns" "$dur" \
-        "$(echo "$t_end - $t_start" | bc)" "$((c1 - c0))" "$((w1 - w0))" "$((h1 - h0))" \
+        "$(awk -v a="$t_start" -v b="$t_end" 'BEGIN{printf "%.2f", b-a}')" "$((c1 - c0))" "$((w1 - w0))" "$((h1 - h0))" \
         "$((b1 - b0))" "$((a1 - a0))" "$((d1 - d0))" "$((f1 - f0))" "$((io1 - io0))" \
         "$(tr '\n' ' ' <"$out.time")" >>"$T/runs.tsv"
     if [ "$target" = tally ] && ! kill -0 "$TALLYD_PID" 2>/dev/null; then
@@ -290,7 +290,7 @@ if kill -0 "$TALLYD_PID" 2>/dev/null; then
     SHUTDOWN="tallyd still running 15 s after SIGTERM"
 else
     rc=0; wait "$TALLYD_PID" || rc=$?
-    SHUTDOWN="tallyd exited with status $rc $(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)") s after SIGTERM"
+    SHUTDOWN="tallyd exited with status $rc $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b-a}') s after SIGTERM"
     TALLYD_PID=""
 fi
 log "$SHUTDOWN"

@@ -50,22 +50,28 @@ summary() {
     [ "$crashed" -eq 0 ]
 }
 
-# One check per committed corpus directory (all its inputs in one run) and one per reproducer in
-# fuzz/regressions/TARGET/, so each known crash is named. Ends with "fuzz-regress: N passed, N failed".
+# Every committed input once: fuzz/corpus/TARGET/ and the crash reproducers in fuzz/regressions/TARGET/,
+# all of a target's in one process; when that fails, one process per input names the failing ones.
+# Counts inputs, and ends with "fuzz-regress: N passed, N failed".
 regress() {
     local passed=0 failed=0
     mkdir -p "$out/logs"
     for t in "$@"; do
-        local inputs=(fuzz/corpus/"$t")
-        [ -d fuzz/regressions/"$t" ] && inputs+=($(find fuzz/regressions/"$t" -type f | sort))
+        local inputs=() log=$out/logs/regress-$t.log
+        mapfile -t inputs < <(find fuzz/corpus/"$t" fuzz/regressions/"$t" -type f 2>/dev/null | sort)
+        [ "${#inputs[@]}" -gt 0 ] || continue
+        if "$out/$t" -runs=0 -timeout=10 "${inputs[@]}" >"$log" 2>&1; then
+            passed=$((passed + ${#inputs[@]}))
+            continue
+        fi
         for input in "${inputs[@]}"; do
-            local log=$out/logs/regress-$t.log
-            if "$out/$t" "$input" -runs=0 -timeout=10 >"$log" 2>&1; then
+            if "$out/$t" -timeout=10 "$input" >"$log" 2>&1; then
                 passed=$((passed + 1))
             else
                 failed=$((failed + 1))
                 echo "FAIL $t $input"
-                grep -E 'property violated|ERROR: |runtime error' "$log" | head -n 3 | sed 's/^/    /'
+                grep -E 'property violated|ERROR: |runtime error' "$log" | grep -v 'deadly signal' | head -n 3 |
+                    sed 's/^/    /'
             fi
         done
     done

@@ -431,8 +431,22 @@ class Server:
         try:
             return c.request(method, path, body=body, headers=headers,
                              encode_chunked=encode_chunked)
+        except (ConnectionError, http.client.HTTPException) as e:
+            self._raise_if_dead(e)
+            raise
         finally:
             c.close()
+
+    def _raise_if_dead(self, err):
+        """After a connection error: if the server process is gone, say so, with its stderr."""
+        if self.proc is None:
+            return
+        try:
+            rc = self.proc.popen.wait(0.5)
+        except subprocess.TimeoutExpired:
+            return
+        raise AssertionError("tallyd is not running any more (exit status %r; %r)\n"
+                             "--- stderr ---\n%s" % (rc, err, tail(self.proc.stderr()))) from err
 
     def json(self, method, path, body=None, headers=None, user=None):
         """Like request(); dict bodies are JSON-encoded (Content-Type: application/json

@@ -15,8 +15,12 @@ int main(void)
         {"parse", test_parse},
         {"fingerprint", test_fingerprint},
         {"router", test_router},
+        {"router_admin", test_router_admin},
         {"answer", test_answer},
         {"store", test_store},
+        {"jwt", test_jwt},
+        {"itemmap", test_itemmap},
+        {"histogram", test_histogram},
     };
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         int before = unit_failed;

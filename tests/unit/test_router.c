@@ -1,4 +1,6 @@
 /* test_router.c — the route table. */
+#include <string.h>
+
 #include "http/router.h"
 #include "unit.h"
 
@@ -37,4 +39,14 @@ void test_router(void)
     CHECK(route_allows(ROUTE_TOGGLE, SPAN_LIT("POST")) && !route_allows(ROUTE_TOGGLE, SPAN_LIT("PUT")));
     CHECK(!route_allows(ROUTE_KIND, SPAN_LIT("GET")) && !route_allows(ROUTE_ITEM, SPAN_LIT("PUT")));
     CHECK(!route_allows(ROUTE_ITEM, SPAN_LIT("GE")) && !route_allows(ROUTE_ITEM, SPAN_LIT("GETX")));
+}
+
+void test_router_admin(void)
+{
+    CHECK(match("/metrics").id == ROUTE_METRICS);
+    CHECK(match("/v1/changes?after=3").id == ROUTE_CHANGES);
+    CHECK(span_eq_str(match("/v1/changes?after=3").query, "after=3"));
+    CHECK(match("/v1/admin/recount").id == ROUTE_RECOUNT);
+    CHECK(route_allows(ROUTE_RECOUNT, SPAN_LIT("POST")) && !route_allows(ROUTE_RECOUNT, SPAN_LIT("GET")));
+    CHECK(strcmp(route_name(ROUTE_ITEM), "item") == 0 && strcmp(route_name(ROUTE_NOT_FOUND), "not_found") == 0);
 }

@@ -22,7 +22,11 @@ void test_reaction(void);
 void test_parse(void);
 void test_fingerprint(void);
 void test_router(void);
+void test_router_admin(void);
 void test_answer(void);
 void test_store(void);
+void test_jwt(void);
+void test_itemmap(void);
+void test_histogram(void);
 
 #endif

@@ -1,0 +1,79 @@
+/* test_more.c — JWT, the item map and the histogram. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/histogram.h"
+#include "core/itemmap.h"
+#include "core/jwt.h"
+#include "unit.h"
+
+void test_jwt(void)
+{
+    char token[JWT_MAX_LEN];
+    span_t secret = SPAN_LIT("s3cret"), other = SPAN_LIT("other");
+    jwt_claims_t c;
+    const char *why;
+    int n = jwt_sign("bob", false, 2000, secret, token, sizeof token);
+    CHECK(n > 0 && strchr(token, '=') == NULL);
+    CHECK(jwt_verify((span_t){token, (size_t)n}, &secret, 1, 1000, &c, &why) == 0);
+    CHECK(strcmp(c.sub, "bob") == 0 && !c.admin && c.exp == 2000);
+    CHECK(jwt_verify((span_t){token, (size_t)n}, &other, 1, 1000, &c, &why) != 0);
+    span_t both[2] = {other, secret}; /* rotation: any listed secret verifies */
+    CHECK(jwt_verify((span_t){token, (size_t)n}, both, 2, 1000, &c, &why) == 0);
+    CHECK(jwt_verify((span_t){token, (size_t)n}, &secret, 1, 2000, &c, &why) != 0); /* expired */
+    n = jwt_sign("ops", true, 2000, secret, token, sizeof token);
+    CHECK(jwt_verify((span_t){token, (size_t)n}, &secret, 1, 1000, &c, &why) == 0 && c.admin);
+    /* A flipped signature byte, a truncated token, alg none, and junk are refused. */
+    char bad[JWT_MAX_LEN];
+    memcpy(bad, token, (size_t)n);
+    bad[n - 2] = bad[n - 2] == 'A' ? 'B' : 'A';
+    CHECK(jwt_verify((span_t){bad, (size_t)n}, &secret, 1, 1000, &c, &why) != 0);
+    CHECK(jwt_verify((span_t){token, (size_t)n - 1}, &secret, 1, 1000, &c, &why) != 0);
+    const char none[] = "eyJhbGciOiJub25lIn0.eyJzdWIiOiJib2IiLCJleHAiOjk5OTk5OTk5OTl9.";
+    CHECK(jwt_verify(SPAN_LIT(none), &secret, 1, 1000, &c, &why) != 0);
+    CHECK(jwt_verify(SPAN_LIT("a.b.c"), &secret, 1, 1000, &c, &why) != 0);
+    CHECK(jwt_verify(SPAN_LIT("a.b"), &secret, 1, 1000, &c, &why) != 0);
+    CHECK(jwt_verify(SPAN_LIT("a.b.c.d"), &secret, 1, 1000, &c, &why) != 0);
+    CHECK(jwt_verify(SPAN_LIT(""), &secret, 1, 1000, &c, &why) != 0);
+    CHECK(jwt_sign("not a valid id", false, 2000, secret, token, sizeof token) > 0);
+    CHECK(jwt_verify(span_of(token), &secret, 1, 1000, &c, &why) != 0); /* sub must be a valid user id */
+
+    span_t s[JWT_SECRETS_MAX];
+    CHECK(jwt_secrets_parse(SPAN_LIT("one\n"), s) == 1 && span_eq_str(s[0], "one"));
+    CHECK(jwt_secrets_parse(SPAN_LIT("new\nold\n"), s) == 2 && span_eq_str(s[1], "old"));
+    CHECK(jwt_secrets_parse(SPAN_LIT("a\n\nb"), s) == 2);
+    CHECK(jwt_secrets_parse(SPAN_LIT("\n"), s) == 0);
+    CHECK(jwt_secrets_parse(SPAN_LIT("1\n2\n3\n4\n5\n6\n7\n8\n9"), s) == -1);
+}
+
+void test_itemmap(void)
+{
+    itemmap_t m = {0};
+    char item[16];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(item, sizeof item, "i%d", i % 100);
+        itemmap_entry_t *e = itemmap_get(&m, span_of(item));
+        CHECK(e != NULL);
+        if (e)
+            e->deltas[1]++;
+    }
+    CHECK(m.count == 100);
+    const itemmap_entry_t *e = itemmap_find(&m, SPAN_LIT("i7"));
+    CHECK(e && e->deltas[1] == 10 && !itemmap_entry_is_zero(e));
+    CHECK(itemmap_find(&m, SPAN_LIT("i100")) == NULL);
+    itemmap_free(&m);
+    CHECK(itemmap_find(&m, SPAN_LIT("i7")) == NULL);
+}
+
+void test_histogram(void)
+{
+    static histogram_t h;
+    const double bounds[] = {1, 10};
+    histogram_init(&h, bounds, 2);
+    histogram_observe(&h, 0.5);
+    histogram_observe(&h, 1);
+    histogram_observe(&h, 5);
+    histogram_observe(&h, 50);
+    CHECK(atomic_load(&h.counts[0]) == 2 && atomic_load(&h.counts[1]) == 1 && atomic_load(&h.counts[2]) == 1);
+    CHECK(atomic_load(&h.count) == 4 && atomic_load(&h.sum) == 56.5);
+}
