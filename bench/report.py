@@ -12,14 +12,42 @@ WHAT = {
 }
 
 
-def load(tsv, runs_dir, tck):
+def read_kv(path):
+    return dict(kv.split("=", 1) for kv in open(path).read().split())
+
+
+def read_tasks(path):
+    out = {}
+    if os.path.exists(path):
+        for line in open(path):
+            f = line.split()
+            if len(f) == 3:
+                out[f[0]] = (int(f[1]), int(f[2]))
+    return out
+
+
+def read_metrics(path):
+    out = {}
+    if os.path.exists(path):
+        for line in open(path):
+            f = line.rsplit(" ", 1)
+            if len(f) == 2:
+                try:
+                    out[f[0]] = float(f[1])
+                except ValueError:
+                    pass
+    return out
+
+
+def load(tsv, runs_dir, tck, tallyd_pid):
     rows = {}
     order = []
     for line in open(tsv):
         f = line.rstrip("\n").split("\t")
         label, target, scenario, conns, dur = f[:5]
-        res = dict(kv.split("=", 1) for kv in open(os.path.join(runs_dir, f"{label}-{target}.result")).read().split())
-        real, user, sys_ = (float(x) for x in f[14].split()[:3])
+        base = os.path.join(runs_dir, f"{label}-{target}")
+        res = read_kv(base + ".result")
+        real, user, sys_ = (float(x) for x in f[12].split()[:3])
         wall = float(f[5])
         r = {
             "label": label, "target": target, "scenario": scenario, "conns": int(conns),
@@ -30,12 +58,34 @@ def load(tsv, runs_dir, tck):
             "statuses": res["statuses"], "changed_true": int(res["changed_true"]),
             "replayed": int(res["replayed"]), "retries": int(res["retries"]),
             "server_cpu": int(f[6]) / tck / wall * 100,
-            "writer_cpu": int(f[7]) / tck / wall * 100,
-            "http_cpu": int(f[8]) / tck / wall * 100,
-            "machine_cpu": int(f[9]) / max(int(f[10]), 1) * 100 * os.cpu_count(),
-            "disk_bytes": int(f[11]) * 512, "flushes": int(f[12]), "proc_write": int(f[13]),
+            "machine_cpu": int(f[7]) / max(int(f[8]), 1) * 100 * os.cpu_count(),
+            "disk_bytes": int(f[9]) * 512, "flushes": int(f[10]), "proc_write": int(f[11]),
             "wrk_cpu": (user + sys_) / real * 100, "wall": wall,
         }
+        r["others_cpu"] = max(r["machine_cpu"] - r["server_cpu"] - r["wrk_cpu"], 0)
+        # tallyd's threads: the writer is the one that writes the data file
+        t0, t1 = read_tasks(base + ".tasks0"), read_tasks(base + ".tasks1")
+        if t1:
+            writer = max(t1, key=lambda t: t1[t][1])
+            d = {t: t1[t][0] - t0.get(t, (0, 0))[0] for t in t1}
+            r["writer_cpu"] = d[writer] / tck / wall * 100
+            r["rest_cpu"] = sum(v for t, v in d.items() if t != writer) / tck / wall * 100
+        m0, m1 = read_metrics(base + ".metrics0"), read_metrics(base + ".metrics1")
+        if m1:
+            def dm(name):
+                return m1.get(name, 0) - m0.get(name, 0)
+            r["commits"] = dm("tally_writer_commits_total")
+            r["writes"] = dm("tally_writes_total")
+            r["transitions"] = dm("tally_transitions_total")
+            r["failed"] = dm("tally_writes_failed_total")
+            r["replays_metric"] = dm("tally_idempotent_replays_total")
+            r["batch_sum"] = dm("tally_writer_batch_commands_sum")
+            r["batch_count"] = dm("tally_writer_batch_commands_count")
+            r["http5xx"] = sum(v - m0.get(k, 0) for k, v in m1.items()
+                               if k.startswith("tally_http_requests_total") and 'status="5' in k)
+        lag = [float(x) for x in open(base + ".lag").read().split()] if os.path.exists(base + ".lag") else []
+        if lag:
+            r["lag_max"] = max(lag)
         rows[(label, target)] = r
         if label not in order:
             order.append(label)
@@ -51,7 +101,7 @@ def ratio(a, b):
 
 
 def main():
-    rows, order = load(sys.argv[1], sys.argv[2], int(sys.argv[3]))
+    rows, order = load(sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "")
     out = []
     out.append("## Tally, and each figure as a ratio to nginx in the same run")
     out.append("")
@@ -70,32 +120,40 @@ def main():
     out.append("")
     out.append("## nginx (the ceiling): same wrk settings, same requests")
     out.append("")
-    out.append("| run | conns | req/s | p50 | p99 | p99.9 | non-2xx | nginx worker CPU | wrk CPU |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| run | conns | req/s | p50 | p99 | p99.9 | non-2xx | nginx worker CPU | wrk CPU | rest of machine |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label in order:
         n = rows.get((label, "nginx"))
         if n:
             out.append(f"| {label} | {n['conns']} | {n['rps']:,.0f} | {ms(n['p50'])} | {ms(n['p99'])} | {ms(n['p999'])} "
-                       f"| {n['non2xx']} | {n['server_cpu']:.0f}% | {n['wrk_cpu']:.0f}% |")
+                       f"| {n['non2xx']} | {n['server_cpu']:.0f}% | {n['wrk_cpu']:.0f}% | {n['others_cpu']:.0f}% |")
     out.append("")
     out.append("## What bounds the tally figures")
     out.append("")
-    out.append("CPU in % of one core over the run (the machine has 200%). tallyd's threads by creation order: "
-               "the writer (group commit and fold) and the HTTP threads. \"Machine\" is all CPU time the kernel "
-               "counted (loopback networking and any other process included). Disk figures are the block "
-               "device's counters over the run (flushes ≈ fdatasyncs of the group commits; the whole device, "
-               "so any other writer on the machine is included); write_bytes is tallyd's /proc/PID/io.")
+    out.append("CPU in % of one core over the run (the machine has 200%): tallyd in all, its writer thread "
+               "(group commit and fold: the thread that writes the data file) and the other threads (HTTP); "
+               "\"rest\" is the CPU the kernel counted beyond tallyd and wrk (loopback networking, softirqs, "
+               "any other process on the machine). From tallyd's /metrics: commits and writes per commit, "
+               "the largest pipeline lag sampled every 0.5 s. Disk: the block device's counters over the run "
+               "(the whole device: another writer on the machine would show here too) and tallyd's "
+               "write_bytes from /proc/PID/io.")
     out.append("")
-    out.append("| run | tallyd CPU | writer | HTTP threads | wrk CPU | machine | disk flushes/s | req per flush | disk bytes/req | write_bytes/req |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| run | tallyd CPU | writer | other threads | wrk CPU | rest | commits/s | writes/commit | max lag s | device flushes/s | device bytes/req | write_bytes/req |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label in order:
         t = rows.get((label, "tally"))
         if not t:
             continue
         req = max(t["requests"], 1)
         fl = t["flushes"]
-        out.append(f"| {label} | {t['server_cpu']:.0f}% | {t['writer_cpu']:.0f}% | {t['http_cpu']:.0f}% | {t['wrk_cpu']:.0f}% "
-                   f"| {t['machine_cpu']:.0f}% | {fl / t['wall']:.0f} | {req / fl if fl else 0:.1f} "
+        commits = t.get("commits")
+        cps = f"{commits / t['wall']:.0f}" if commits is not None else "–"
+        wpc = f"{t['batch_sum'] / t['batch_count']:.1f}" if t.get("batch_count") else "–"
+        lag = f"{t['lag_max']:.3f}" if "lag_max" in t else "–"
+        wcpu = f"{t['writer_cpu']:.0f}%" if "writer_cpu" in t else "–"
+        rcpu = f"{t['rest_cpu']:.0f}%" if "rest_cpu" in t else "–"
+        out.append(f"| {label} | {t['server_cpu']:.0f}% | {wcpu} | {rcpu} | {t['wrk_cpu']:.0f}% "
+                   f"| {t['others_cpu']:.0f}% | {cps} | {wpc} | {lag} | {fl / t['wall']:.0f} "
                    f"| {t['disk_bytes'] / req:,.0f} | {t['proc_write'] / req:,.0f} |")
     out.append("")
     extras = []
@@ -108,9 +166,12 @@ def main():
                           f"(distinct users' first like), of {t['requests']:,}")
         if t["scenario"] == "toggle":
             extras.append(f"- {label}: {t['retries']:,} retries sent (resends of an earlier key), "
-                          f"{t['replayed']:,} answers with `Idempotent-Replayed: true`")
+                          f"{t['replayed']:,} answers with `Idempotent-Replayed: true`"
+                          + (f" (/metrics: {t['replays_metric']:,.0f} replays)" if "replays_metric" in t else ""))
         if t["non2xx"] or t["sockerr"]:
             extras.append(f"- {label}: statuses {t['statuses']}; socket errors {t['sockerr']}")
+        if t.get("failed") or t.get("http5xx"):
+            extras.append(f"- {label}: /metrics: failed writes {t.get('failed', 0):.0f}, 5xx answers {t.get('http5xx', 0):.0f}")
     if extras:
         out.append("Other counts seen by wrk (tally):")
         out.append("")

@@ -91,6 +91,7 @@ start_tallyd() {
     extra+=(${BENCH_TALLYD_FLAGS:-})
     "$TALLYD" --listen 127.0.0.1:0 --data "$T/data" "${extra[@]}" >"$T/tallyd.out" 2>"$T/tallyd.err" &
     TALLYD_PID=$!
+    TALLYD_PID_RUN=$TALLYD_PID
     for _ in $(seq 1 100); do
         TALLY_URL=$(grep -o 'http://[0-9.:]*' "$T/tallyd.out" 2>/dev/null | head -1 || true)
         [ -n "$TALLY_URL" ] && break
@@ -159,43 +160,54 @@ if [ -n "$dev" ] && [ -e "/sys/class/block/$(basename "$dev")/stat" ]; then
 fi
 
 proc_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
-# tallyd's threads in creation order: main, writer, then the HTTP threads (src/tallyd.c).
-tally_threads() { # prints "writer_ticks http_ticks"
-    local tids w h t
-    tids=$(ls "/proc/$TALLYD_PID/task" | sort -n)
-    w=$(echo "$tids" | sed -n 2p)
-    h=0
-    for t in $(echo "$tids" | sed -n '3,$p'); do h=$((h + $(proc_ticks "$TALLYD_PID/task/$t"))); done
-    echo "$(proc_ticks "$TALLYD_PID/task/$w") $h"
+# "tid cpu_ticks write_bytes" for each of tallyd's threads (the writer is the one that writes the file)
+tasks() {
+    local t
+    for t in /proc/"$1"/task/*; do
+        echo "$(basename "$t") $(proc_ticks "$1/task/$(basename "$t")") $(awk '/^write_bytes/{print $2}' "$t/io" 2>/dev/null || echo 0)"
+    done
 }
 cpu_busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 disk() { if [ -n "$DISK_STAT" ]; then awk '{print $7, $16}' "$DISK_STAT"; else echo "0 0"; fi; }
 pio() { awk '/^write_bytes/{print $2}' "/proc/$1/io" 2>/dev/null || echo 0; }
+metrics() { curl -s -m 2 "$TALLY_URL/metrics" 2>/dev/null | grep -v '^#' || true; }
 
-# run_wrk LABEL TARGET SCENARIO CONNS DURATION
+# run_wrk LABEL TARGET SCENARIO CONNS DURATION SEED
 run_wrk() {
-    local label=$1 target=$2 scenario=$3 conns=$4 dur=$5 url pid out
+    local label=$1 target=$2 scenario=$3 conns=$4 dur=$5 seed=$6 url pid out
     if [ "$target" = tally ]; then url=$TALLY_URL pid=$TALLYD_PID; else url=$NGINX_URL pid=$(pgrep -P "$NGINX_PID" | head -1); fi
     out="$T/runs/$label-$target"
-    local c0 w0 h0 b0 d0 f0 io0
-    c0=$(proc_ticks "$pid"); read -r w0 h0 < <(if [ "$target" = tally ]; then tally_threads; else echo "0 0"; fi)
-    read -r b0 a0 < <(cpu_busy); read -r d0 f0 < <(disk); io0=$(pio "$pid")
+    local c0 b0 a0 d0 f0 io0 c1 b1 a1 d1 f1 io1 t_start t_end
+    if [ "$target" = tally ]; then
+        tasks "$pid" >"$out.tasks0"
+        metrics >"$out.metrics0"
+        # pipeline lag, sampled twice a second while the load runs
+        (for _ in $(seq 1 $((dur * 2))); do
+            sleep 0.5
+            curl -s -m 1 "$TALLY_URL/metrics" 2>/dev/null | awk '/^tally_pipeline_lag_seconds /{print $2}' || true
+        done >"$out.lag") &
+        BG_PID=$!
+    fi
+    c0=$(proc_ticks "$pid"); read -r b0 a0 < <(cpu_busy); read -r d0 f0 < <(disk); io0=$(pio "$pid")
     log "$label on $target: wrk -t$WRK_THREADS -c$conns -d${dur}s ($scenario)"
-    local t_start t_end
     t_start=$(date +%s.%N)
     TIMEFORMAT='%R %U %S'
     { time wrk -t"$WRK_THREADS" -c"$conns" -d"${dur}s" --latency --timeout 10s \
-        -s "$BENCH_DIR/load.lua" "$url" -- "$scenario" "$target" "$out" "$SEED" >"$out.wrk" 2>&1; } 2>"$out.time" || true
+        -s "$BENCH_DIR/load.lua" "$url" -- "$scenario" "$target" "$out" "$seed" >"$out.wrk" 2>&1; } 2>"$out.time" || true
     t_end=$(date +%s.%N)
-    local c1 w1 h1 b1 a1 d1 f1 io1
-    c1=$(proc_ticks "$pid"); read -r w1 h1 < <(if [ "$target" = tally ]; then tally_threads; else echo "0 0"; fi)
-    read -r b1 a1 < <(cpu_busy); read -r d1 f1 < <(disk); io1=$(pio "$pid")
+    c1=$(proc_ticks "$pid"); read -r b1 a1 < <(cpu_busy); read -r d1 f1 < <(disk); io1=$(pio "$pid")
+    if [ "$target" = tally ]; then
+        tasks "$pid" >"$out.tasks1"
+        metrics >"$out.metrics1"
+        wait "$BG_PID" 2>/dev/null || true
+        BG_PID=""
+    fi
     [ -s "$out.result" ] || { cat "$out.wrk" >&2; die "wrk gave no result for $label on $target"; }
-    # label target scenario conns dur wall server_ticks writer_ticks http_ticks cpu_busy cpu_all
-    # disk_sectors disk_flushes proc_write_bytes wrk_time(real user sys)
-    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
+    # label target scenario conns dur wall server_ticks cpu_busy cpu_all disk_sectors disk_flushes
+    # proc_write_bytes wrk_time(real user sys)
+    printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' \
         "$label" "$target" "$scenario" "$conns" "$dur" \
-        "$(awk -v a="$t_start" -v b="$t_end" 'BEGIN{printf "%.2f", b-a}')" "$((c1 - c0))" "$((w1 - w0))" "$((h1 - h0))" \
+        "$(awk -v a="$t_start" -v b="$t_end" 'BEGIN{printf "%.2f", b-a}')" "$((c1 - c0))" \
         "$((b1 - b0))" "$((a1 - a0))" "$((d1 - d0))" "$((f1 - f0))" "$((io1 - io0))" \
         "$(tr '\n' ' ' <"$out.time")" >>"$T/runs.tsv"
     if [ "$target" = tally ] && ! kill -0 "$TALLYD_PID" 2>/dev/null; then
@@ -225,10 +237,13 @@ e-c64 toggle 64 $DUR
 e-c256 toggle 256 $SWEEP_DUR
 "
 : >"$T/runs.tsv"
+n=0
 while read -r label scenario conns dur; do
     [ -n "$label" ] || continue
-    run_wrk "$label" tally "$scenario" "$conns" "$dur"
-    run_wrk "$label" nginx "$scenario" "$conns" "$dur"
+    n=$((n + 1))
+    # a seed of its own for each run: every run writes new (item, user) pairs, not the last run's again
+    run_wrk "$label" tally "$scenario" "$conns" "$dur" $((SEED + 1000 * n))
+    run_wrk "$label" nginx "$scenario" "$conns" "$dur" $((SEED + 1000 * n))
 done <<<"$RUNS"
 
 # fdatasyncs per request: a short write run with strace attached (slows tallyd a lot; not in the table)
@@ -238,7 +253,7 @@ if command -v strace >/dev/null 2>&1; then
     strace -c -f -e trace=fdatasync,fsync,msync,sync_file_range,pwrite64,pwritev,writev -o "$T/strace.txt" -p "$TALLYD_PID" 2>/dev/null &
     BG_PID=$!
     sleep 0.5
-    wrk -t"$WRK_THREADS" -c64 -d4s --timeout 10s -s "$BENCH_DIR/load.lua" "$TALLY_URL" -- write tally "$T/runs/strace-tally" "$SEED" >"$T/runs/strace-tally.wrk" 2>&1 || true
+    wrk -t"$WRK_THREADS" -c64 -d4s --timeout 10s -s "$BENCH_DIR/load.lua" "$TALLY_URL" -- write tally "$T/runs/strace-tally" $((SEED + 999)) >"$T/runs/strace-tally.wrk" 2>&1 || true
     kill -INT "$BG_PID" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$BG_PID" 2>/dev/null || break; sleep 0.1; done
     wait "$BG_PID" 2>/dev/null || true
@@ -298,7 +313,7 @@ DATA_SIZE=$(du -sh "$T/data" | cut -f1)
 
 # ---------------------------------------------------------------- report
 
-python3 "$BENCH_DIR/report.py" "$T/runs.tsv" "$T/runs" "$CLK_TCK" >"$OUT/tables.md"
+python3 "$BENCH_DIR/report.py" "$T/runs.tsv" "$T/runs" "$CLK_TCK" "$TALLYD_PID_RUN" >"$OUT/tables.md"
 {
     echo "## Run"
     echo

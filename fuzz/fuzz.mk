@@ -3,10 +3,12 @@
 #   make fuzz                build, then fuzz each target for FUZZ_SECONDS (default 60; -j2 runs two at once)
 #   make fuzz-regress        run each target once over its committed corpus and fuzz/regressions/ (fast)
 #   make fuzz FUZZ_TARGETS=fuzz_json FUZZ_SECONDS=600    one target, longer
+#   make fuzz FUZZ_FLAGS='-fork=1 -ignore_crashes=1'      go on past a known crash (slower)
+# Working corpora, logs and crashes: build/fuzz/{corpus,logs,crashes}/TARGET; fuzz/ is only read.
 
 _fuzz_saved_goal := $(.DEFAULT_GOAL)
 
-FUZZ_CC      ?= clang
+FUZZ_CC      ?= $(or $(CLANG),clang)
 FUZZ_SECONDS ?= 60
 FUZZ_DIR     := $(or $(BUILD),build)/fuzz
 FUZZ_TARGETS ?= fuzz_parse fuzz_ids fuzz_kinds fuzz_router fuzz_json

@@ -23,7 +23,7 @@
 #define EXIT_USAGE 2
 #define LISTEN_BACKLOG 1024
 #define DRAIN_TIMEOUT_MS 10000
-#define HTTP_BODY_LIMIT_BYTES (1u << 20) /* h2o's own cap; handlers enforce the contract's 4 KiB */
+#define HTTP_BODY_LIMIT_MIN_BYTES (1u << 20) /* h2o's own cap; handlers enforce the contract's 4 KiB */
 #define LOCK_FILE "tallyd.lock"
 
 typedef struct {
@@ -40,6 +40,7 @@ typedef struct {
     uint64_t batch_max;
     uint64_t log_retention_ms;
     uint64_t log_max_bytes;
+    uint64_t import_max_bytes;
 } options_t;
 
 static const char usage_text[] =
@@ -58,6 +59,8 @@ static const char usage_text[] =
     "  --batch-max N              writes per commit at most (default 1024)\n"
     "  --map-size SIZE            virtual size of the store's map, e.g. 256G (default 256G)\n"
     "  --log-retention DUR        keep folded transitions (the change feed) this long (default 24h)\n"
+    "  --import-max-size SIZE     largest body POST /v1/admin/import takes; h2o buffers a body whole\n"
+    "                             before any handler runs, so this bounds every request (default 16M)\n"
     "  --log-max-size SIZE        prune the oldest folded transitions past this size (default 4GiB)\n"
     "  --help                     this text\n"
     "\n"
@@ -102,6 +105,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         F_RETENTION,
         F_LOGMAX,
         F_JWT,
+        F_IMPORTMAX,
         F_HELP
     };
     static const struct option flags[] = {
@@ -118,6 +122,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         {"map-size", required_argument, NULL, F_MAP},
         {"log-retention", required_argument, NULL, F_RETENTION},
         {"log-max-size", required_argument, NULL, F_LOGMAX},
+        {"import-max-size", required_argument, NULL, F_IMPORTMAX},
         {"help", no_argument, NULL, F_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -170,6 +175,10 @@ static void parse_flags(int argc, char **argv, options_t *o)
         case F_LOGMAX:
             if (parse_size_bytes(optarg, &o->log_max_bytes) != 0 || o->log_max_bytes == 0)
                 die_usage("--log-max-size", "expected a size such as 4GiB");
+            break;
+        case F_IMPORTMAX:
+            if (parse_size_bytes(optarg, &o->import_max_bytes) != 0 || o->import_max_bytes > (1ull << 32))
+                die_usage("--import-max-size", "expected a size up to 4G, such as 16M");
             break;
         case F_HELP:
             fputs(usage_text, stdout);
@@ -300,6 +309,7 @@ int main(int argc, char **argv)
         .batch_max = WRITER_BATCH_MAX_DEFAULT,
         .log_retention_ms = 24ull * 3600 * 1000,
         .log_max_bytes = 4ull << 30,
+        .import_max_bytes = 16u << 20,
     };
     parse_flags(argc, argv, &o);
     kinds_t kinds;
@@ -368,7 +378,7 @@ int main(int argc, char **argv)
     http_server_config_t hcfg = {
         .listen_fd = listen_fd,
         .threads = o.threads,
-        .max_body_bytes = HTTP_BODY_LIMIT_BYTES,
+        .max_body_bytes = o.import_max_bytes > HTTP_BODY_LIMIT_MIN_BYTES ? o.import_max_bytes : HTTP_BODY_LIMIT_MIN_BYTES,
         .request_timeout_ms = o.request_timeout_ms,
         .handler = app_handle,
         .observe = app_observe,

@@ -17,6 +17,8 @@ static const struct {
     {"invalid-if-match", "Malformed If-Match header"},
     {"invalid-request", "Malformed request"},
     {"too-many-ids", "Too many ids"},
+    {"import-rejected", "Import rejected"},
+    {"cursor-expired", "Cursor expired"},
     {"idempotency-key-required", "Idempotency-Key required"},
     {"invalid-idempotency-key", "Invalid Idempotency-Key"},
     {"idempotency-key-mismatch", "Idempotency-Key reused with another request"},

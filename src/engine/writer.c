@@ -126,6 +126,74 @@ static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, ui
     return store_idem_put(tx, (span_t){cmd->user, cmd->user_len}, (span_t){cmd->key, cmd->key_len}, &rec);
 }
 
+/* Applies one real change: the row at version+1, its transition in the log. */
+static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t user, reaction_row_t *row, int target,
+                             uint64_t now_ms)
+{
+    reaction_row_t next = {target, row->version + 1};
+    transition_t t = {item, user, row->kind, target, next.version, now_ms};
+    uint64_t seq, none = 0;
+    int rc = store_row_put(tx, item, user, &next);
+    if (rc == STORE_OK)
+        rc = store_log_append(tx, &t, &seq);
+    if (rc != STORE_OK)
+        return rc;
+    atomic_compare_exchange_strong(&w->stats.oldest_unfolded_ms, &none, now_ms);
+    atomic_fetch_add_explicit(&w->stats.transitions, 1, memory_order_relaxed);
+    *row = next;
+    return STORE_OK;
+}
+
+/* WRITE_CLEAR_*: one chunk of rows of an item (or of a user) set to none. */
+typedef struct {
+    writer_t *w;
+    store_write_t *tx;
+    write_cmd_t *cmd;
+    uint64_t now_ms;
+    int rc;
+} clear_walk_t;
+
+static int clear_one(void *arg, span_t name)
+{
+    clear_walk_t *c = arg;
+    write_cmd_t *cmd = c->cmd;
+    span_t fixed = cmd->type == WRITE_CLEAR_ITEM ? (span_t){cmd->item, cmd->item_len} : (span_t){cmd->user, cmd->user_len};
+    span_t item = cmd->type == WRITE_CLEAR_ITEM ? fixed : name, user = cmd->type == WRITE_CLEAR_ITEM ? name : fixed;
+    reaction_row_t row;
+    memcpy(cmd->resume, name.ptr, name.len);
+    cmd->resume_len = name.len;
+    if ((c->rc = store_row_get(c->tx, item, user, &row)) != STORE_OK)
+        return 1;
+    if (row.kind == KIND_NONE)
+        return 0;
+    if ((c->rc = writer_transition(c->w, c->tx, item, user, &row, KIND_NONE, c->now_ms)) != STORE_OK)
+        return 1;
+    cmd->changed++;
+    return 0;
+}
+
+static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
+{
+    clear_walk_t c = {w, tx, cmd, now_ms, STORE_OK};
+    size_t visited = 0, deleted = 0;
+    span_t after = {cmd->resume, cmd->resume_len};
+    cmd->changed = 0;
+    int rc = cmd->type == WRITE_CLEAR_ITEM
+                 ? store_item_users(tx, (span_t){cmd->item, cmd->item_len}, after, WRITER_CLEAR_CHUNK, clear_one, &c,
+                                    &visited)
+                 : store_user_items(tx, (span_t){cmd->user, cmd->user_len}, after, WRITER_CLEAR_CHUNK, clear_one, &c,
+                                    &visited);
+    if (rc == STORE_OK)
+        rc = c.rc;
+    if (rc == STORE_OK && cmd->type == WRITE_CLEAR_USER)
+        rc = store_idem_delete_user(tx, (span_t){cmd->user, cmd->user_len}, WRITER_CLEAR_CHUNK, &deleted);
+    if (rc != STORE_OK)
+        return rc;
+    cmd->more = visited == WRITER_CLEAR_CHUNK || deleted == WRITER_CLEAR_CHUNK;
+    answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
+    return STORE_OK;
+}
+
 /* A recount's correction: the deltas it measured between rows and counts. */
 static int writer_adjust(store_write_t *tx, write_cmd_t *cmd)
 {
@@ -140,6 +208,8 @@ static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
 {
     if (cmd->type == WRITE_COUNTS_ADJUST)
         return writer_adjust(tx, cmd);
+    if (cmd->type == WRITE_CLEAR_ITEM || cmd->type == WRITE_CLEAR_USER)
+        return writer_clear(w, tx, cmd, now_ms);
     span_t item = {cmd->item, cmd->item_len}, user = {cmd->user, cmd->user_len};
     if (cmd->key_len) {
         int rc = idem_lookup(w, tx, cmd, now_ms);
@@ -155,18 +225,9 @@ static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
     } else {
         int previous = row.kind;
         int target = reaction_target(cmd->op, cmd->kind, previous);
-        if (target != previous) {
-            reaction_row_t next = {target, row.version + 1};
-            transition_t t = {item, user, previous, target, next.version, now_ms};
-            uint64_t seq;
-            if ((rc = store_row_put(tx, item, user, &next)) != STORE_OK ||
-                (rc = store_log_append(tx, &t, &seq)) != STORE_OK)
-                return rc;
-            uint64_t none = 0;
-            atomic_compare_exchange_strong(&w->stats.oldest_unfolded_ms, &none, now_ms);
-            atomic_fetch_add_explicit(&w->stats.transitions, 1, memory_order_relaxed);
-            row = next;
-        }
+        if (target != previous && (rc = writer_transition(w, tx, item, user, &row, target, now_ms)) != STORE_OK)
+            return rc;
+        cmd->changed = target != previous;
         answer_write_result(&cmd->answer, w->kinds, item, row.kind, previous, row.version, target != previous);
     }
     return cmd->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
@@ -356,6 +417,47 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     }
     *out = w;
     return 0;
+}
+
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+} call_t;
+
+static void call_done(write_cmd_t *cmd)
+{
+    call_t *c = cmd->done_arg;
+    pthread_mutex_lock(&c->lock);
+    c->done = true;
+    pthread_cond_signal(&c->cond);
+    pthread_mutex_unlock(&c->lock);
+}
+
+#define CALL_RETRY_MS 5
+#define CALL_RETRIES 2000
+
+int writer_call(writer_t *w, write_cmd_t *cmd)
+{
+    call_t c = {.done = false};
+    pthread_mutex_init(&c.lock, NULL);
+    pthread_cond_init(&c.cond, NULL);
+    cmd->done = call_done;
+    cmd->done_arg = &c;
+    const struct timespec pause = {0, CALL_RETRY_MS * 1000000L};
+    int rc = -1;
+    for (int i = 0; i < CALL_RETRIES && rc != 0; i++)
+        if ((rc = writer_submit(w, cmd)) != 0)
+            nanosleep(&pause, NULL);
+    if (rc == 0) {
+        pthread_mutex_lock(&c.lock);
+        while (!c.done)
+            pthread_cond_wait(&c.cond, &c.lock);
+        pthread_mutex_unlock(&c.lock);
+    }
+    pthread_cond_destroy(&c.cond);
+    pthread_mutex_destroy(&c.lock);
+    return rc;
 }
 
 void writer_stop(writer_t *w)

@@ -22,7 +22,11 @@ typedef struct write_cmd write_cmd_t;
 typedef enum {
     WRITE_REACT,         /* a reaction write from a request */
     WRITE_COUNTS_ADJUST, /* counts[item] += deltas: a recount's correction */
+    WRITE_CLEAR_ITEM,    /* every reaction on item becomes none (a chunk at a time) */
+    WRITE_CLEAR_USER,    /* every reaction of user becomes none, and their idempotency records go */
 } write_type_t;
+
+#define WRITER_CLEAR_CHUNK 1000 /* rows visited per WRITE_CLEAR_* command */
 
 /* One command: a reaction write as the HTTP layer hands it over, or a command from no request. Owned by the submitter;
  * the writer fills answer and calls done (on the writer thread) once the answer is final: after the commit that holds
@@ -41,6 +45,10 @@ struct write_cmd {
     char key[IDEM_KEY_MAX + 1];
     uint8_t fingerprint[FINGERPRINT_LEN];
     int64_t deltas[KINDS_MAX + 1]; /* WRITE_COUNTS_ADJUST */
+    char resume[ID_MAX_LEN];       /* WRITE_CLEAR_*: continue after this name; updated by the writer */
+    size_t resume_len;
+    size_t changed; /* rows changed by this command (0 or 1 for WRITE_REACT) */
+    bool more;      /* WRITE_CLEAR_*: rows remain; submit again */
 
     answer_t answer;
     void (*done)(write_cmd_t *cmd);
@@ -86,6 +94,11 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
 /* Queues cmd (any thread). Returns 0, or -1 when the queue is full or the writer is stopping (the
  * caller answers 503; cmd is untouched and still the caller's). */
 int writer_submit(writer_t *w, write_cmd_t *cmd);
+
+/* For threads that may block (never an HTTP thread): submits cmd, retrying for a while when the
+ * queue is full, and waits until its answer is final. cmd->done and done_arg are taken over.
+ * Returns 0, or -1 when the writer would not take it. */
+int writer_call(writer_t *w, write_cmd_t *cmd);
 
 /* Answers every queued command, folds what is left, commits and joins the thread. */
 void writer_stop(writer_t *w);

@@ -1,65 +1,121 @@
-/* admin.c — POST /v1/admin/recount: recounts on a thread of its own, one recount at a time. */
+/* admin.c — the admin endpoints that run long: recount, import, erasing a user, deleting an item.
+ * Each runs on a thread of its own (never an HTTP thread), one admin job at a time, and answers
+ * through the deferred-answer mechanism of request.h. */
 #include <pthread.h>
 #include <stdlib.h>
 
 #include "core/ids.h"
+#include "engine/import.h"
 #include "engine/recount.h"
 #include "http/app.h"
 
-typedef struct {
+#define IMPORT_BODY_TYPES "application/x-ndjson or text/csv"
+
+typedef struct admin_job admin_job_t;
+struct admin_job {
     app_t *app;
     http_pending_t *pending;
-    span_t *items; /* NULL: all */
-    size_t nitems;
-    char *arena; /* the items' bytes */
+    void (*run)(admin_job_t *job); /* fills answer */
     answer_t answer;
-} recount_job_t;
+    /* the job's input */
+    span_t *items; /* recount: NULL = all */
+    size_t nitems;
+    char *arena;
+    write_type_t clear_type; /* erase/delete: WRITE_CLEAR_USER or WRITE_CLEAR_ITEM */
+    char name[ID_MAX_LEN];
+    size_t name_len;
+    import_options_t import;
+    span_t body; /* import: the request body, which lives as long as the request */
+};
 
 static void job_free(void *arg)
 {
-    recount_job_t *job = arg;
+    admin_job_t *job = arg;
     answer_free(&job->answer);
     free(job->items);
     free(job->arena);
     free(job);
 }
 
-static void recount_render(recount_job_t *job, const recount_report_t *rep)
+static void answer_json(answer_t *a, json_t *body, int status)
 {
-    json_t *drift = json_array();
-    for (size_t i = 0; drift && i < rep->ndrift; i++) {
-        const recount_drift_t *d = &rep->drift[i];
-        json_array_append_new(drift, json_pack("{s:s,s:s,s:I,s:I}", "item", d->item, "kind",
-                                               kinds_name(job->app->kinds, d->kind), "counted", (json_int_t)d->counted,
-                                               "stored", (json_int_t)d->stored));
-    }
-    json_t *body = json_pack("{s:I,s:I,s:o}", "checked", (json_int_t)rep->checked, "corrected",
-                             (json_int_t)rep->corrected, "drift", drift);
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (text)
-        answer_set_body(&job->answer, 200, ANSWER_JSON, text, strlen(text));
+        answer_set_body(a, status, ANSWER_JSON, text, strlen(text));
     else
-        answer_problem(&job->answer, 500, "internal", "out of memory");
+        answer_problem(a, 500, "internal", "out of memory");
 }
 
-static void *recount_thread(void *arg)
+static void *job_thread(void *arg)
 {
-    recount_job_t *job = arg;
-    recount_report_t rep;
-    int rc = recount_run(job->app->store, job->app->writer, job->items, job->nitems, &rep);
-    if (rc == STORE_OK)
-        recount_render(job, &rep);
-    else
-        answer_problem(&job->answer, 503, "unavailable", "the recount could not finish; run it again");
-    recount_report_free(&rep);
-    atomic_store(&job->app->recount_running, false);
+    admin_job_t *job = arg;
+    job->run(job);
+    atomic_store(&job->app->admin_busy, false);
     http_pending_respond(job->pending, &job->answer, job_free, job);
     return NULL;
 }
 
+/* Starts job on its own thread; on any failure answers req and frees job. */
+static void job_start(app_t *app, http_request_t *req, admin_job_t *job)
+{
+    bool idle = false;
+    if (!atomic_compare_exchange_strong(&app->admin_busy, &idle, true)) {
+        job_free(job);
+        reply_problem(req, 503, "overloaded", "another admin job is running; retry when it is done");
+        return;
+    }
+    pthread_t tid;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    job->app = app;
+    job->pending = http_defer(req);
+    if (!job->pending || pthread_create(&tid, &attr, job_thread, job) != 0) {
+        if (job->pending)
+            http_pending_cancel(job->pending);
+        atomic_store(&app->admin_busy, false);
+        job_free(job);
+        reply_problem(req, 503, "overloaded", "cannot start the job");
+    }
+    pthread_attr_destroy(&attr);
+}
+
+static admin_job_t *job_new(http_request_t *req)
+{
+    admin_job_t *job = calloc(1, sizeof *job);
+    if (!job)
+        reply_problem(req, 503, "overloaded", "out of memory");
+    return job;
+}
+
+/* --- recount --- */
+
+static void recount_job(admin_job_t *job)
+{
+    recount_report_t rep;
+    int rc = recount_run(job->app->store, job->app->writer, job->items, job->nitems, &rep);
+    if (rc != STORE_OK) {
+        answer_problem(&job->answer, 503, "unavailable", "the recount could not finish; run it again");
+        recount_report_free(&rep);
+        return;
+    }
+    json_t *drift = json_array();
+    for (size_t i = 0; drift && i < rep.ndrift; i++) {
+        const recount_drift_t *d = &rep.drift[i];
+        json_array_append_new(drift, json_pack("{s:s,s:s,s:I,s:I}", "item", d->item, "kind",
+                                               kinds_name(job->app->kinds, d->kind), "counted",
+                                               (json_int_t)d->counted, "stored", (json_int_t)d->stored));
+    }
+    answer_json(&job->answer,
+                json_pack("{s:I,s:I,s:o}", "checked", (json_int_t)rep.checked, "corrected", (json_int_t)rep.corrected,
+                          "drift", drift),
+                200);
+    recount_report_free(&rep);
+}
+
 /* {} or {"items":[ids…]} → job->items (NULL for all). */
-static bool recount_body_or_reply(http_request_t *req, recount_job_t *job)
+static bool recount_body_or_reply(http_request_t *req, admin_job_t *job)
 {
     span_t body = http_req_body(req);
     if (body.len > BODY_MAX_BYTES * 64) {
@@ -106,35 +162,134 @@ static bool recount_body_or_reply(http_request_t *req, recount_job_t *job)
 
 void admin_recount(app_t *app, http_request_t *req)
 {
-    if (!auth_admin_or_reply(app, req))
+    admin_job_t *job;
+    if (!auth_admin_or_reply(app, req) || !(job = job_new(req)))
         return;
-    recount_job_t *job = calloc(1, sizeof *job);
-    if (!job) {
-        reply_problem(req, 503, "overloaded", "out of memory");
-        return;
-    }
-    job->app = app;
+    job->run = recount_job;
     if (!recount_body_or_reply(req, job)) {
         job_free(job);
         return;
     }
-    bool idle = false;
-    if (!atomic_compare_exchange_strong(&app->recount_running, &idle, true)) {
-        job_free(job);
-        reply_problem(req, 503, "overloaded", "a recount is already running");
+    job_start(app, req, job);
+}
+
+/* --- erase a user, delete an item --- */
+
+static void clear_job(admin_job_t *job)
+{
+    write_cmd_t cmd = {.type = job->clear_type};
+    uint64_t changed = 0;
+    if (job->clear_type == WRITE_CLEAR_ITEM) {
+        memcpy(cmd.item, job->name, job->name_len);
+        cmd.item_len = job->name_len;
+    } else {
+        memcpy(cmd.user, job->name, job->name_len);
+        cmd.user_len = job->name_len;
+    }
+    do {
+        answer_free(&cmd.answer);
+        if (writer_call(job->app->writer, &cmd) != 0 || cmd.answer.status != 200) {
+            answer_free(&cmd.answer);
+            answer_problem(&job->answer, 503, "unavailable",
+                           "the store could not finish; what was cleared stays cleared, run it again");
+            return;
+        }
+        changed += cmd.changed;
+    } while (cmd.more);
+    answer_free(&cmd.answer);
+    answer_json(&job->answer, json_pack("{s:I}", "changed", (json_int_t)changed), 200);
+}
+
+void admin_clear(app_t *app, http_request_t *req, span_t name, bool user)
+{
+    admin_job_t *job;
+    if (!auth_admin_or_reply(app, req))
+        return;
+    if (!id_valid(name)) {
+        reply_problem(req, 400, user ? "invalid-user-id" : "invalid-item-id",
+                      "ids are 1-128 bytes of A-Z a-z 0-9 . _ : ~ - (and not . or ..)");
         return;
     }
-    pthread_t tid;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    job->pending = http_defer(req);
-    if (!job->pending || pthread_create(&tid, &attr, recount_thread, job) != 0) {
-        if (job->pending)
-            http_pending_cancel(job->pending);
-        atomic_store(&app->recount_running, false);
-        job_free(job);
-        reply_problem(req, 503, "overloaded", "cannot start the recount");
+    if (!(job = job_new(req)))
+        return;
+    job->run = clear_job;
+    job->clear_type = user ? WRITE_CLEAR_USER : WRITE_CLEAR_ITEM;
+    memcpy(job->name, name.ptr, name.len);
+    job->name_len = name.len;
+    job_start(app, req, job);
+}
+
+/* --- import --- */
+
+static json_t *rejected_array(const import_report_t *rep)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; list && i < rep->nrejected; i++)
+        json_array_append_new(list, json_pack("{s:I,s:s}", "line", (json_int_t)rep->rejected[i].line, "error",
+                                              rep->rejected[i].error));
+    return list;
+}
+
+static void import_job(admin_job_t *job)
+{
+    import_buffer_t buf = {job->body, 0};
+    import_source_t src = {import_buffer_next, import_buffer_rewind, &buf};
+    import_report_t rep;
+    int rc = import_run(job->app->writer, job->app->kinds, &src, &job->import, &rep);
+    if (rep.aborted) {
+        answer_problem(&job->answer, 400, "import-rejected", "the import has bad lines; nothing was applied");
+        json_t *doc = json_loadb(job->answer.body, job->answer.body_len, 0, NULL);
+        if (doc) {
+            json_object_set_new(doc, "rejected", rejected_array(&rep));
+            answer_json(&job->answer, doc, 400);
+            job->answer.type = ANSWER_PROBLEM;
+        }
+    } else if (rc != 0) {
+        answer_problem(&job->answer, 503, "unavailable",
+                       "the import stopped part-way (the writer refused or a commit failed); run it again: "
+                       "what was applied stays, and a re-run changes nothing twice");
+    } else {
+        answer_json(&job->answer,
+                    json_pack("{s:I,s:I,s:I,s:o}", "read", (json_int_t)rep.read, "applied", (json_int_t)rep.applied,
+                              "unchanged", (json_int_t)rep.unchanged, "rejected", rejected_array(&rep)),
+                    200);
     }
-    pthread_attr_destroy(&attr);
+    import_report_free(&rep);
+}
+
+void admin_import(app_t *app, http_request_t *req, span_t query)
+{
+    admin_job_t *job;
+    span_t type = {0}, on_error;
+    if (!auth_admin_or_reply(app, req))
+        return;
+    http_req_header(req, "content-type", &type);
+    size_t n = 0;
+    while (n < type.len && type.ptr[n] != ';' && type.ptr[n] != ' ')
+        n++;
+    type.len = n;
+    import_format_t format;
+    if (type.len == strlen("application/x-ndjson") && strncasecmp(type.ptr, "application/x-ndjson", n) == 0)
+        format = IMPORT_NDJSON;
+    else if (type.len == strlen("text/csv") && strncasecmp(type.ptr, "text/csv", n) == 0)
+        format = IMPORT_CSV;
+    else {
+        reply_problem(req, 415, "unsupported-media-type", "an import body is " IMPORT_BODY_TYPES);
+        return;
+    }
+    bool abort_on_error = false;
+    if (parse_query_param(query, "on-error", &on_error)) {
+        if (span_eq_str(on_error, "abort"))
+            abort_on_error = true;
+        else if (!span_eq_str(on_error, "skip")) {
+            reply_problem(req, 400, "invalid-parameter", "on-error is skip (the default) or abort");
+            return;
+        }
+    }
+    if (!(job = job_new(req)))
+        return;
+    job->run = import_job;
+    job->import = (import_options_t){format, abort_on_error, IMPORT_BATCH_DEFAULT};
+    job->body = http_req_body(req);
+    job_start(app, req, job);
 }

@@ -96,6 +96,13 @@ void app_handle(void *arg, http_request_t *req)
     case ROUTE_RECOUNT:
         admin_recount(app, req);
         return;
+    case ROUTE_IMPORT:
+        admin_import(app, req, route.query);
+        return;
+    case ROUTE_ADMIN_USER:
+    case ROUTE_ADMIN_ITEM:
+        admin_clear(app, req, route.item, route.id == ROUTE_ADMIN_USER);
+        return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:
         break;

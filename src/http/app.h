@@ -36,7 +36,7 @@ typedef struct {
     bool dev_mode;     /* no JWT secret: the user is the X-User-Id header */
     auth_keys_t *keys; /* JWT secrets, when not in development mode */
     atomic_bool ready;
-    atomic_bool recount_running;
+    atomic_bool admin_busy; /* one long admin job at a time */
     atomic_uint_fast64_t responses[16][STATUS_CODES]; /* [route][status] */
     atomic_uint_fast64_t rate_limited;
 } app_t;
@@ -72,6 +72,9 @@ void app_observe(void *app, http_request_t *req, int status);
 void metrics_get(app_t *app, http_request_t *req);
 void changes_get(app_t *app, http_request_t *req, span_t query);
 void admin_recount(app_t *app, http_request_t *req);
+void admin_import(app_t *app, http_request_t *req, span_t query);
+/* DELETE /v1/admin/users/{user} (user) or /v1/admin/items/{item}: every reaction becomes none. */
+void admin_clear(app_t *app, http_request_t *req, span_t name, bool user);
 
 /* Handlers of the item routes (http/items.c). */
 void items_get_one(app_t *app, http_request_t *req, span_t item);

@@ -20,6 +20,9 @@ static const struct {
     {ROUTE_METRICS, "metrics", "/metrics", "GET, HEAD"},
     {ROUTE_CHANGES, "changes", "/v1/changes", "GET, HEAD"},
     {ROUTE_RECOUNT, "recount", "/v1/admin/recount", "POST"},
+    {ROUTE_IMPORT, "import", "/v1/admin/import", "POST"},
+    {ROUTE_ADMIN_USER, "admin_user", NULL, "DELETE"},
+    {ROUTE_ADMIN_ITEM, "admin_item", NULL, "DELETE"},
 };
 
 const char *route_name(route_id_t id)
@@ -75,6 +78,19 @@ void route_match(span_t target, route_t *out)
     for (size_t i = 0; i < sizeof route_methods / sizeof route_methods[0]; i++) {
         if (route_methods[i].path && span_eq_str(path, route_methods[i].path)) {
             out->id = route_methods[i].id;
+            return;
+        }
+    }
+    static const struct {
+        const char *prefix;
+        route_id_t id;
+    } admin_prefixes[] = {{"/v1/admin/users/", ROUTE_ADMIN_USER}, {"/v1/admin/items/", ROUTE_ADMIN_ITEM}};
+    for (size_t i = 0; i < sizeof admin_prefixes / sizeof admin_prefixes[0]; i++) {
+        size_t n = strlen(admin_prefixes[i].prefix);
+        if (path.len >= n && memcmp(path.ptr, admin_prefixes[i].prefix, n) == 0 &&
+            !memchr(path.ptr + n, '/', path.len - n)) {
+            out->id = admin_prefixes[i].id;
+            out->item = (span_t){path.ptr + n, path.len - n};
             return;
         }
     }

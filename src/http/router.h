@@ -16,6 +16,9 @@ typedef enum {
     ROUTE_METRICS,  /* /metrics */
     ROUTE_CHANGES,  /* /v1/changes */
     ROUTE_RECOUNT,  /* /v1/admin/recount */
+    ROUTE_IMPORT,   /* /v1/admin/import */
+    ROUTE_ADMIN_USER, /* /v1/admin/users/{user} */
+    ROUTE_ADMIN_ITEM, /* /v1/admin/items/{item} */
     ROUTE_COUNT     /* number of routes, for per-route tables */
 } route_id_t;
 
@@ -24,7 +27,7 @@ const char *route_name(route_id_t id);
 
 typedef struct {
     route_id_t id;
-    span_t item;  /* raw segment, for the item routes */
+    span_t item;  /* raw segment, for the item routes (and the user of ROUTE_ADMIN_USER) */
     span_t kind;  /* raw segment, for ROUTE_KIND */
     span_t query; /* after '?', without it */
 } route_t;

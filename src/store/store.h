@@ -116,6 +116,22 @@ int store_stats(store_t *store, store_stats_t *st);
  * the store is in use, also by another process. */
 int store_backup(store_t *store, const char *dir);
 
+/* Walks one item's users (its rows) or one user's items (the user index), in key order, strictly
+ * after `after` (from the first when empty), at most limit. The name is valid during the call.
+ * Writer thread. */
+typedef int (*store_name_fn)(void *arg, span_t name);
+int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                     size_t *visited);
+int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                     size_t *visited);
+
+/* Deletes up to limit idempotency records of user. */
+int store_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted);
+
+/* Every row in key order (export). fn returns 0 to go on. */
+typedef int (*store_row_fn)(void *arg, span_t item, span_t user, const reaction_row_t *row);
+int store_read_rows(store_read_t *r, store_row_fn fn, void *arg);
+
 /* Deletes log entries from the oldest on, while seq <= upto_seq and their commit time is before
  * before_ms, at most limit. Writer thread. */
 int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);

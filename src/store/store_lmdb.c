@@ -40,7 +40,7 @@ struct store_write {
 
 struct store {
     MDB_env *env;
-    MDB_dbi rows, log, counts, meta, idem, idem_exp;
+    MDB_dbi rows, log, counts, meta, idem, idem_exp, user_items;
     kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
     int cfg_to_db[KINDS_MAX + 1]; /* configured code → disk code */
@@ -247,7 +247,8 @@ int store_open(const char *dir, const kinds_t *kinds, const store_options_t *opt
         (rc = mdb_dbi_open(txn, "log", MDB_CREATE | MDB_INTEGERKEY, &s->log)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "counts", MDB_CREATE, &s->counts)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "idem", MDB_CREATE, &s->idem)) != MDB_SUCCESS ||
-        (rc = mdb_dbi_open(txn, "idem_exp", MDB_CREATE, &s->idem_exp)) != MDB_SUCCESS) {
+        (rc = mdb_dbi_open(txn, "idem_exp", MDB_CREATE, &s->idem_exp)) != MDB_SUCCESS ||
+        (rc = mdb_dbi_open(txn, "user_items", MDB_CREATE, &s->user_items)) != MDB_SUCCESS) {
         snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
         goto fail;
     }
@@ -411,7 +412,12 @@ int store_row_put(store_write_t *w, span_t item, span_t user, const reaction_row
     vbuf[0] = (uint8_t)w->store->cfg_to_db[row->kind];
     put_u64(vbuf + 1, row->version);
     MDB_val key = {pair_key(kbuf, item, user), kbuf}, val = {sizeof vbuf, vbuf};
-    return map_rc(mdb_put(w->txn, w->store->rows, &key, &val, 0));
+    int rc = mdb_put(w->txn, w->store->rows, &key, &val, 0);
+    if (rc == MDB_SUCCESS && row->version == 1) { /* a new row: index it under its user */
+        MDB_val ukey = {pair_key(kbuf, user, item), kbuf}, empty = {0, NULL};
+        rc = mdb_put(w->txn, w->store->user_items, &ukey, &empty, 0);
+    }
+    return map_rc(rc);
 }
 
 int store_log_append(store_write_t *w, const transition_t *t, uint64_t *seq)
@@ -787,4 +793,100 @@ int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, siz
     }
     mdb_cursor_close(cur);
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : map_rc(rc);
+}
+
+/* --- walks over one item's or one user's rows, for deletion and erasure (writer) --- */
+
+/* Calls fn(arg, rest) for the keys of dbi that start with [len][prefix] and sort after
+ * [len][prefix][after], at most limit; rest is the key past the prefix. */
+static int prefix_walk(MDB_txn *txn, MDB_dbi dbi, span_t prefix, span_t after, size_t limit,
+                       int (*fn)(void *arg, span_t rest), void *arg, size_t *visited)
+{
+    char start[KEY_BUF_LEN + 1], pbuf[KEY_BUF_LEN];
+    size_t plen = pair_key(pbuf, prefix, (span_t){"", 0});
+    size_t slen = pair_key(start, prefix, after);
+    if (after.len)
+        start[slen++] = '\0'; /* strictly after: the smallest key greater than prefix+after */
+    MDB_cursor *cur;
+    *visited = 0;
+    int rc = mdb_cursor_open(txn, dbi, &cur);
+    if (rc != MDB_SUCCESS)
+        return map_rc(rc);
+    MDB_val key = {slen, start}, val;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS && *visited < limit;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+        if (key.mv_size <= plen || memcmp(key.mv_data, pbuf, plen) != 0)
+            break;
+        char rest[KEY_BUF_LEN];
+        size_t rlen = key.mv_size - plen;
+        memcpy(rest, (const char *)key.mv_data + plen, rlen);
+        (*visited)++;
+        if (fn(arg, (span_t){rest, rlen}) != 0)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : map_rc(rc);
+}
+
+int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                     size_t *visited)
+{
+    return prefix_walk(w->txn, w->store->rows, item, after, limit, fn, arg, visited);
+}
+
+int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                     size_t *visited)
+{
+    return prefix_walk(w->txn, w->store->user_items, user, after, limit, fn, arg, visited);
+}
+
+int store_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted)
+{
+    char pbuf[KEY_BUF_LEN];
+    size_t plen = pair_key(pbuf, user, (span_t){"", 0});
+    MDB_cursor *cur;
+    *deleted = 0;
+    int rc = mdb_cursor_open(w->txn, w->store->idem, &cur);
+    if (rc != MDB_SUCCESS)
+        return map_rc(rc);
+    while (*deleted < limit) {
+        MDB_val key = {plen, pbuf}, val;
+        if ((rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) != MDB_SUCCESS)
+            break;
+        if (key.mv_size < plen || memcmp(key.mv_data, pbuf, plen) != 0)
+            break;
+        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS) /* its expiry entry goes with the sweep */
+            break;
+        (*deleted)++;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : map_rc(rc);
+}
+
+int store_read_rows(store_read_t *r, store_row_fn fn, void *arg)
+{
+    const store_t *s = r->store;
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(r->txn, s->rows, &cur);
+    if (rc != MDB_SUCCESS)
+        return map_rc(rc);
+    MDB_val key, val;
+    int result = STORE_OK;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+        span_t item;
+        if (!key_item(&key, &item)) {
+            result = STORE_ERROR;
+            break;
+        }
+        span_t user = {item.ptr + item.len, key.mv_size - 1 - item.len};
+        reaction_row_t row;
+        row_decode(s, &val, &row);
+        if (fn(arg, item, user, &row) != 0)
+            break;
+    }
+    if (result == STORE_OK && rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+        result = map_rc(rc);
+    mdb_cursor_close(cur);
+    return result;
 }

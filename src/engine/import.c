@@ -1,0 +1,252 @@
+/* import.c — parsing import records and feeding them to the writer in batches. */
+#include "engine/import.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+    span_t item, user;
+    int kind;
+} record_t;
+
+static int reject(import_report_t *rep, uint64_t line, const char *error)
+{
+    rep->rejected_count++;
+    if (rep->nrejected == IMPORT_REJECTED_LIST_MAX)
+        return 0;
+    if (rep->nrejected % 64 == 0) {
+        import_reject_t *r = realloc(rep->rejected, (rep->nrejected + 64) * sizeof *r);
+        if (!r)
+            return -1;
+        rep->rejected = r;
+    }
+    import_reject_t *r = &rep->rejected[rep->nrejected++];
+    r->line = line;
+    snprintf(r->error, sizeof r->error, "%s", error);
+    return 0;
+}
+
+/* Checks the fields of a record; returns NULL or what is wrong. */
+static const char *record_check(const kinds_t *kinds, record_t *rec, span_t reaction)
+{
+    if (!id_valid(rec->item))
+        return "invalid item id";
+    if (!id_valid(rec->user))
+        return "invalid user id";
+    rec->kind = kinds_find(kinds, reaction, true);
+    return rec->kind < 0 ? "unknown reaction" : NULL;
+}
+
+/* {"item":…,"user":…,"reaction":…}; the spans point into doc. */
+static const char *parse_ndjson(const kinds_t *kinds, span_t line, json_t **doc, record_t *rec)
+{
+    *doc = json_loadb(line.ptr, line.len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *item = json_object_get(*doc, "item"), *user = json_object_get(*doc, "user"),
+           *reaction = json_object_get(*doc, "reaction");
+    if (!json_is_object(*doc))
+        return "not a JSON object";
+    if (!json_is_string(item) || !json_is_string(user) || !json_is_string(reaction))
+        return "item, user and reaction must be strings";
+    rec->item = (span_t){json_string_value(item), json_string_length(item)};
+    rec->user = (span_t){json_string_value(user), json_string_length(user)};
+    return record_check(kinds, rec, (span_t){json_string_value(reaction), json_string_length(reaction)});
+}
+
+static span_t csv_field(span_t f)
+{
+    if (f.len >= 2 && f.ptr[0] == '"' && f.ptr[f.len - 1] == '"')
+        return (span_t){f.ptr + 1, f.len - 2};
+    return f;
+}
+
+/* item,user,reaction — ids cannot hold commas or quotes, so a field is plain or simply quoted. */
+static const char *parse_csv(const kinds_t *kinds, span_t line, record_t *rec)
+{
+    span_t f[3];
+    size_t pos = 0, n = 0;
+    span_t e;
+    while (parse_list_next(line, &pos, &e)) {
+        if (n == 3)
+            return "expected 3 fields: item,user,reaction";
+        f[n++] = csv_field(e);
+    }
+    if (n != 3)
+        return "expected 3 fields: item,user,reaction";
+    rec->item = f[0];
+    rec->user = f[1];
+    return record_check(kinds, rec, f[2]);
+}
+
+/* The batch in flight: commands submitted, answers awaited together. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    size_t outstanding;
+    uint64_t applied, unchanged;
+    bool failed;
+} batch_t;
+
+static void batch_done(write_cmd_t *cmd)
+{
+    batch_t *b = cmd->done_arg;
+    pthread_mutex_lock(&b->lock);
+    if (cmd->answer.status != 200)
+        b->failed = true;
+    else if (cmd->changed)
+        b->applied++;
+    else
+        b->unchanged++;
+    b->outstanding--;
+    pthread_cond_signal(&b->cond);
+    pthread_mutex_unlock(&b->lock);
+    answer_free(&cmd->answer);
+    free(cmd);
+}
+
+static void batch_wait(batch_t *b, size_t at_most)
+{
+    pthread_mutex_lock(&b->lock);
+    while (b->outstanding > at_most)
+        pthread_cond_wait(&b->cond, &b->lock);
+    pthread_mutex_unlock(&b->lock);
+}
+
+static int batch_submit(writer_t *w, batch_t *b, const record_t *rec)
+{
+    write_cmd_t *cmd = calloc(1, sizeof *cmd);
+    if (!cmd)
+        return -1;
+    cmd->type = WRITE_REACT;
+    cmd->op = REACT_SET;
+    cmd->kind = rec->kind;
+    memcpy(cmd->item, rec->item.ptr, rec->item.len);
+    cmd->item_len = rec->item.len;
+    memcpy(cmd->user, rec->user.ptr, rec->user.len);
+    cmd->user_len = rec->user.len;
+    cmd->done = batch_done;
+    cmd->done_arg = b;
+    pthread_mutex_lock(&b->lock);
+    b->outstanding++;
+    pthread_mutex_unlock(&b->lock);
+    const struct timespec pause = {0, 2 * 1000000L};
+    for (int i = 0; i < 5000; i++) { /* the queue is full: wait for the writer, at most ~10 s */
+        if (writer_submit(w, cmd) == 0)
+            return 0;
+        nanosleep(&pause, NULL);
+    }
+    pthread_mutex_lock(&b->lock);
+    b->outstanding--;
+    pthread_mutex_unlock(&b->lock);
+    free(cmd);
+    return -1;
+}
+
+/* One pass over the source: checks every line; applies the good ones when w is not NULL. */
+static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t *src, const import_options_t *opt,
+                       import_report_t *rep, batch_t *b)
+{
+    span_t line;
+    uint64_t lineno = 0;
+    int got;
+    bool header_pending = opt->format == IMPORT_CSV;
+    while ((got = src->next(src->arg, &line)) != 0) {
+        lineno++;
+        if (got == 2) {
+            if (reject(rep, lineno, "line longer than 65536 bytes") != 0)
+                return -1;
+            continue;
+        }
+        if (line.len && line.ptr[line.len - 1] == '\r')
+            line.len--;
+        if (line.len == 0)
+            continue;
+        if (header_pending) {
+            header_pending = false;
+            if (!span_eq_str(line, "item,user,reaction") && reject(rep, lineno, "the header must be item,user,reaction") != 0)
+                return -1;
+            if (!span_eq_str(line, "item,user,reaction"))
+                return 0; /* nothing else can be read right */
+            continue;
+        }
+        rep->read++;
+        record_t rec;
+        json_t *doc = NULL;
+        const char *error = opt->format == IMPORT_CSV ? parse_csv(kinds, line, &rec) : parse_ndjson(kinds, line, &doc, &rec);
+        int rc = 0;
+        if (error)
+            rc = reject(rep, lineno, error);
+        else if (w) {
+            batch_wait(b, opt->batch);
+            rc = batch_submit(w, b, &rec);
+        }
+        json_decref(doc);
+        if (rc != 0 || b->failed)
+            return -1;
+    }
+    return 0;
+}
+
+int import_run(writer_t *w, const kinds_t *kinds, const import_source_t *src, const import_options_t *opt,
+               import_report_t *report)
+{
+    *report = (import_report_t){0};
+    batch_t b = {.outstanding = 0};
+    pthread_mutex_init(&b.lock, NULL);
+    pthread_cond_init(&b.cond, NULL);
+    int rc = 0;
+    if (opt->abort_on_error) {
+        rc = import_pass(NULL, kinds, src, opt, report, &b);
+        if (rc == 0 && report->rejected_count) {
+            report->aborted = true;
+        } else if (rc == 0) {
+            uint64_t read = report->read;
+            report->read = 0;
+            rc = src->rewind(src->arg) == 0 ? import_pass(w, kinds, src, opt, report, &b) : -1;
+            if (rc == 0 && report->read != read)
+                rc = -1; /* the source changed between the passes */
+        }
+    } else {
+        rc = import_pass(w, kinds, src, opt, report, &b);
+    }
+    batch_wait(&b, 0);
+    report->applied = b.applied;
+    report->unchanged = b.unchanged;
+    if (b.failed)
+        rc = -1;
+    report->failed = rc != 0;
+    pthread_cond_destroy(&b.cond);
+    pthread_mutex_destroy(&b.lock);
+    return rc;
+}
+
+void import_report_free(import_report_t *report)
+{
+    free(report->rejected);
+    *report = (import_report_t){0};
+}
+
+int import_buffer_next(void *arg, span_t *line)
+{
+    import_buffer_t *buf = arg;
+    if (buf->pos >= buf->data.len)
+        return 0;
+    const char *start = buf->data.ptr + buf->pos;
+    size_t rest = buf->data.len - buf->pos;
+    const char *nl = memchr(start, '\n', rest);
+    size_t len = nl ? (size_t)(nl - start) : rest;
+    buf->pos += len + 1;
+    if (len > IMPORT_LINE_MAX) {
+        *line = (span_t){start, 0};
+        return 2;
+    }
+    *line = (span_t){start, len};
+    return 1;
+}
+
+int import_buffer_rewind(void *arg)
+{
+    ((import_buffer_t *)arg)->pos = 0;
+    return 0;
+}
