@@ -89,7 +89,10 @@ start_tallyd() {
     if "$TALLYD" --help 2>&1 | grep -q -- '--rate-limit'; then extra+=(--rate-limit off); fi
     # shellcheck disable=SC2206
     extra+=(${BENCH_TALLYD_FLAGS:-})
-    "$TALLYD" --listen 127.0.0.1:0 --data "$T/data" "${extra[@]}" >"$T/tallyd.out" 2>"$T/tallyd.err" &
+    # A copy under a name of its own: on a shared machine a `pkill tallyd` elsewhere (seen while this
+    # harness was written) would otherwise end the benchmark's server in the middle of a run.
+    cp "$TALLYD" "$T/bench-server"
+    "$T/bench-server" --listen 127.0.0.1:0 --data "$T/data" "${extra[@]}" >"$T/tallyd.out" 2>"$T/tallyd.err" &
     TALLYD_PID=$!
     TALLYD_PID_RUN=$TALLYD_PID
     for _ in $(seq 1 100); do

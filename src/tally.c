@@ -9,12 +9,16 @@
 
 #include "core/jwt.h"
 #include "core/parse.h"
+#include "engine/import.h"
 #include "engine/recount.h"
+#include "engine/writer.h"
 #include "store/store.h"
 
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
 #define TOKEN_TTL_DEFAULT_MS (3600ull * 1000)
+#define OFFLINE_BATCH_MAX 16384
+#define OFFLINE_QUEUE_MAX 65536
 
 typedef struct {
     const char *name;
@@ -33,20 +37,18 @@ static int usage_error(const char *why)
 /* Parses the flags common to the subcommands. Returns -1 after --help (printed), -2 on an error
  * (printed), else the index of the first operand. */
 typedef struct {
-    const char *data, *user, *ttl, *secret_file;
+    const char *data, *user, *ttl, *secret_file, *reactions, *format, *on_error;
     bool admin;
 } flags_t;
 
 static int parse_common(int argc, char **argv, flags_t *f)
 {
     static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},
-        {"user", required_argument, NULL, 'u'},
-        {"ttl", required_argument, NULL, 't'},
-        {"jwt-secret-file", required_argument, NULL, 's'},
-        {"admin", no_argument, NULL, 'a'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"data", required_argument, NULL, 'd'},      {"user", required_argument, NULL, 'u'},
+        {"ttl", required_argument, NULL, 't'},       {"jwt-secret-file", required_argument, NULL, 's'},
+        {"admin", no_argument, NULL, 'a'},           {"help", no_argument, NULL, 'h'},
+        {"reactions", required_argument, NULL, 'r'}, {"format", required_argument, NULL, 'f'},
+        {"on-error", required_argument, NULL, 'e'},  {NULL, 0, NULL, 0},
     };
     opterr = 0;
     optind = 1;
@@ -68,6 +70,15 @@ static int parse_common(int argc, char **argv, flags_t *f)
         case 'a':
             f->admin = true;
             break;
+        case 'r':
+            f->reactions = optarg;
+            break;
+        case 'f':
+            f->format = optarg;
+            break;
+        case 'e':
+            f->on_error = optarg;
+            break;
         case 'h':
             fputs(current->usage, stdout);
             return -1;
@@ -80,6 +91,186 @@ static int parse_common(int argc, char **argv, flags_t *f)
         }
     }
     return optind;
+}
+
+static store_t *open_existing(const char *dir);
+
+/* Opens dir for writing by this process alone (no tallyd may run on it), with a writer thread.
+ * kinds NULL: the stored ones. */
+static store_t *open_exclusive(const char *dir, const char *reactions, writer_t **writer)
+{
+    char err[512];
+    kinds_t kinds;
+    if (reactions && kinds_parse(&kinds, reactions, err, sizeof err) != 0) {
+        fprintf(stderr, "tally %s: --reactions: %s\n", current->name, err);
+        return NULL;
+    }
+    if (store_lock_dir(dir, err, sizeof err) < 0) {
+        fprintf(stderr, "tally %s: %s (stop tallyd first, or use the HTTP endpoint)\n", current->name, err);
+        return NULL;
+    }
+    store_t *store = NULL;
+    store_options_t opt = {.map_size_bytes = STORE_MAP_SIZE_DEFAULT};
+    if (store_open(dir, reactions ? &kinds : NULL, &opt, &store, err, sizeof err) != STORE_OK) {
+        fprintf(stderr, "tally %s: %s%s\n", current->name, err, reactions ? "" : " (give --reactions for a new store)");
+        return NULL;
+    }
+    writer_options_t wopt = {
+        /* no one else writes: larger commits than a server's */
+        .queue_max = OFFLINE_QUEUE_MAX,        .batch_max = OFFLINE_BATCH_MAX,
+        .fold_max = WRITER_FOLD_MAX_DEFAULT,   .idem_ttl_ms = 24ull * 3600 * 1000,
+        .sweep_max = WRITER_SWEEP_MAX_DEFAULT, .log_retention_ms = 24ull * 3600 * 1000,
+    };
+    if (writer_start(store, store_kinds(store), &wopt, writer) != 0) {
+        fprintf(stderr, "tally %s: cannot start the writer\n", current->name);
+        store_close(store);
+        return NULL;
+    }
+    return store;
+}
+
+/* A file source of import lines; a line past IMPORT_LINE_MAX is skipped whole, never held. */
+typedef struct {
+    FILE *f;
+    char *buf;
+} file_source_t;
+
+static int file_next(void *arg, span_t *line)
+{
+    file_source_t *src = arg;
+    size_t n = 0;
+    bool too_long = false;
+    int c;
+    while ((c = getc_unlocked(src->f)) != EOF && c != '\n') {
+        if (n < IMPORT_LINE_MAX)
+            src->buf[n++] = (char)c;
+        else
+            too_long = true;
+    }
+    if (c == EOF && n == 0 && !too_long)
+        return 0;
+    *line = (span_t){src->buf, too_long ? 0 : n};
+    return too_long ? 2 : 1;
+}
+
+static int file_rewind(void *arg)
+{
+    return fseek(((file_source_t *)arg)->f, 0, SEEK_SET);
+}
+
+static int cmd_import(int argc, char **argv)
+{
+    flags_t f = {0};
+    int first = parse_common(argc, argv, &f);
+    if (first < 0)
+        return first == -1 ? 0 : EXIT_USAGE;
+    if (!f.data || first != argc - 1)
+        return usage_error("needs --data DIR and FILE");
+    const char *path = argv[first];
+    size_t plen = strlen(path);
+    bool csv = f.format ? strcmp(f.format, "csv") == 0 : plen > 4 && strcmp(path + plen - 4, ".csv") == 0;
+    if (f.format && !csv && strcmp(f.format, "ndjson") != 0)
+        return usage_error("--format is ndjson or csv");
+    if (f.on_error && strcmp(f.on_error, "abort") != 0 && strcmp(f.on_error, "skip") != 0)
+        return usage_error("--on-error is skip or abort");
+    file_source_t src = {fopen(path, "rb"), malloc(IMPORT_LINE_MAX)};
+    if (!src.f || !src.buf) {
+        fprintf(stderr, "tally import: cannot read %s\n", path);
+        free(src.buf);
+        return EXIT_FAILED;
+    }
+    writer_t *writer;
+    store_t *store = open_exclusive(f.data, f.reactions, &writer);
+    if (!store) {
+        fclose(src.f);
+        free(src.buf);
+        return EXIT_FAILED;
+    }
+    import_options_t opt = {csv ? IMPORT_CSV : IMPORT_NDJSON, f.on_error && strcmp(f.on_error, "abort") == 0,
+                            OFFLINE_QUEUE_MAX / 2};
+    import_source_t source = {file_next, file_rewind, &src};
+    import_report_t rep;
+    int rc = import_run(writer, store_kinds(store), &source, &opt, &rep);
+    writer_stop(writer);
+    store_close(store);
+    fclose(src.f);
+    free(src.buf);
+    for (size_t i = 0; i < rep.nrejected; i++)
+        fprintf(stderr, "line %llu: %s\n", (unsigned long long)rep.rejected[i].line, rep.rejected[i].error);
+    printf("{\"read\":%llu,\"applied\":%llu,\"unchanged\":%llu,\"rejected\":%llu%s}\n", (unsigned long long)rep.read,
+           (unsigned long long)rep.applied, (unsigned long long)rep.unchanged, (unsigned long long)rep.rejected_count,
+           rep.aborted ? ",\"aborted\":true" : "");
+    bool bad = rc != 0 || rep.aborted;
+    if (rc != 0 && !rep.aborted)
+        fprintf(stderr, "tally import: stopped part-way; what was applied stays, run it again\n");
+    import_report_free(&rep);
+    return bad ? EXIT_FAILED : 0;
+}
+
+static int export_row(void *arg, span_t item, span_t user, const reaction_row_t *row)
+{
+    const kinds_t *kinds = arg;
+    if (row->kind != KIND_NONE)
+        printf("{\"item\":\"%.*s\",\"user\":\"%.*s\",\"reaction\":\"%s\"}\n", (int)item.len, item.ptr, (int)user.len,
+               user.ptr, kinds_name(kinds, row->kind));
+    return ferror(stdout) ? 1 : 0;
+}
+
+static int cmd_export(int argc, char **argv)
+{
+    flags_t f = {0};
+    int first = parse_common(argc, argv, &f);
+    if (first < 0)
+        return first == -1 ? 0 : EXIT_USAGE;
+    if (!f.data || first != argc)
+        return usage_error("needs --data DIR");
+    store_t *store = open_existing(f.data);
+    if (!store)
+        return EXIT_FAILED;
+    store_read_t *snap;
+    int rc = store_read_begin(store, &snap);
+    if (rc == STORE_OK) {
+        rc = store_read_rows(snap, export_row, (void *)store_kinds(store));
+        store_read_end(snap);
+    }
+    store_close(store);
+    if (rc != STORE_OK || fflush(stdout) != 0) {
+        fprintf(stderr, "tally export: failed\n");
+        return EXIT_FAILED;
+    }
+    return 0;
+}
+
+static int cmd_erase_user(int argc, char **argv)
+{
+    flags_t f = {0};
+    int first = parse_common(argc, argv, &f);
+    if (first < 0)
+        return first == -1 ? 0 : EXIT_USAGE;
+    if (!f.data || first != argc - 1)
+        return usage_error("needs --data DIR and USER");
+    span_t user = span_of(argv[first]);
+    if (!id_valid(user))
+        return usage_error("USER is not a valid user id");
+    writer_t *writer;
+    store_t *store = open_exclusive(f.data, NULL, &writer);
+    if (!store)
+        return EXIT_FAILED;
+    write_cmd_t cmd = {.type = WRITE_CLEAR_USER};
+    memcpy(cmd.user, user.ptr, user.len);
+    cmd.user_len = user.len;
+    uint64_t changed = 0;
+    int rc = 0;
+    do {
+        answer_free(&cmd.answer);
+        rc = writer_call(writer, &cmd) == 0 && cmd.answer.status == 200 ? 0 : -1;
+        changed += cmd.changed;
+    } while (rc == 0 && cmd.more);
+    answer_free(&cmd.answer);
+    writer_stop(writer);
+    store_close(store);
+    printf("{\"changed\":%llu}\n", (unsigned long long)changed);
+    return rc == 0 ? 0 : EXIT_FAILED;
 }
 
 static store_t *open_existing(const char *dir)
@@ -233,6 +424,16 @@ static const command_t commands[] = {
      "(TALLY_JWT_SECRET, or the file's first line)\n",
      cmd_token},
     {"stats", "tally stats --data DIR\n  rows, items, log length and store size, as JSON\n", cmd_stats},
+    {"import",
+     "tally import --data DIR [--format ndjson|csv] [--on-error skip|abort] [--reactions LIST] FILE\n"
+     "  applies {item,user,reaction} records (JSON lines, or CSV with the header item,user,reaction) as\n"
+     "  ordinary writes; tallyd must not be running on DIR; a re-run changes nothing\n",
+     cmd_import},
+    {"export", "tally export --data DIR\n  every reaction row (not none) as JSON lines, the import format\n",
+     cmd_export},
+    {"erase-user",
+     "tally erase-user --data DIR USER\n  every reaction of USER becomes none; their idempotency records are deleted\n",
+     cmd_erase_user},
 };
 
 int main(int argc, char **argv)

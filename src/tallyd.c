@@ -1,16 +1,13 @@
 /* tallyd.c — the server: flags, wiring of store → writer → HTTP, signals, graceful shutdown. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/file.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "core/kinds.h"
@@ -24,7 +21,6 @@
 #define LISTEN_BACKLOG 1024
 #define DRAIN_TIMEOUT_MS 10000
 #define HTTP_BODY_LIMIT_MIN_BYTES (1u << 20) /* h2o's own cap; handlers enforce the contract's 4 KiB */
-#define LOCK_FILE "tallyd.lock"
 
 typedef struct {
     const char *listen;
@@ -252,48 +248,6 @@ static int listen_on(const char *spec, bool loopback_only, char *shown, size_t s
     return fd;
 }
 
-/* mkdir -p: creates dir and any missing parents. */
-static int make_dirs(const char *dir)
-{
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = '\0';
-        if (mkdir(path, 0750) != 0 && errno != EEXIST)
-            return -1;
-        *p = '/';
-    }
-    return mkdir(path, 0750) != 0 && errno != EEXIST ? -1 : 0;
-}
-
-/* One server per data directory: an exclusive lock held for the life of the process. */
-static int lock_data_dir(const char *dir)
-{
-    if (make_dirs(dir) != 0) {
-        fprintf(stderr, "tallyd: cannot create data directory %s: %s\n", dir, strerror(errno));
-        return -1;
-    }
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, LOCK_FILE);
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
-    if (fd < 0) {
-        fprintf(stderr, "tallyd: cannot open %s: %s\n", path, strerror(errno));
-        return -1;
-    }
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        fprintf(stderr, "tallyd: data directory %s is in use by another tallyd (%s)\n", dir,
-                errno == EWOULDBLOCK ? "it holds the lock" : strerror(errno));
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
 int main(int argc, char **argv)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -340,8 +294,10 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (lock_data_dir(o.data) < 0)
+    if (store_lock_dir(o.data, err, sizeof err) < 0) {
+        fprintf(stderr, "tallyd: %s\n", err);
         return 1;
+    }
     char shown[LISTEN_HOST_MAX + 16];
     int listen_fd = listen_on(o.listen, app.dev_mode, shown, sizeof shown);
     if (listen_fd < 0)
@@ -378,7 +334,8 @@ int main(int argc, char **argv)
     http_server_config_t hcfg = {
         .listen_fd = listen_fd,
         .threads = o.threads,
-        .max_body_bytes = o.import_max_bytes > HTTP_BODY_LIMIT_MIN_BYTES ? o.import_max_bytes : HTTP_BODY_LIMIT_MIN_BYTES,
+        .max_body_bytes =
+            o.import_max_bytes > HTTP_BODY_LIMIT_MIN_BYTES ? o.import_max_bytes : HTTP_BODY_LIMIT_MIN_BYTES,
         .request_timeout_ms = o.request_timeout_ms,
         .handler = app_handle,
         .observe = app_observe,

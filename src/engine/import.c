@@ -164,7 +164,8 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
             continue;
         if (header_pending) {
             header_pending = false;
-            if (!span_eq_str(line, "item,user,reaction") && reject(rep, lineno, "the header must be item,user,reaction") != 0)
+            if (!span_eq_str(line, "item,user,reaction") &&
+                reject(rep, lineno, "the header must be item,user,reaction") != 0)
                 return -1;
             if (!span_eq_str(line, "item,user,reaction"))
                 return 0; /* nothing else can be read right */
@@ -173,7 +174,8 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
         rep->read++;
         record_t rec;
         json_t *doc = NULL;
-        const char *error = opt->format == IMPORT_CSV ? parse_csv(kinds, line, &rec) : parse_ndjson(kinds, line, &doc, &rec);
+        const char *error =
+            opt->format == IMPORT_CSV ? parse_csv(kinds, line, &rec) : parse_ndjson(kinds, line, &doc, &rec);
         int rc = 0;
         if (error)
             rc = reject(rep, lineno, error);

@@ -157,7 +157,8 @@ static int clear_one(void *arg, span_t name)
 {
     clear_walk_t *c = arg;
     write_cmd_t *cmd = c->cmd;
-    span_t fixed = cmd->type == WRITE_CLEAR_ITEM ? (span_t){cmd->item, cmd->item_len} : (span_t){cmd->user, cmd->user_len};
+    span_t fixed =
+        cmd->type == WRITE_CLEAR_ITEM ? (span_t){cmd->item, cmd->item_len} : (span_t){cmd->user, cmd->user_len};
     span_t item = cmd->type == WRITE_CLEAR_ITEM ? fixed : name, user = cmd->type == WRITE_CLEAR_ITEM ? name : fixed;
     reaction_row_t row;
     memcpy(cmd->resume, name.ptr, name.len);
@@ -178,11 +179,10 @@ static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
     size_t visited = 0, deleted = 0;
     span_t after = {cmd->resume, cmd->resume_len};
     cmd->changed = 0;
-    int rc = cmd->type == WRITE_CLEAR_ITEM
-                 ? store_item_users(tx, (span_t){cmd->item, cmd->item_len}, after, WRITER_CLEAR_CHUNK, clear_one, &c,
-                                    &visited)
-                 : store_user_items(tx, (span_t){cmd->user, cmd->user_len}, after, WRITER_CLEAR_CHUNK, clear_one, &c,
-                                    &visited);
+    int rc = cmd->type == WRITE_CLEAR_ITEM ? store_item_users(tx, (span_t){cmd->item, cmd->item_len}, after,
+                                                              WRITER_CLEAR_CHUNK, clear_one, &c, &visited)
+                                           : store_user_items(tx, (span_t){cmd->user, cmd->user_len}, after,
+                                                              WRITER_CLEAR_CHUNK, clear_one, &c, &visited);
     if (rc == STORE_OK)
         rc = c.rc;
     if (rc == STORE_OK && cmd->type == WRITE_CLEAR_USER)

@@ -104,8 +104,8 @@ static void recount_job(admin_job_t *job)
     for (size_t i = 0; drift && i < rep.ndrift; i++) {
         const recount_drift_t *d = &rep.drift[i];
         json_array_append_new(drift, json_pack("{s:s,s:s,s:I,s:I}", "item", d->item, "kind",
-                                               kinds_name(job->app->kinds, d->kind), "counted",
-                                               (json_int_t)d->counted, "stored", (json_int_t)d->stored));
+                                               kinds_name(job->app->kinds, d->kind), "counted", (json_int_t)d->counted,
+                                               "stored", (json_int_t)d->stored));
     }
     answer_json(&job->answer,
                 json_pack("{s:I,s:I,s:o}", "checked", (json_int_t)rep.checked, "corrected", (json_int_t)rep.corrected,
@@ -225,8 +225,8 @@ static json_t *rejected_array(const import_report_t *rep)
 {
     json_t *list = json_array();
     for (size_t i = 0; list && i < rep->nrejected; i++)
-        json_array_append_new(list, json_pack("{s:I,s:s}", "line", (json_int_t)rep->rejected[i].line, "error",
-                                              rep->rejected[i].error));
+        json_array_append_new(
+            list, json_pack("{s:I,s:s}", "line", (json_int_t)rep->rejected[i].line, "error", rep->rejected[i].error));
     return list;
 }
 

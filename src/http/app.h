@@ -36,7 +36,7 @@ typedef struct {
     bool dev_mode;     /* no JWT secret: the user is the X-User-Id header */
     auth_keys_t *keys; /* JWT secrets, when not in development mode */
     atomic_bool ready;
-    atomic_bool admin_busy; /* one long admin job at a time */
+    atomic_bool admin_busy;                           /* one long admin job at a time */
     atomic_uint_fast64_t responses[16][STATUS_CODES]; /* [route][status] */
     atomic_uint_fast64_t rate_limited;
 } app_t;

@@ -6,20 +6,20 @@
 
 typedef enum {
     ROUTE_NOT_FOUND,
-    ROUTE_HEALTHZ,  /* /healthz */
-    ROUTE_READYZ,   /* /readyz */
-    ROUTE_ITEMS,    /* /v1/items?ids=… */
-    ROUTE_ITEM,     /* /v1/items/{item} */
-    ROUTE_REACTION, /* /v1/items/{item}/reaction */
-    ROUTE_TOGGLE,   /* /v1/items/{item}/reaction:toggle */
-    ROUTE_KIND,     /* /v1/items/{item}/{kind} */
-    ROUTE_METRICS,  /* /metrics */
-    ROUTE_CHANGES,  /* /v1/changes */
-    ROUTE_RECOUNT,  /* /v1/admin/recount */
-    ROUTE_IMPORT,   /* /v1/admin/import */
+    ROUTE_HEALTHZ,    /* /healthz */
+    ROUTE_READYZ,     /* /readyz */
+    ROUTE_ITEMS,      /* /v1/items?ids=… */
+    ROUTE_ITEM,       /* /v1/items/{item} */
+    ROUTE_REACTION,   /* /v1/items/{item}/reaction */
+    ROUTE_TOGGLE,     /* /v1/items/{item}/reaction:toggle */
+    ROUTE_KIND,       /* /v1/items/{item}/{kind} */
+    ROUTE_METRICS,    /* /metrics */
+    ROUTE_CHANGES,    /* /v1/changes */
+    ROUTE_RECOUNT,    /* /v1/admin/recount */
+    ROUTE_IMPORT,     /* /v1/admin/import */
     ROUTE_ADMIN_USER, /* /v1/admin/users/{user} */
     ROUTE_ADMIN_ITEM, /* /v1/admin/items/{item} */
-    ROUTE_COUNT     /* number of routes, for per-route tables */
+    ROUTE_COUNT       /* number of routes, for per-route tables */
 } route_id_t;
 
 /* A short stable name for metrics labels ("item", "reaction", …). */

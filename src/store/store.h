@@ -47,6 +47,10 @@ void store_close(store_t *store);
 /* The kinds in force: codes 1..count as used across this seam. */
 const kinds_t *store_kinds(const store_t *store);
 
+/* Takes the directory's exclusive instance lock (creating the directory and its parents), held
+ * until the process exits. Returns the lock's fd, or -1 with err filled (another process has it). */
+int store_lock_dir(const char *dir, char *err, size_t errlen);
+
 /* --- snapshots (any thread) --- */
 int store_read_begin(store_t *store, store_read_t **out);
 void store_read_end(store_read_t *r);
