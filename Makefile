@@ -5,7 +5,7 @@ CLANG   ?= clang
 BUILD   := build
 CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -DH2O_USE_LIBUV=0 -Isrc -Wall -Wextra -Werror -pthread -MMD -MP
 CFLAGS  ?= -O2 -g
-LDLIBS  := -lh2o-evloop -llmdb -ljansson -lssl -lcrypto -lpthread
+LDLIBS  := -lm -lh2o-evloop -llmdb -ljansson -lssl -lcrypto -lpthread
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Debian packages the build, the tests and the tools need (one place; `make deps` installs what is missing).

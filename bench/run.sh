@@ -19,7 +19,7 @@
 #   BENCH_DURATION=10        seconds of each main run (tally and nginx alike)
 #   BENCH_SWEEP_DURATION=6   seconds of each extra connection-count run
 #   BENCH_WRK_THREADS=1      wrk threads (the machine has 2 cores: one for wrk, the rest for the server)
-#   BENCH_VERIFY_BUDGET=90   seconds at most for the correctness check
+#   BENCH_VERIFY_BUDGET=60   seconds at most for the correctness check
 #   BENCH_KEEP=1             keep the temporary directory (wrk outputs, logs, the data directory)
 #   TALLYD=build/tallyd      the server binary
 # Output: the tables (Markdown) on stdout, also written to $BENCH_OUT (default: the temp dir).
@@ -31,7 +31,7 @@ TALLYD=${TALLYD:-build/tallyd}
 DUR=${BENCH_DURATION:-10}
 SWEEP_DUR=${BENCH_SWEEP_DURATION:-6}
 WRK_THREADS=${BENCH_WRK_THREADS:-1}
-VERIFY_BUDGET=${BENCH_VERIFY_BUDGET:-90}
+VERIFY_BUDGET=${BENCH_VERIFY_BUDGET:-60}
 SEED=${BENCH_SEED:-$(date +%s)}
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -60,10 +60,12 @@ NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 T=$(mktemp -d "${TMPDIR:-/tmp}/tally-bench.XXXXXX")
 OUT=${BENCH_OUT:-$T}
 mkdir -p "$T/runs" "$T/nginx" "$OUT"
-TALLYD_PID="" NGINX_PID="" BG_PID=""
+TALLYD_PID="" NGINX_PID="" BG_PID="" WRK_PID="" VERIFY_PID=""
 
 cleanup() {
     set +e
+    [ -n "$WRK_PID" ] && kill "$WRK_PID" 2>/dev/null
+    [ -n "$VERIFY_PID" ] && kill "$VERIFY_PID" 2>/dev/null
     [ -n "$BG_PID" ] && kill "$BG_PID" 2>/dev/null
     [ -n "$TALLYD_PID" ] && kill -TERM "$TALLYD_PID" 2>/dev/null
     [ -n "$NGINX_PID" ] && kill -TERM "$NGINX_PID" 2>/dev/null
@@ -195,8 +197,12 @@ run_wrk() {
     log "$label on $target: wrk -t$WRK_THREADS -c$conns -d${dur}s ($scenario)"
     t_start=$(date +%s.%N)
     TIMEFORMAT='%R %U %S'
-    { time wrk -t"$WRK_THREADS" -c"$conns" -d"${dur}s" --latency --timeout 10s \
-        -s "$BENCH_DIR/load.lua" "$url" -- "$scenario" "$target" "$out" "$seed" >"$out.wrk" 2>&1; } 2>"$out.time" || true
+    # in the background, so that a signal to this script is handled at once (the trap ends wrk)
+    wrk -t"$WRK_THREADS" -c"$conns" -d"${dur}s" --latency --timeout 10s \
+        -s "$BENCH_DIR/load.lua" "$url" -- "$scenario" "$target" "$out" "$seed" >"$out.wrk" 2>&1 &
+    WRK_PID=$!
+    { time wait "$WRK_PID"; } 2>"$out.time" || true
+    WRK_PID=""
     t_end=$(date +%s.%N)
     c1=$(proc_ticks "$pid"); read -r b1 a1 < <(cpu_busy); read -r d1 f1 < <(disk); io1=$(pio "$pid")
     if [ "$target" = tally ]; then
@@ -256,7 +262,10 @@ if command -v strace >/dev/null 2>&1; then
     strace -c -f -e trace=fdatasync,fsync,msync,sync_file_range,pwrite64,pwritev,writev -o "$T/strace.txt" -p "$TALLYD_PID" 2>/dev/null &
     BG_PID=$!
     sleep 0.5
-    wrk -t"$WRK_THREADS" -c64 -d4s --timeout 10s -s "$BENCH_DIR/load.lua" "$TALLY_URL" -- write tally "$T/runs/strace-tally" $((SEED + 999)) >"$T/runs/strace-tally.wrk" 2>&1 || true
+    wrk -t"$WRK_THREADS" -c64 -d4s --timeout 10s -s "$BENCH_DIR/load.lua" "$TALLY_URL" -- write tally "$T/runs/strace-tally" $((SEED + 999)) >"$T/runs/strace-tally.wrk" 2>&1 &
+    WRK_PID=$!
+    wait "$WRK_PID" || true
+    WRK_PID=""
     kill -INT "$BG_PID" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$BG_PID" 2>/dev/null || break; sleep 0.1; done
     wait "$BG_PID" 2>/dev/null || true
@@ -295,7 +304,10 @@ for f in "$T"/runs/b-*-tally.result; do
 done
 VERIFY_RC=0
 timeout $((VERIFY_BUDGET + 60)) python3 "$BENCH_DIR/verify.py" --url "$TALLY_URL" --budget "$VERIFY_BUDGET" \
-    --viral-changed-true "$changed_true" --pairs "$T"/runs/*-tally.pairs >"$T/verify.txt" 2>&1 || VERIFY_RC=$?
+    --viral-changed-true "$changed_true" --pairs "$T"/runs/*-tally.pairs >"$T/verify.txt" 2>&1 &
+VERIFY_PID=$!
+wait "$VERIFY_PID" || VERIFY_RC=$?
+VERIFY_PID=""
 cat "$T/verify.txt" >&2
 
 # ---------------------------------------------------------------- shutdown

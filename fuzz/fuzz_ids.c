@@ -6,7 +6,7 @@
 #include "fuzz.h"
 #include "http/router.h"
 
-#define ITEM_PATH_PREFIX "/v1/items/"
+#define PATH_MAX_LEN (ID_MAX_LEN + 64) /* room for the longest prefix and suffix below */
 
 static bool id_char(unsigned char c)
 {
@@ -25,17 +25,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (!valid)
         return 0;
 
-    /* A valid id needs no escaping in a path: the router cuts it back out whole, on every item route. */
-    static const char *const suffixes[] = {"", "/reaction", "/reaction:toggle", "/like"};
-    static const route_id_t routes[] = {ROUTE_ITEM, ROUTE_REACTION, ROUTE_TOGGLE, ROUTE_KIND};
-    char path[sizeof ITEM_PATH_PREFIX + ID_MAX_LEN + sizeof "/reaction:toggle?x=1"];
-    for (size_t s = 0; s < sizeof suffixes / sizeof suffixes[0]; s++) {
-        int n =
-            snprintf(path, sizeof path, "%s%.*s%s?x=1", ITEM_PATH_PREFIX, (int)size, (const char *)data, suffixes[s]);
+    /* A valid id needs no escaping in a path: the router cuts it back out whole, on every id route. */
+    static const struct {
+        const char *prefix, *suffix;
+        route_id_t id;
+    } routes[] = {
+        {"/v1/items/", "", ROUTE_ITEM},
+        {"/v1/items/", "/reaction", ROUTE_REACTION},
+        {"/v1/items/", "/reaction:toggle", ROUTE_TOGGLE},
+        {"/v1/items/", "/like", ROUTE_KIND},
+        {"/v1/admin/users/", "", ROUTE_ADMIN_USER},
+        {"/v1/admin/items/", "", ROUTE_ADMIN_ITEM},
+    };
+    char path[PATH_MAX_LEN];
+    for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
+        int n = snprintf(path, sizeof path, "%s%.*s%s?x=1", routes[i].prefix, (int)size, (const char *)data,
+                         routes[i].suffix);
         FUZZ_ASSERT(n > 0 && (size_t)n < sizeof path);
         route_t r;
         route_match((span_t){path, (size_t)n}, &r);
-        FUZZ_ASSERT(r.id == routes[s]);
+        FUZZ_ASSERT(r.id == routes[i].id);
         FUZZ_ASSERT(span_eq(r.item, id));
         FUZZ_ASSERT(span_eq_str(r.query, "x=1"));
     }

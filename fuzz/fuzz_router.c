@@ -9,25 +9,31 @@
 #define ITEMS_PATH "/v1/items"
 
 /* API.md's routes, written out again here as the reference. A new route fails this assertion until it
- * is added to the tables below: its fixed path (if any) and the methods it takes. */
-_Static_assert(ROUTE_COUNT == ROUTE_RECOUNT + 1, "fuzz_router.c: a route was added; add it to the tables below");
+ * is added to the table below. */
+_Static_assert(ROUTE_COUNT == ROUTE_ADMIN_ITEM + 1, "fuzz_router.c: a route was added; add it to the table below");
 
 static const struct {
-    const char *path;
     route_id_t id;
-} fixed_routes[] = {
-    {"/healthz", ROUTE_HEALTHZ},          {"/readyz", ROUTE_READYZ},
-    {"/metrics", ROUTE_METRICS},          {"/v1/changes", ROUTE_CHANGES},
-    {"/v1/admin/recount", ROUTE_RECOUNT}, {ITEMS_PATH, ROUTE_ITEMS},
+    const char *path;    /* the whole path, for the fixed routes */
+    const char *prefix;  /* the path before one id segment, for the admin id routes */
+    const char *methods; /* space-separated */
+} spec[] = {
+    {ROUTE_NOT_FOUND, NULL, NULL, ""},
+    {ROUTE_HEALTHZ, "/healthz", NULL, "GET HEAD"},
+    {ROUTE_READYZ, "/readyz", NULL, "GET HEAD"},
+    {ROUTE_ITEMS, ITEMS_PATH, NULL, "GET HEAD"},
+    {ROUTE_ITEM, NULL, NULL, "GET HEAD"},
+    {ROUTE_REACTION, NULL, NULL, "GET HEAD PUT DELETE"},
+    {ROUTE_TOGGLE, NULL, NULL, "POST"},
+    {ROUTE_KIND, NULL, NULL, "PUT DELETE"},
+    {ROUTE_METRICS, "/metrics", NULL, "GET HEAD"},
+    {ROUTE_CHANGES, "/v1/changes", NULL, "GET HEAD"},
+    {ROUTE_RECOUNT, "/v1/admin/recount", NULL, "POST"},
+    {ROUTE_IMPORT, "/v1/admin/import", NULL, "POST"},
+    {ROUTE_ADMIN_USER, NULL, "/v1/admin/users/", "DELETE"},
+    {ROUTE_ADMIN_ITEM, NULL, "/v1/admin/items/", "DELETE"},
 };
-
-/* The methods each route takes, space-separated ("" for none). */
-static const char *const methods_of[ROUTE_COUNT] = {
-    [ROUTE_NOT_FOUND] = "",       [ROUTE_HEALTHZ] = "GET HEAD", [ROUTE_READYZ] = "GET HEAD",
-    [ROUTE_ITEMS] = "GET HEAD",   [ROUTE_ITEM] = "GET HEAD",    [ROUTE_REACTION] = "GET HEAD PUT DELETE",
-    [ROUTE_TOGGLE] = "POST",      [ROUTE_KIND] = "PUT DELETE",  [ROUTE_METRICS] = "GET HEAD",
-    [ROUTE_CHANGES] = "GET HEAD", [ROUTE_RECOUNT] = "POST",
-};
+_Static_assert(sizeof spec / sizeof spec[0] == ROUTE_COUNT, "fuzz_router.c: one spec row per route");
 
 /* True when method is one of the space-separated words of words. */
 static bool has_word(const char *words, span_t method)
@@ -46,9 +52,18 @@ static bool has_word(const char *words, span_t method)
 static route_t ref_route(span_t path)
 {
     route_t r = {.id = ROUTE_NOT_FOUND};
-    for (size_t i = 0; i < sizeof fixed_routes / sizeof fixed_routes[0]; i++) {
-        if (span_eq_str(path, fixed_routes[i].path)) {
-            r.id = fixed_routes[i].id;
+    for (size_t i = 0; i < ROUTE_COUNT; i++) {
+        if (spec[i].path && span_eq_str(path, spec[i].path)) {
+            r.id = spec[i].id;
+            return r;
+        }
+        size_t n = spec[i].prefix ? strlen(spec[i].prefix) : 0;
+        if (n && path.len >= n && memcmp(path.ptr, spec[i].prefix, n) == 0) {
+            span_t id = {path.ptr + n, path.len - n};
+            if (!memchr(id.ptr, '/', id.len)) {
+                r.id = spec[i].id;
+                r.item = id;
+            }
             return r;
         }
     }
@@ -121,7 +136,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     route_t want = ref_route(path);
     FUZZ_ASSERT(r.id == want.id);
-    if (r.id == ROUTE_ITEM || r.id == ROUTE_REACTION || r.id == ROUTE_TOGGLE || r.id == ROUTE_KIND) {
+    if (r.id == ROUTE_ITEM || r.id == ROUTE_REACTION || r.id == ROUTE_TOGGLE || r.id == ROUTE_KIND ||
+        r.id == ROUTE_ADMIN_USER || r.id == ROUTE_ADMIN_ITEM) {
         FUZZ_ASSERT(span_eq(r.item, want.item));
         FUZZ_ASSERT(r.item.len == 0 || !memchr(r.item.ptr, '/', r.item.len));
     }
@@ -131,7 +147,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
 
     /* route_allows says yes exactly to the methods API.md gives the route. */
-    for (int id = 0; id < ROUTE_COUNT; id++)
-        FUZZ_ASSERT(route_allows((route_id_t)id, method) == has_word(methods_of[id], method));
+    for (size_t i = 0; i < ROUTE_COUNT; i++)
+        FUZZ_ASSERT(route_allows(spec[i].id, method) == has_word(spec[i].methods, method));
     return 0;
 }

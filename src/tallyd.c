@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/kinds.h"
@@ -20,6 +21,8 @@
 #define EXIT_USAGE 2
 #define LISTEN_BACKLOG 1024
 #define DRAIN_TIMEOUT_MS 10000
+#define SHUTDOWN_FLUSH_MS 200
+#define RATE_TABLE_CAPACITY (1u << 20)       /* buckets per limiter: ~24 MiB, whatever the number of users */
 #define HTTP_BODY_LIMIT_MIN_BYTES (1u << 20) /* h2o's own cap; handlers enforce the contract's 4 KiB */
 
 typedef struct {
@@ -37,6 +40,10 @@ typedef struct {
     uint64_t log_retention_ms;
     uint64_t log_max_bytes;
     uint64_t import_max_bytes;
+    uint64_t max_connections;
+    ratelimit_rule_t write_rule, read_rule;
+    const char *cors[CORS_ORIGINS_MAX];
+    int ncors;
 } options_t;
 
 static const char usage_text[] =
@@ -57,6 +64,11 @@ static const char usage_text[] =
     "  --log-retention DUR        keep folded transitions (the change feed) this long (default 24h)\n"
     "  --import-max-size SIZE     largest body POST /v1/admin/import takes; h2o buffers a body whole\n"
     "                             before any handler runs, so this bounds every request (default 16M)\n"
+    "  --rate-limit RATE/s[:BURST]  writes per user; burst defaults to twice the rate; off disables it\n"
+    "                             (default 20/s:40)\n"
+    "  --read-rate-limit RATE/s[:BURST]  reads without a user, per client address (default 200/s:400)\n"
+    "  --max-connections N        open connections at most; past it 503 and close (default 10000)\n"
+    "  --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any; default none)\n"
     "  --log-max-size SIZE        prune the oldest folded transitions past this size (default 4GiB)\n"
     "  --help                     this text\n"
     "\n"
@@ -102,6 +114,10 @@ static void parse_flags(int argc, char **argv, options_t *o)
         F_LOGMAX,
         F_JWT,
         F_IMPORTMAX,
+        F_RATE,
+        F_READRATE,
+        F_MAXCONN,
+        F_CORS,
         F_HELP
     };
     static const struct option flags[] = {
@@ -119,6 +135,10 @@ static void parse_flags(int argc, char **argv, options_t *o)
         {"log-retention", required_argument, NULL, F_RETENTION},
         {"log-max-size", required_argument, NULL, F_LOGMAX},
         {"import-max-size", required_argument, NULL, F_IMPORTMAX},
+        {"rate-limit", required_argument, NULL, F_RATE},
+        {"read-rate-limit", required_argument, NULL, F_READRATE},
+        {"max-connections", required_argument, NULL, F_MAXCONN},
+        {"cors-origin", required_argument, NULL, F_CORS},
         {"help", no_argument, NULL, F_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -175,6 +195,24 @@ static void parse_flags(int argc, char **argv, options_t *o)
         case F_IMPORTMAX:
             if (parse_size_bytes(optarg, &o->import_max_bytes) != 0 || o->import_max_bytes > (1ull << 32))
                 die_usage("--import-max-size", "expected a size up to 4G, such as 16M");
+            break;
+        case F_RATE:
+            if (ratelimit_parse(optarg, &o->write_rule) != 0)
+                die_usage("--rate-limit", "expected RATE/s[:BURST] such as 20/s:40, or off");
+            break;
+        case F_READRATE:
+            if (ratelimit_parse(optarg, &o->read_rule) != 0)
+                die_usage("--read-rate-limit", "expected RATE/s[:BURST] such as 200/s:400, or off");
+            break;
+        case F_MAXCONN:
+            o->max_connections = flag_uint("--max-connections", optarg, 1, 1000000);
+            break;
+        case F_CORS:
+            if (o->ncors == CORS_ORIGINS_MAX)
+                die_usage("--cors-origin", "given too many times");
+            if (strcmp(optarg, "*") != 0 && strncmp(optarg, "http://", 7) != 0 && strncmp(optarg, "https://", 8) != 0)
+                die_usage("--cors-origin", "expected * or an origin such as https://app.example");
+            o->cors[o->ncors++] = optarg;
             break;
         case F_HELP:
             fputs(usage_text, stdout);
@@ -264,6 +302,9 @@ int main(int argc, char **argv)
         .log_retention_ms = 24ull * 3600 * 1000,
         .log_max_bytes = 4ull << 30,
         .import_max_bytes = 16u << 20,
+        .max_connections = 10000,
+        .write_rule = {20, 40},
+        .read_rule = {200, 400},
     };
     parse_flags(argc, argv, &o);
     kinds_t kinds;
@@ -321,6 +362,11 @@ int main(int argc, char **argv)
     app.kinds = &kinds;
     app.store = store;
     app.data_dir = o.data;
+    app.write_limit = ratelimit_new(o.write_rule, RATE_TABLE_CAPACITY);
+    app.read_limit = ratelimit_new(o.read_rule, RATE_TABLE_CAPACITY);
+    for (int i = 0; i < o.ncors; i++)
+        app.cors_origins[i] = o.cors[i];
+    app.ncors = o.ncors;
     if (feed_start(store, &app.feed) != 0) {
         fprintf(stderr, "tallyd: cannot start the change feed thread\n");
         return 1;
@@ -338,7 +384,8 @@ int main(int argc, char **argv)
             o.import_max_bytes > HTTP_BODY_LIMIT_MIN_BYTES ? o.import_max_bytes : HTTP_BODY_LIMIT_MIN_BYTES,
         .request_timeout_ms = o.request_timeout_ms,
         .handler = app_handle,
-        .observe = app_observe,
+        .on_respond = app_on_respond,
+        .max_connections = o.max_connections,
         .app = &app,
     };
     if (http_server_start(&hcfg) != 0) {
@@ -364,11 +411,14 @@ int main(int argc, char **argv)
     }
     fprintf(stderr, "level=info event=shutdown signal=%s\n", sig == SIGTERM ? "TERM" : "INT");
     atomic_store(&app.ready, false);
+    atomic_store(&app.draining, true);
     http_server_stop_accepting();
     feed_stop(app.feed); /* long polls are answered at once */
     size_t left = http_server_drain(DRAIN_TIMEOUT_MS);
     if (left)
         fprintf(stderr, "level=warn event=shutdown-drain unanswered=%zu\n", left);
+    const struct timespec flush = {0, SHUTDOWN_FLUSH_MS * 1000000L};
+    nanosleep(&flush, NULL); /* the loops keep running: the last answers leave their sockets */
     http_server_stop();
     writer_stop(app.writer);
     store_close(store);

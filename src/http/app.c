@@ -1,7 +1,9 @@
 /* app.c — request dispatch: route, method, then the route's handler; health and readiness. */
 #include "http/app.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "http/router.h"
 
@@ -34,13 +36,74 @@ static void reply_health(http_request_t *req, bool ok)
     reply_json(req, ok ? 200 : 503, json_pack("{s:s}", "status", ok ? "ok" : "unavailable"));
 }
 
-void app_observe(void *arg, http_request_t *req, int status)
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key)
+{
+    unsigned wait_s = ratelimit_take(limit, key, mono_ms());
+    if (wait_s == 0)
+        return true;
+    atomic_fetch_add_explicit(&app->rate_limited, 1, memory_order_relaxed);
+    answer_t a = {0};
+    answer_problem(&a, 429, "rate-limited", "too many requests; retry after the time in Retry-After");
+    a.retry_after_s = wait_s;
+    http_respond(req, &a);
+    answer_free(&a);
+    return false;
+}
+
+/* The allowed origin matching the request's Origin header, if any. */
+static const char *cors_origin(const app_t *app, http_request_t *req, span_t *origin)
+{
+    if (app->ncors == 0 || http_req_header(req, "origin", origin) != 1)
+        return NULL;
+    for (int i = 0; i < app->ncors; i++)
+        if (strcmp(app->cors_origins[i], "*") == 0 || span_eq_str(*origin, app->cors_origins[i]))
+            return app->cors_origins[i];
+    return NULL;
+}
+
+void app_on_respond(void *arg, http_request_t *req, int status)
 {
     app_t *app = arg;
     route_t route;
     route_match(http_req_target(req), &route);
     if (status >= 0 && status < STATUS_CODES && route.id < ROUTE_COUNT)
         atomic_fetch_add_explicit(&app->responses[route.id][status], 1, memory_order_relaxed);
+    span_t origin;
+    const char *allowed = cors_origin(app, req, &origin);
+    if (!allowed)
+        return;
+    /* Never credentials: tally authenticates with a Bearer header, not cookies. */
+    if (strcmp(allowed, "*") == 0) {
+        http_add_header(req, "access-control-allow-origin", "*");
+    } else {
+        char value[512];
+        snprintf(value, sizeof value, "%.*s", (int)origin.len, origin.ptr);
+        http_add_header(req, "access-control-allow-origin", value);
+        http_add_header(req, "vary", "Origin");
+    }
+    http_add_header(req, "access-control-expose-headers", "ETag, Idempotent-Replayed, Retry-After");
+}
+
+/* OPTIONS: a CORS preflight when the origin is allowed, else the route's methods. */
+static void reply_options(app_t *app, http_request_t *req, route_id_t id)
+{
+    span_t origin, method;
+    answer_t a = {.status = 204, .type = ANSWER_JSON, .allow = route_allow(id)};
+    if (cors_origin(app, req, &origin) && http_req_header(req, "access-control-request-method", &method) == 1) {
+        http_add_header(req, "access-control-allow-methods", route_allow(id));
+        http_add_header(req, "access-control-allow-headers",
+                        app->dev_mode ? "Authorization, Content-Type, Idempotency-Key, If-Match, X-User-Id"
+                                      : "Authorization, Content-Type, Idempotency-Key, If-Match");
+        http_add_header(req, "access-control-max-age", "600");
+    }
+    http_respond(req, &a);
 }
 
 void app_handle(void *arg, http_request_t *req)
@@ -51,6 +114,10 @@ void app_handle(void *arg, http_request_t *req)
     route_match(http_req_target(req), &route);
     if (route.id == ROUTE_NOT_FOUND) {
         reply_problem(req, 404, "not-found", "no such route");
+        return;
+    }
+    if (span_eq_str(method, "OPTIONS")) {
+        reply_options(app, req, route.id);
         return;
     }
     if (!route_allows(route.id, method)) {

@@ -8,6 +8,7 @@
 
 #include "core/jwt.h"
 #include "core/kinds.h"
+#include "core/ratelimit.h"
 #include "engine/feed.h"
 #include "engine/writer.h"
 #include "http/request.h"
@@ -26,6 +27,7 @@ typedef struct {
     int count;
 } auth_keys_t;
 #define STATUS_CODES 600 /* per-route counters are indexed by status code */
+#define CORS_ORIGINS_MAX 16
 
 typedef struct {
     const kinds_t *kinds;
@@ -36,9 +38,14 @@ typedef struct {
     bool dev_mode;     /* no JWT secret: the user is the X-User-Id header */
     auth_keys_t *keys; /* JWT secrets, when not in development mode */
     atomic_bool ready;
+    atomic_bool draining;                             /* shutting down: writes not yet queued are refused with 503 */
     atomic_bool admin_busy;                           /* one long admin job at a time */
     atomic_uint_fast64_t responses[16][STATUS_CODES]; /* [route][status] */
     atomic_uint_fast64_t rate_limited;
+    ratelimit_t *write_limit;                   /* per user; NULL = off */
+    ratelimit_t *read_limit;                    /* per client address, reads without a user; NULL = off */
+    const char *cors_origins[CORS_ORIGINS_MAX]; /* "*" allows any origin */
+    int ncors;
 } app_t;
 
 /* The request handler (HTTP threads): routes, checks methods, dispatches. */
@@ -66,8 +73,11 @@ int auth_keys_load(auth_keys_t *keys, const char *file, const char *secret, char
 /* Admin rights, or a 401/403 answer. */
 bool auth_admin_or_reply(const app_t *app, http_request_t *req);
 
-/* Counts a response for the metrics (called by the server after each answer). */
-void app_observe(void *app, http_request_t *req, int status);
+/* Called by the server before each answer goes out: CORS headers, the metrics. */
+void app_on_respond(void *app, http_request_t *req, int status);
+
+/* Takes a token from the bucket of key; false having replied 429 when there is none. */
+bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key);
 
 void metrics_get(app_t *app, http_request_t *req);
 void changes_get(app_t *app, http_request_t *req, span_t query);

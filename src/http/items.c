@@ -15,6 +15,16 @@
 
 static const char ID_RULE[] = "ids are 1-128 bytes of A-Z a-z 0-9 . _ : ~ - (and not . or ..)";
 
+/* Reads without a user are limited per client address, so one scraper cannot starve the feed. */
+static bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
+{
+    char peer[64];
+    if (who->known || !app->read_limit)
+        return true;
+    size_t n = http_req_peer(req, peer, sizeof peer);
+    return rate_or_reply(app, app->read_limit, req, (span_t){peer, n});
+}
+
 static bool item_or_reply(http_request_t *req, span_t item)
 {
     if (id_valid(item))
@@ -57,7 +67,7 @@ void items_get_one(app_t *app, http_request_t *req, span_t item)
 {
     auth_t who;
     store_read_t *snap;
-    if (!auth_user_or_reply(app, req, false, &who) || !item_or_reply(req, item))
+    if (!auth_user_or_reply(app, req, false, &who) || !read_rate_or_reply(app, req, &who) || !item_or_reply(req, item))
         return;
     if (store_read_begin(app->store, &snap) != STORE_OK) {
         reply_problem(req, 503, "unavailable", "the store cannot be read");
@@ -75,7 +85,7 @@ void items_get_many(app_t *app, http_request_t *req, span_t query)
 {
     auth_t who;
     span_t ids, id;
-    if (!auth_user_or_reply(app, req, false, &who))
+    if (!auth_user_or_reply(app, req, false, &who) || !read_rate_or_reply(app, req, &who))
         return;
     if (!parse_query_param(query, "ids", &ids)) {
         reply_problem(req, 400, "invalid-parameter", "ids is required: ?ids=a,b,c");
@@ -257,7 +267,8 @@ void items_write(app_t *app, http_request_t *req, span_t item, span_t action)
 {
     auth_t who;
     span_t body;
-    if (!auth_user_or_reply(app, req, true, &who) || !item_or_reply(req, item) || !body_or_reply(req, &body))
+    if (!auth_user_or_reply(app, req, true, &who) || !rate_or_reply(app, app->write_limit, req, who.user) ||
+        !item_or_reply(req, item) || !body_or_reply(req, &body))
         return;
     write_cmd_t *cmd = calloc(1, sizeof *cmd);
     if (!cmd) {
@@ -280,7 +291,9 @@ void items_write(app_t *app, http_request_t *req, span_t item, span_t action)
     }
     cmd->done = write_done;
     cmd->done_arg = http_defer(req);
-    if (!cmd->done_arg || writer_submit(app->writer, cmd) != 0) {
+    /* Deferred first, then the check: a shutdown that has seen no deferred request left also sees
+     * this one, or this one sees the shutdown (both atomics are sequentially consistent). */
+    if (!cmd->done_arg || atomic_load(&app->draining) || writer_submit(app->writer, cmd) != 0) {
         if (cmd->done_arg)
             http_pending_cancel(cmd->done_arg);
         free(cmd);

@@ -16,6 +16,12 @@ span_t http_req_body(const http_request_t *req);
 /* The first value of header name (lowercase) and how many times it occurs. */
 size_t http_req_header(const http_request_t *req, const char *name, span_t *first);
 
+/* The client's address as text ("127.0.0.1", "::1"); the length, 0 when unknown. */
+size_t http_req_peer(const http_request_t *req, char *buf, size_t len);
+
+/* Adds a response header to the answer about to be sent (the server's on_respond hook). */
+void http_add_header(http_request_t *req, const char *name, const char *value);
+
 /* Sends a (the adapter copies what it needs; a stays the caller's). */
 void http_respond(http_request_t *req, const answer_t *a);
 

@@ -3,6 +3,7 @@
  * This is the only file that includes h2o. */
 #include "http/server.h"
 
+#include <arpa/inet.h>
 #include <h2o.h>
 #include <h2o/multithread.h>
 #include <pthread.h>
@@ -54,6 +55,8 @@ static struct {
     http_thread_t threads[MAX_THREADS];
     int nthreads;
     atomic_size_t pending;
+    atomic_size_t connections;
+    atomic_uint_fast64_t refused;
     h2o_barrier_t started;
 } server;
 
@@ -150,6 +153,28 @@ static void add_header_str(h2o_req_t *req, const char *name, const char *value)
     h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 1, NULL, value, strlen(value));
 }
 
+void http_add_header(http_request_t *request, const char *name, const char *value)
+{
+    h2o_req_t *req = h2o_req(request);
+    h2o_iovec_t v = h2o_strdup(&req->pool, value, SIZE_MAX);
+    h2o_iovec_t n = h2o_strdup(&req->pool, name, SIZE_MAX);
+    h2o_add_header_by_str(&req->pool, &req->res.headers, n.base, n.len, 1, NULL, v.base, v.len);
+}
+
+size_t http_req_peer(const http_request_t *request, char *buf, size_t len)
+{
+    h2o_req_t *req = h2o_req(request);
+    struct sockaddr_storage ss;
+    socklen_t sl = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
+    if (sl == 0 || len < INET6_ADDRSTRLEN)
+        return 0;
+    const void *addr = ss.ss_family == AF_INET6 ? (const void *)&((struct sockaddr_in6 *)&ss)->sin6_addr
+                                                : (const void *)&((struct sockaddr_in *)&ss)->sin_addr;
+    if ((ss.ss_family != AF_INET && ss.ss_family != AF_INET6) || !inet_ntop(ss.ss_family, addr, buf, (socklen_t)len))
+        return 0;
+    return strlen(buf);
+}
+
 void http_respond(http_request_t *request, const answer_t *a)
 {
     h2o_req_t *req = h2o_req(request);
@@ -174,8 +199,8 @@ void http_respond(http_request_t *request, const answer_t *a)
     if (a->www_authenticate)
         add_header_str(req, "www-authenticate", "Bearer");
     req->res.content_length = a->body_len;
-    if (server.cfg.observe)
-        server.cfg.observe(server.cfg.app, request, a->status);
+    if (server.cfg.on_respond)
+        server.cfg.on_respond(server.cfg.app, request, a->status);
     h2o_send_inline(req, a->body ? a->body : "", a->body_len);
 }
 
@@ -250,14 +275,52 @@ static void on_control(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
     }
 }
 
+static void on_connection_closed(void *data)
+{
+    (void)data;
+    atomic_fetch_sub(&server.connections, 1);
+}
+
+static const char overloaded_response[] = "HTTP/1.1 503 Service Unavailable\r\n"
+                                          "Content-Type: application/problem+json\r\n"
+                                          "Retry-After: 1\r\nConnection: close\r\nContent-Length: 110\r\n\r\n"
+                                          "{\"type\":\"urn:tally:error:overloaded\",\"title\":\"Server overloaded\","
+                                          "\"status\":503,\"detail\":\"too many connections\"}";
+
+static void on_refusal_written(h2o_socket_t *sock, const char *err)
+{
+    (void)err;
+    h2o_socket_close(sock);
+}
+
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
     http_thread_t *t = listener->data;
     if (err != NULL)
         return;
     h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-    if (sock != NULL)
-        h2o_accept(&t->accept_ctx, sock);
+    if (sock == NULL)
+        return;
+    if (atomic_load(&server.connections) >= server.cfg.max_connections) {
+        atomic_fetch_add(&server.refused, 1);
+        h2o_iovec_t buf = h2o_iovec_init(overloaded_response, sizeof overloaded_response - 1);
+        h2o_socket_write(sock, &buf, 1, on_refusal_written);
+        return;
+    }
+    atomic_fetch_add(&server.connections, 1);
+    sock->on_close.cb = on_connection_closed;
+    sock->on_close.data = t;
+    h2o_accept(&t->accept_ctx, sock);
+}
+
+size_t http_server_connections(void)
+{
+    return atomic_load(&server.connections);
+}
+
+uint64_t http_server_refused(void)
+{
+    return atomic_load(&server.refused);
 }
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)

@@ -22,7 +22,7 @@ import time
 import unittest
 
 from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
-                     server_without_rate_limit, uid)
+                     server_without_rate_limit, tail, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
 CORRUPT_COUNT = os.path.join(REPO_ROOT, "build", "corrupt_count")
@@ -504,7 +504,14 @@ class ChangesConcurrentTest(FeedCase):
             try:
                 while time.monotonic() < deadline:
                     writers_done = not any(t.is_alive() for t in threads)
-                    doc = self.page(s, after=after, limit=50, wait=1, client=reader)
+                    t_page = time.monotonic()
+                    try:
+                        doc = self.page(s, after=after, limit=50, wait=1, client=reader)
+                    except OSError as e:
+                        raise AssertionError(
+                            "page %d (after=%s, writers done: %s) failed after %.3fs: %r\n%s"
+                            % (pages, after, writers_done, time.monotonic() - t_page, e,
+                               tail(s.stderr())))
                     pages += 1
                     feed.extend(doc["changes"])
                     after = doc["next"]

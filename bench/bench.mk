@@ -1,0 +1,10 @@
+# bench/bench.mk — `make bench`: the benchmark harness of issue 6 (bench/run.sh; see bench/RESULTS.md).
+# Included from the Makefile. Not part of `make test` and never run by CI. About 4-5 minutes,
+# 127.0.0.1 only; it installs wrk, nginx and strace with apt-get where they are missing.
+# Knobs (environment): BENCH_DURATION, BENCH_SWEEP_DURATION, BENCH_WRK_THREADS, BENCH_VERIFY_BUDGET,
+# BENCH_KEEP=1, BENCH_OUT=DIR (tables and report also written there).
+BUILD ?= build
+
+.PHONY: bench
+bench: deps $(BUILD)/tallyd
+	TALLYD=$(BUILD)/tallyd bench/run.sh
