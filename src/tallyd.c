@@ -42,6 +42,8 @@ typedef struct {
     uint64_t import_max_bytes;
     uint64_t max_connections;
     ratelimit_rule_t write_rule, read_rule;
+    double hot_threshold;
+    uint64_t trending_capacity;
     const char *cors[CORS_ORIGINS_MAX];
     int ncors;
 } options_t;
@@ -69,6 +71,8 @@ static const char usage_text[] =
     "  --read-rate-limit RATE/s[:BURST]  reads without a user, per client address (default 200/s:400)\n"
     "  --max-connections N        open connections at most; past it 503 and close (default 10000)\n"
     "  --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any; default none)\n"
+    "  --hot-threshold RATE       transitions per second that make an item hot (default 50)\n"
+    "  --trending-capacity K      counters per trending summary; the error bound is events/K (default 512)\n"
     "  --log-max-size SIZE        prune the oldest folded transitions past this size (default 4GiB)\n"
     "  --help                     this text\n"
     "\n"
@@ -118,6 +122,8 @@ static void parse_flags(int argc, char **argv, options_t *o)
         F_READRATE,
         F_MAXCONN,
         F_CORS,
+        F_HOT,
+        F_TRENDCAP,
         F_HELP
     };
     static const struct option flags[] = {
@@ -139,6 +145,8 @@ static void parse_flags(int argc, char **argv, options_t *o)
         {"read-rate-limit", required_argument, NULL, F_READRATE},
         {"max-connections", required_argument, NULL, F_MAXCONN},
         {"cors-origin", required_argument, NULL, F_CORS},
+        {"hot-threshold", required_argument, NULL, F_HOT},
+        {"trending-capacity", required_argument, NULL, F_TRENDCAP},
         {"help", no_argument, NULL, F_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -214,6 +222,12 @@ static void parse_flags(int argc, char **argv, options_t *o)
                 die_usage("--cors-origin", "expected * or an origin such as https://app.example");
             o->cors[o->ncors++] = optarg;
             break;
+        case F_HOT:
+            o->hot_threshold = (double)flag_uint("--hot-threshold", optarg, 1, 10000000);
+            break;
+        case F_TRENDCAP:
+            o->trending_capacity = flag_uint("--trending-capacity", optarg, 16, 65536);
+            break;
         case F_HELP:
             fputs(usage_text, stdout);
             exit(0);
@@ -286,6 +300,15 @@ static int listen_on(const char *spec, bool loopback_only, char *shown, size_t s
     return fd;
 }
 
+/* The writer committed transitions: wake the change feed's long polls and the trending follower. */
+static void on_commit(void *arg)
+{
+    app_t *app = arg;
+    feed_notify(app->feed);
+    if (app->trending)
+        trending_notify(app->trending);
+}
+
 int main(int argc, char **argv)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -305,6 +328,8 @@ int main(int argc, char **argv)
         .max_connections = 10000,
         .write_rule = {20, 40},
         .read_rule = {200, 400},
+        .hot_threshold = 50,
+        .trending_capacity = TRENDING_CAPACITY_DEFAULT,
     };
     parse_flags(argc, argv, &o);
     kinds_t kinds;
@@ -371,10 +396,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "tallyd: cannot start the change feed thread\n");
         return 1;
     }
-    wopt.on_commit = feed_notify;
-    wopt.on_commit_arg = app.feed;
+    wopt.on_commit = on_commit;
+    wopt.on_commit_arg = &app;
     if (writer_start(store, &kinds, &wopt, &app.writer) != 0) {
         fprintf(stderr, "tallyd: cannot start the writer thread\n");
+        return 1;
+    }
+    trending_options_t topt = {.capacity = o.trending_capacity, .hot_threshold = o.hot_threshold};
+    if (trending_start(store, app.writer, &kinds, &topt, &app.trending) != 0) {
+        fprintf(stderr, "tallyd: cannot start trending\n");
         return 1;
     }
     http_server_config_t hcfg = {
@@ -420,6 +450,7 @@ int main(int argc, char **argv)
     const struct timespec flush = {0, SHUTDOWN_FLUSH_MS * 1000000L};
     nanosleep(&flush, NULL); /* the loops keep running: the last answers leave their sockets */
     http_server_stop();
+    trending_stop(app.trending); /* persists its open buckets through the writer */
     writer_stop(app.writer);
     store_close(store);
     close(listen_fd);

@@ -194,6 +194,19 @@ static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
     return STORE_OK;
 }
 
+static int writer_aux(store_write_t *tx, write_cmd_t *cmd)
+{
+    const write_aux_t *aux = cmd->aux;
+    int rc = STORE_OK;
+    if (aux->delete_to.len)
+        rc = store_aux_delete_range(tx, aux->delete_from, aux->delete_to);
+    for (size_t i = 0; rc == STORE_OK && i < aux->n; i++)
+        rc = store_aux_put(tx, aux->keys[i], aux->values[i]);
+    if (rc == STORE_OK)
+        answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
+    return rc;
+}
+
 /* A recount's correction: the deltas it measured between rows and counts. */
 static int writer_adjust(store_write_t *tx, write_cmd_t *cmd)
 {
@@ -210,6 +223,8 @@ static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         return writer_adjust(tx, cmd);
     if (cmd->type == WRITE_CLEAR_ITEM || cmd->type == WRITE_CLEAR_USER)
         return writer_clear(w, tx, cmd, now_ms);
+    if (cmd->type == WRITE_AUX)
+        return writer_aux(tx, cmd);
     span_t item = {cmd->item, cmd->item_len}, user = {cmd->user, cmd->user_len};
     if (cmd->key_len) {
         int rc = idem_lookup(w, tx, cmd, now_ms);

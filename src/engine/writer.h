@@ -24,7 +24,17 @@ typedef enum {
     WRITE_COUNTS_ADJUST, /* counts[item] += deltas: a recount's correction */
     WRITE_CLEAR_ITEM,    /* every reaction on item becomes none (a chunk at a time) */
     WRITE_CLEAR_USER,    /* every reaction of user becomes none, and their idempotency records go */
+    WRITE_AUX,           /* auxiliary records: puts and a range deletion (trending's summaries) */
 } write_type_t;
+
+#define WRITE_AUX_MAX 1024
+
+/* What a WRITE_AUX command writes; owned by the submitter. */
+typedef struct {
+    size_t n;
+    span_t keys[WRITE_AUX_MAX], values[WRITE_AUX_MAX];
+    span_t delete_from, delete_to; /* from ≤ key < to; none when delete_to is empty */
+} write_aux_t;
 
 #define WRITER_CLEAR_CHUNK 1000 /* rows visited per WRITE_CLEAR_* command */
 
@@ -47,8 +57,9 @@ struct write_cmd {
     int64_t deltas[KINDS_MAX + 1]; /* WRITE_COUNTS_ADJUST */
     char resume[ID_MAX_LEN];       /* WRITE_CLEAR_*: continue after this name; updated by the writer */
     size_t resume_len;
-    size_t changed; /* rows changed by this command (0 or 1 for WRITE_REACT) */
-    bool more;      /* WRITE_CLEAR_*: rows remain; submit again */
+    size_t changed;         /* rows changed by this command (0 or 1 for WRITE_REACT) */
+    const write_aux_t *aux; /* WRITE_AUX */
+    bool more;              /* WRITE_CLEAR_*: rows remain; submit again */
 
     answer_t answer;
     void (*done)(write_cmd_t *cmd);

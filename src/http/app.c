@@ -163,6 +163,12 @@ void app_handle(void *arg, http_request_t *req)
     case ROUTE_RECOUNT:
         admin_recount(app, req);
         return;
+    case ROUTE_TRENDING:
+        trending_get(app, req, route.query);
+        return;
+    case ROUTE_HOT:
+        hot_get(app, req);
+        return;
     case ROUTE_IMPORT:
         admin_import(app, req, route.query);
         return;

@@ -10,8 +10,10 @@
 #include "core/kinds.h"
 #include "core/ratelimit.h"
 #include "engine/feed.h"
+#include "engine/trending.h"
 #include "engine/writer.h"
 #include "http/request.h"
+#include "http/router.h"
 #include "store/store.h"
 
 #define BODY_MAX_BYTES 4096 /* API.md: request bodies over 4 KiB are refused with 413 */
@@ -34,13 +36,14 @@ typedef struct {
     store_t *store;
     writer_t *writer;
     feed_t *feed;
+    trending_t *trending;
     const char *data_dir;
     bool dev_mode;     /* no JWT secret: the user is the X-User-Id header */
     auth_keys_t *keys; /* JWT secrets, when not in development mode */
     atomic_bool ready;
-    atomic_bool draining;                             /* shutting down: writes not yet queued are refused with 503 */
-    atomic_bool admin_busy;                           /* one long admin job at a time */
-    atomic_uint_fast64_t responses[16][STATUS_CODES]; /* [route][status] */
+    atomic_bool draining;   /* shutting down: writes not yet queued are refused with 503 */
+    atomic_bool admin_busy; /* one long admin job at a time */
+    atomic_uint_fast64_t responses[ROUTE_COUNT][STATUS_CODES]; /* [route][status] */
     atomic_uint_fast64_t rate_limited;
     ratelimit_t *write_limit;                   /* per user; NULL = off */
     ratelimit_t *read_limit;                    /* per client address, reads without a user; NULL = off */
@@ -80,6 +83,8 @@ void app_on_respond(void *app, http_request_t *req, int status);
 bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key);
 
 void metrics_get(app_t *app, http_request_t *req);
+void trending_get(app_t *app, http_request_t *req, span_t query);
+void hot_get(app_t *app, http_request_t *req);
 void changes_get(app_t *app, http_request_t *req, span_t query);
 void admin_recount(app_t *app, http_request_t *req);
 void admin_import(app_t *app, http_request_t *req, span_t query);

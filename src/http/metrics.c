@@ -8,6 +8,7 @@
 #include "engine/recount.h"
 #include "http/app.h"
 #include "http/router.h"
+#include "http/server.h"
 
 typedef struct {
     char *buf;
@@ -146,6 +147,14 @@ void metrics_get(app_t *app, http_request_t *req)
     }
     gauge(&t, "tally_store_file_bytes", "Disk space used by the store's data file.",
           (double)store_file_bytes(app->data_dir));
+    trend_entry_t hot[100];
+    gauge(&t, "tally_hot_items", "Items written more often than --hot-threshold per second.",
+          (double)trending_hot(app->trending, 100, hot));
+    gauge(&t, "tally_trending_behind_entries", "Log entries the trending follower has yet to read.",
+          (double)trending_behind(app->trending));
+    gauge(&t, "tally_http_connections", "Open HTTP connections.", (double)http_server_connections());
+    counter(&t, "tally_http_connections_refused_total", "Connections refused at --max-connections.",
+            http_server_refused());
     gauge(&t, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)resident_bytes());
     if (t.failed) {
         free(t.buf);

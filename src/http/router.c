@@ -21,6 +21,8 @@ static const struct {
     {ROUTE_CHANGES, "changes", "/v1/changes", "GET, HEAD"},
     {ROUTE_RECOUNT, "recount", "/v1/admin/recount", "POST"},
     {ROUTE_IMPORT, "import", "/v1/admin/import", "POST"},
+    {ROUTE_TRENDING, "trending", "/v1/trending", "GET, HEAD"},
+    {ROUTE_HOT, "hot", "/v1/admin/hot", "GET, HEAD"},
     {ROUTE_ADMIN_USER, "admin_user", NULL, "DELETE"},
     {ROUTE_ADMIN_ITEM, "admin_item", NULL, "DELETE"},
 };

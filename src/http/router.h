@@ -17,6 +17,8 @@ typedef enum {
     ROUTE_CHANGES,    /* /v1/changes */
     ROUTE_RECOUNT,    /* /v1/admin/recount */
     ROUTE_IMPORT,     /* /v1/admin/import */
+    ROUTE_TRENDING,   /* /v1/trending */
+    ROUTE_HOT,        /* /v1/admin/hot */
     ROUTE_ADMIN_USER, /* /v1/admin/users/{user} */
     ROUTE_ADMIN_ITEM, /* /v1/admin/items/{item} */
     ROUTE_COUNT       /* number of routes, for per-route tables */

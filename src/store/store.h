@@ -136,6 +136,17 @@ int store_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *
 typedef int (*store_row_fn)(void *arg, span_t item, span_t user, const reaction_row_t *row);
 int store_read_rows(store_read_t *r, store_row_fn fn, void *arg);
 
+/* The first log seq whose commit time is at or after at_ms (binary search; the log is in commit
+ * order); *seq is one past the newest entry when there is none. */
+int store_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);
+
+/* Auxiliary records of other modules (trending's summaries), keyed by text. Writer thread for
+ * writes; reads from a snapshot, in key order, for the keys that start with prefix. */
+int store_aux_put(store_write_t *w, span_t key, span_t value);
+int store_aux_delete_range(store_write_t *w, span_t from, span_t to); /* from ≤ key < to */
+typedef int (*store_aux_fn)(void *arg, span_t key, span_t value);
+int store_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
+
 /* Deletes log entries from the oldest on, while seq <= upto_seq and their commit time is before
  * before_ms, at most limit. Writer thread. */
 int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 
 #define SCHEMA_VERSION "1"
-#define MAX_DBS 8
+#define MAX_DBS 12
 #define MAX_READERS 512
 #define ROW_VALUE_LEN 9
 #define LOG_HEADER_LEN 19
@@ -40,7 +40,7 @@ struct store_write {
 
 struct store {
     MDB_env *env;
-    MDB_dbi rows, log, counts, meta, idem, idem_exp, user_items;
+    MDB_dbi rows, log, counts, meta, idem, idem_exp, user_items, aux;
     kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
     int cfg_to_db[KINDS_MAX + 1]; /* configured code → disk code */
@@ -248,7 +248,8 @@ int store_open(const char *dir, const kinds_t *kinds, const store_options_t *opt
         (rc = mdb_dbi_open(txn, "counts", MDB_CREATE, &s->counts)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "idem", MDB_CREATE, &s->idem)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "idem_exp", MDB_CREATE, &s->idem_exp)) != MDB_SUCCESS ||
-        (rc = mdb_dbi_open(txn, "user_items", MDB_CREATE, &s->user_items)) != MDB_SUCCESS) {
+        (rc = mdb_dbi_open(txn, "user_items", MDB_CREATE, &s->user_items)) != MDB_SUCCESS ||
+        (rc = mdb_dbi_open(txn, "aux", MDB_CREATE, &s->aux)) != MDB_SUCCESS) {
         snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
         goto fail;
     }
@@ -889,4 +890,83 @@ int store_read_rows(store_read_t *r, store_row_fn fn, void *arg)
         result = map_rc(rc);
     mdb_cursor_close(cur);
     return result;
+}
+
+/* --- the log by time, and auxiliary records --- */
+
+static int log_at(const store_t *s, MDB_txn *txn, uint64_t seq, uint64_t *at_ms)
+{
+    MDB_val key = {sizeof seq, &seq}, val;
+    int rc = mdb_get(txn, s->log, &key, &val);
+    if (rc == MDB_SUCCESS && val.mv_size >= 8)
+        *at_ms = get_u64(val.mv_data);
+    return rc;
+}
+
+int store_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq)
+{
+    uint64_t first, last, at = 0;
+    int rc = store_read_log_bounds(r, &first, &last);
+    if (rc != STORE_OK)
+        return rc;
+    if (first == 0) {
+        *seq = 1;
+        return STORE_OK;
+    }
+    uint64_t lo = first, hi = last + 1; /* the answer is in [lo, hi] */
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if ((rc = log_at(r->store, r->txn, mid, &at)) != MDB_SUCCESS)
+            return map_rc(rc == MDB_NOTFOUND ? MDB_CORRUPTED : rc); /* the log has no holes */
+        if (at < at_ms)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *seq = lo;
+    return STORE_OK;
+}
+
+int store_aux_put(store_write_t *w, span_t key, span_t value)
+{
+    MDB_val k = {key.len, (void *)key.ptr}, v = {value.len, (void *)value.ptr};
+    return map_rc(mdb_put(w->txn, w->store->aux, &k, &v, 0));
+}
+
+int store_aux_delete_range(store_write_t *w, span_t from, span_t to)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(w->txn, w->store->aux, &cur);
+    if (rc != MDB_SUCCESS)
+        return map_rc(rc);
+    MDB_val key = {from.len, (void *)from.ptr}, val;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_GET_CURRENT)) {
+        size_t n = key.mv_size < to.len ? key.mv_size : to.len;
+        int cmp = memcmp(key.mv_data, to.ptr, n);
+        if (cmp > 0 || (cmp == 0 && key.mv_size >= to.len))
+            break;
+        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : map_rc(rc);
+}
+
+int store_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(r->txn, r->store->aux, &cur);
+    if (rc != MDB_SUCCESS)
+        return map_rc(rc);
+    MDB_val key = {prefix.len, (void *)prefix.ptr}, val;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+        if (key.mv_size < prefix.len || memcmp(key.mv_data, prefix.ptr, prefix.len) != 0)
+            break;
+        if (fn(arg, (span_t){key.mv_data, key.mv_size}, (span_t){val.mv_data, val.mv_size}) != 0)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : map_rc(rc);
 }

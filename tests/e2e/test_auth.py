@@ -123,6 +123,9 @@ class BearerTest(SharedServerTestCase, AuthCase):
         self.assertEqual(self.reaction_of(s, item, token(other))["version"], 0)
         self.assertEqual(self.reaction_of(s, item, tok),
                          {"item": item, "reaction": "dislike", "version": 2})
+        # the scheme is case-insensitive (RFC 9110 section 11.1)
+        resp = s.json("GET", "/v1/items/%s/reaction" % item, headers={"Authorization": "bearer " + tok})
+        self.assertEqual(self.assertOk(resp)["version"], 2)
         # other write routes take the user from the token too
         resp = s.json("DELETE", "/v1/items/%s/dislike" % item, headers=bearer(tok))
         self.assertWrite(resp, item, "none", "dislike", 3, True)

@@ -1,0 +1,518 @@
+/* trending.c — bucketed Space-Saving summaries fed from the log; persisted through the writer. */
+#include "engine/trending.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#include "core/itemmap.h"
+#include "core/spacesaving.h"
+
+#define FOLLOW_BATCH 10000
+#define FOLLOW_IDLE_MS 1000
+#define HOT_BUCKETS 2 /* closed 5 s buckets the hot rate is taken over */
+#define NO_STATE_REPLAY_MS (3600ull * 1000)
+#define AUX_PREFIX "trend/"
+#define AUX_OPEN_KEY "trend/open"
+
+enum { LEVEL_5S, LEVEL_1M, LEVEL_1H, LEVELS };
+
+static const struct {
+    uint64_t width_ms;
+    size_t nbuckets; /* one more than the window needs: the open bucket */
+    bool persist;
+} level_shape[LEVELS] = {
+    {5000, 13, false},
+    {60000, 61, true},
+    {3600000, 25, true},
+};
+
+typedef struct {
+    uint64_t start_ms;          /* 0 = unused */
+    spacesaving_t *gain, *loss; /* [KINDS_MAX + 1], summaries initialised on first use */
+    spacesaving_t all;          /* every transition (LEVEL_5S only): hot items */
+    bool dirty;                 /* changed since persisted */
+} bucket_t;
+
+typedef struct {
+    bucket_t *ring;
+    uint64_t current_start;
+} level_t;
+
+struct trending {
+    store_t *store;
+    writer_t *writer;
+    const kinds_t *kinds;
+    trending_options_t opt;
+    pthread_t thread;
+    pthread_mutex_t lock; /* guards the levels: the follower writes, queries read */
+    pthread_mutex_t wake_lock;
+    pthread_cond_t wake;
+    bool dirty, stopping;
+    level_t levels[LEVELS];
+    uint64_t cursor; /* last log seq consumed */
+    uint64_t newest; /* newest log seq seen */
+    uint64_t last_persist_ms;
+};
+
+static uint64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static spacesaving_t *summary(trending_t *t, spacesaving_t *s)
+{
+    if (!s->slots && ss_init(s, t->opt.capacity) != 0)
+        return NULL;
+    return s;
+}
+
+static void bucket_reset(bucket_t *b, uint64_t start_ms)
+{
+    for (int k = 0; k <= KINDS_MAX; k++) {
+        ss_free(&b->gain[k]);
+        ss_free(&b->loss[k]);
+    }
+    ss_free(&b->all);
+    b->start_ms = start_ms;
+    b->dirty = false;
+}
+
+/* The bucket of at_ms at level l, recycled when its slot held an older bucket. */
+static bucket_t *bucket_for(trending_t *t, int l, uint64_t at_ms)
+{
+    uint64_t width = level_shape[l].width_ms, start = at_ms - at_ms % width;
+    level_t *lv = &t->levels[l];
+    if (start < lv->current_start)
+        start = lv->current_start; /* a late transition (clock step): counted in the open bucket */
+    bucket_t *b = &lv->ring[(start / width) % level_shape[l].nbuckets];
+    if (b->start_ms != start)
+        bucket_reset(b, start);
+    lv->current_start = start;
+    return b;
+}
+
+static void add_event(trending_t *t, const transition_t *tr)
+{
+    for (int l = 0; l < LEVELS; l++) {
+        bucket_t *b = bucket_for(t, l, tr->at_ms);
+        spacesaving_t *s;
+        if (tr->to != KIND_NONE && (s = summary(t, &b->gain[tr->to])))
+            ss_add(s, tr->item, 1);
+        if (tr->from != KIND_NONE && (s = summary(t, &b->loss[tr->from])))
+            ss_add(s, tr->item, 1);
+        if (l == LEVEL_5S && (s = summary(t, &b->all)))
+            ss_add(s, tr->item, 1);
+        b->dirty = true;
+    }
+}
+
+/* --- persistence: closed buckets once, open buckets with the cursor --- */
+
+typedef struct {
+    write_aux_t aux;
+    char keys[WRITE_AUX_MAX][64];
+    uint8_t *values[WRITE_AUX_MAX];
+    char del_from[64], del_to[64];
+} persist_t;
+
+static void persist_add(persist_t *p, const char *key, uint8_t *value, size_t len)
+{
+    if (p->aux.n == WRITE_AUX_MAX) {
+        free(value);
+        return;
+    }
+    snprintf(p->keys[p->aux.n], sizeof p->keys[0], "%s", key);
+    p->values[p->aux.n] = value;
+    p->aux.keys[p->aux.n] = span_of(p->keys[p->aux.n]);
+    p->aux.values[p->aux.n] = (span_t){(const char *)value, len};
+    p->aux.n++;
+}
+
+/* trend/b/<level>/<start, 16 hex>/<kind>/<g|l> */
+static void persist_bucket(trending_t *t, persist_t *p, int l, const bucket_t *b, const char *prefix)
+{
+    for (int k = 1; k <= t->kinds->count; k++) {
+        for (int side = 0; side < 2; side++) {
+            const spacesaving_t *s = side ? &b->loss[k] : &b->gain[k];
+            uint8_t *buf;
+            size_t len;
+            char key[64];
+            if (!s->n || ss_encode(s, &buf, &len) != 0)
+                continue;
+            snprintf(key, sizeof key, "%s%d/%016llx/%s/%c", prefix, l, (unsigned long long)b->start_ms,
+                     kinds_name(t->kinds, k), side ? 'l' : 'g');
+            persist_add(p, key, buf, len);
+        }
+    }
+}
+
+/* Called with t->lock held: collects what to persist; the write happens after unlocking. */
+static persist_t *persist_collect(trending_t *t, uint64_t now)
+{
+    persist_t *p = calloc(1, sizeof *p);
+    if (!p)
+        return NULL;
+    p->aux.delete_from = span_of(AUX_PREFIX "o/");
+    p->aux.delete_to = span_of(AUX_PREFIX "o0"); /* the previous open buckets go */
+    for (int l = 0; l < LEVELS; l++) {
+        if (!level_shape[l].persist)
+            continue;
+        for (size_t i = 0; i < level_shape[l].nbuckets; i++) {
+            bucket_t *b = &t->levels[l].ring[i];
+            if (!b->start_ms)
+                continue;
+            bool open = b->start_ms == t->levels[l].current_start;
+            if (open)
+                persist_bucket(t, p, l, b, AUX_PREFIX "o/");
+            else if (b->dirty) {
+                persist_bucket(t, p, l, b, AUX_PREFIX "b/");
+                b->dirty = false;
+            }
+        }
+    }
+    uint8_t *cursor = malloc(16);
+    if (cursor) {
+        memcpy(cursor, &t->cursor, 8);
+        memcpy(cursor + 8, &now, 8);
+        persist_add(p, AUX_OPEN_KEY, cursor, 16);
+    }
+    return p;
+}
+
+static void persist_write(trending_t *t, persist_t *p, uint64_t now)
+{
+    if (!p)
+        return;
+    write_cmd_t cmd = {.type = WRITE_AUX, .aux = &p->aux};
+    writer_call(t->writer, &cmd);
+    answer_free(&cmd.answer);
+    /* Closed buckets older than the longest window go (a second command: its own range). */
+    persist_t old = {0};
+    uint64_t horizon = now > 26 * 3600000ull ? now - 26 * 3600000ull : 0;
+    for (int l = 1; l < LEVELS; l++) {
+        snprintf(old.del_from, sizeof old.del_from, AUX_PREFIX "b/%d/", l);
+        snprintf(old.del_to, sizeof old.del_to, AUX_PREFIX "b/%d/%016llx", l, (unsigned long long)horizon);
+        old.aux.delete_from = span_of(old.del_from);
+        old.aux.delete_to = span_of(old.del_to);
+        write_cmd_t del = {.type = WRITE_AUX, .aux = &old.aux};
+        writer_call(t->writer, &del);
+        answer_free(&del.answer);
+    }
+    for (size_t i = 0; i < p->aux.n; i++)
+        free(p->values[i]);
+    free(p);
+}
+
+/* --- restoring --- */
+
+static int restore_one(void *arg, span_t key, span_t value)
+{
+    trending_t *t = arg;
+    if (span_eq_str(key, AUX_OPEN_KEY)) {
+        if (value.len >= 8)
+            memcpy(&t->cursor, value.ptr, 8);
+        return 0;
+    }
+    int l;
+    unsigned long long start;
+    char kind[KIND_NAME_MAX + 1], side;
+    char text[128];
+    if (key.len >= sizeof text)
+        return 0;
+    memcpy(text, key.ptr, key.len);
+    text[key.len] = '\0';
+    const char *rest = text + strlen(AUX_PREFIX) + 2; /* past "trend/b/" or "trend/o/" */
+    if (sscanf(rest, "%d/%16llx/%32[a-z0-9_]/%c", &l, &start, kind, &side) != 4 || l < 0 || l >= LEVELS)
+        return 0;
+    int k = kinds_find(t->kinds, span_of(kind), false);
+    if (k < 0 || start + level_shape[l].width_ms * level_shape[l].nbuckets < wall_ms())
+        return 0; /* a removed kind, or too old to matter */
+    bucket_t *b = bucket_for(t, l, start);
+    spacesaving_t *s = side == 'l' ? &b->loss[k] : &b->gain[k];
+    ss_free(s);
+    if (ss_decode(s, t->opt.capacity, (const uint8_t *)value.ptr, value.len) != 0)
+        ss_init(s, t->opt.capacity);
+    return 0;
+}
+
+static void restore(trending_t *t)
+{
+    store_read_t *snap;
+    if (store_read_begin(t->store, &snap) != STORE_OK)
+        return;
+    store_read_aux(snap, span_of(AUX_PREFIX "b/"), restore_one, t);
+    store_read_aux(snap, span_of(AUX_PREFIX "o/"), restore_one, t);
+    store_read_aux(snap, span_of(AUX_OPEN_KEY), restore_one, t);
+    for (int l = 0; l < LEVELS; l++)
+        t->levels[l].current_start = 0; /* the log decides which bucket is open */
+    if (t->cursor == 0) {               /* nothing persisted: start an hour back rather than read a day of log */
+        uint64_t seq;
+        if (store_read_log_seek(snap, wall_ms() - NO_STATE_REPLAY_MS, &seq) == STORE_OK && seq > 0)
+            t->cursor = seq - 1;
+    }
+    store_read_end(snap);
+}
+
+/* --- following the log --- */
+
+static int follow_one(void *arg, uint64_t seq, const transition_t *tr)
+{
+    trending_t *t = arg;
+    add_event(t, tr);
+    t->cursor = seq;
+    return 0;
+}
+
+/* Reads what the log has after the cursor; returns true when more may be there. */
+static bool follow(trending_t *t)
+{
+    store_read_t *snap;
+    uint64_t first, last;
+    if (store_read_begin(t->store, &snap) != STORE_OK)
+        return false;
+    store_read_log_bounds(snap, &first, &last);
+    pthread_mutex_lock(&t->lock);
+    if (first > t->cursor + 1)
+        t->cursor = first - 1; /* pruned under us: carry on from what is there */
+    uint64_t before = t->cursor;
+    store_read_log(snap, t->cursor, FOLLOW_BATCH, follow_one, t);
+    t->newest = last;
+    pthread_mutex_unlock(&t->lock);
+    store_read_end(snap);
+    return t->cursor - before == FOLLOW_BATCH;
+}
+
+static void *trending_main(void *arg)
+{
+    trending_t *t = arg;
+    for (;;) {
+        while (follow(t))
+            ;
+        uint64_t now = wall_ms();
+        if (now - t->last_persist_ms >= level_shape[LEVEL_1M].width_ms) {
+            pthread_mutex_lock(&t->lock);
+            persist_t *p = persist_collect(t, now);
+            pthread_mutex_unlock(&t->lock);
+            persist_write(t, p, now);
+            t->last_persist_ms = now;
+        }
+        pthread_mutex_lock(&t->wake_lock);
+        if (t->stopping) {
+            pthread_mutex_unlock(&t->wake_lock);
+            return NULL;
+        }
+        if (!t->dirty) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += FOLLOW_IDLE_MS / 1000;
+            pthread_cond_timedwait(&t->wake, &t->wake_lock, &until);
+        }
+        t->dirty = false;
+        pthread_mutex_unlock(&t->wake_lock);
+    }
+}
+
+void trending_notify(void *arg)
+{
+    trending_t *t = arg;
+    pthread_mutex_lock(&t->wake_lock);
+    t->dirty = true;
+    pthread_cond_signal(&t->wake);
+    pthread_mutex_unlock(&t->wake_lock);
+}
+
+int trending_start(store_t *store, writer_t *writer, const kinds_t *kinds, const trending_options_t *opt,
+                   trending_t **out)
+{
+    trending_t *t = calloc(1, sizeof *t);
+    if (!t)
+        return -1;
+    t->store = store;
+    t->writer = writer;
+    t->kinds = kinds;
+    t->opt = *opt;
+    for (int l = 0; l < LEVELS; l++) {
+        t->levels[l].ring = calloc(level_shape[l].nbuckets, sizeof(bucket_t));
+        for (size_t i = 0; t->levels[l].ring && i < level_shape[l].nbuckets; i++) {
+            t->levels[l].ring[i].gain = calloc(KINDS_MAX + 1, sizeof(spacesaving_t));
+            t->levels[l].ring[i].loss = calloc(KINDS_MAX + 1, sizeof(spacesaving_t));
+            if (!t->levels[l].ring[i].gain || !t->levels[l].ring[i].loss)
+                return -1; /* start-up only: the process exits */
+        }
+        if (!t->levels[l].ring)
+            return -1;
+    }
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_mutex_init(&t->wake_lock, NULL);
+    pthread_cond_init(&t->wake, NULL);
+    restore(t);
+    t->last_persist_ms = wall_ms();
+    if (pthread_create(&t->thread, NULL, trending_main, t) != 0)
+        return -1;
+    *out = t;
+    return 0;
+}
+
+void trending_stop(trending_t *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->wake_lock);
+    t->stopping = true;
+    pthread_cond_signal(&t->wake);
+    pthread_mutex_unlock(&t->wake_lock);
+    pthread_join(t->thread, NULL);
+    /* The writer still runs: persist what is open so that a restart reads little log. */
+    uint64_t now = wall_ms();
+    pthread_mutex_lock(&t->lock);
+    persist_t *p = persist_collect(t, now);
+    pthread_mutex_unlock(&t->lock);
+    persist_write(t, p, now);
+    for (int l = 0; l < LEVELS; l++) {
+        for (size_t i = 0; i < level_shape[l].nbuckets; i++) {
+            bucket_reset(&t->levels[l].ring[i], 0);
+            free(t->levels[l].ring[i].gain);
+            free(t->levels[l].ring[i].loss);
+        }
+        free(t->levels[l].ring);
+    }
+    pthread_mutex_destroy(&t->lock);
+    pthread_mutex_destroy(&t->wake_lock);
+    pthread_cond_destroy(&t->wake);
+    free(t);
+}
+
+/* --- queries --- */
+
+static const struct {
+    int level;
+    uint64_t span_ms;
+} windows[WINDOW_COUNT] = {{LEVEL_5S, 60000}, {LEVEL_1M, 3600000}, {LEVEL_1H, 86400000}};
+
+/* Buckets of the window: those whose start is within span of now. */
+static bool in_window(const bucket_t *b, trend_window_t w, uint64_t now)
+{
+    uint64_t width = level_shape[windows[w].level].width_ms;
+    return b->start_ms && b->start_ms + width > now - windows[w].span_ms && b->start_ms <= now;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const trend_entry_t *x = a, *y = b;
+    if (x->gain != y->gain)
+        return x->gain > y->gain ? -1 : 1;
+    return strcmp(x->item, y->item);
+}
+
+size_t trending_top(trending_t *t, int kind, trend_window_t window, size_t limit, trend_entry_t *out)
+{
+    itemmap_t sums = {0};
+    uint64_t now = wall_ms();
+    const level_t *lv = &t->levels[windows[window].level];
+    size_t nb = level_shape[windows[window].level].nbuckets, n = 0;
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < nb; i++) { /* candidates: every item tracked as gaining */
+        const bucket_t *b = &lv->ring[i];
+        if (!in_window(b, window, now))
+            continue;
+        const spacesaving_t *g = &b->gain[kind];
+        for (size_t c = 0; c < g->n; c++) {
+            itemmap_entry_t *e = itemmap_get(&sums, (span_t){g->heap[c].item, g->heap[c].item_len});
+            if (e)
+                e->deltas[0] += (int64_t)g->heap[c].count;
+        }
+    }
+    for (size_t i = 0; i < nb; i++) { /* their losses */
+        const bucket_t *b = &lv->ring[i];
+        if (!in_window(b, window, now) || !b->loss[kind].n)
+            continue;
+        for (size_t e = 0; e < sums.count; e++) {
+            const ss_counter_t *c = ss_find(&b->loss[kind], (span_t){sums.entries[e].item, sums.entries[e].item_len});
+            if (c)
+                sums.entries[e].deltas[0] -= (int64_t)c->count;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    trend_entry_t *all = calloc(sums.count ? sums.count : 1, sizeof *all);
+    for (size_t e = 0; all && e < sums.count; e++) {
+        if (sums.entries[e].deltas[0] <= 0)
+            continue;
+        memcpy(all[n].item, sums.entries[e].item, sums.entries[e].item_len);
+        all[n].item[sums.entries[e].item_len] = '\0';
+        all[n++].gain = sums.entries[e].deltas[0];
+    }
+    if (all)
+        qsort(all, n, sizeof *all, entry_cmp);
+    if (n > limit)
+        n = limit;
+    if (all)
+        memcpy(out, all, n * sizeof *all);
+    free(all);
+    itemmap_free(&sums);
+    return n;
+}
+
+double trending_error_bound(trending_t *t, int kind, trend_window_t window)
+{
+    uint64_t now = wall_ms(), events = 0;
+    const level_t *lv = &t->levels[windows[window].level];
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < level_shape[windows[window].level].nbuckets; i++)
+        if (in_window(&lv->ring[i], window, now))
+            events += lv->ring[i].gain[kind].total + lv->ring[i].loss[kind].total;
+    pthread_mutex_unlock(&t->lock);
+    return (double)events / (double)t->opt.capacity;
+}
+
+size_t trending_hot(trending_t *t, size_t limit, trend_entry_t *out)
+{
+    itemmap_t sums = {0};
+    uint64_t now = wall_ms(), width = level_shape[LEVEL_5S].width_ms;
+    uint64_t open = now - now % width, since = open - HOT_BUCKETS * width;
+    const level_t *lv = &t->levels[LEVEL_5S];
+    size_t n = 0;
+    pthread_mutex_lock(&t->lock);
+    for (size_t i = 0; i < level_shape[LEVEL_5S].nbuckets; i++) {
+        const bucket_t *b = &lv->ring[i];
+        if (b->start_ms < since || b->start_ms >= open)
+            continue; /* only the last closed buckets */
+        for (size_t c = 0; c < b->all.n; c++) {
+            itemmap_entry_t *e = itemmap_get(&sums, (span_t){b->all.heap[c].item, b->all.heap[c].item_len});
+            if (e)
+                e->deltas[0] += (int64_t)b->all.heap[c].count;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    double seconds = (double)(HOT_BUCKETS * width) / 1000.0;
+    trend_entry_t *all = calloc(sums.count ? sums.count : 1, sizeof *all);
+    for (size_t e = 0; all && e < sums.count; e++) {
+        double rate = (double)sums.entries[e].deltas[0] / seconds;
+        if (rate < t->opt.hot_threshold)
+            continue;
+        memcpy(all[n].item, sums.entries[e].item, sums.entries[e].item_len);
+        all[n].item[sums.entries[e].item_len] = '\0';
+        all[n].rate = rate;
+        all[n++].gain = sums.entries[e].deltas[0];
+    }
+    if (all)
+        qsort(all, n, sizeof *all, entry_cmp);
+    if (n > limit)
+        n = limit;
+    if (all)
+        memcpy(out, all, n * sizeof *all);
+    free(all);
+    itemmap_free(&sums);
+    return n;
+}
+
+uint64_t trending_behind(trending_t *t)
+{
+    pthread_mutex_lock(&t->lock);
+    uint64_t behind = t->newest > t->cursor ? t->newest - t->cursor : 0;
+    pthread_mutex_unlock(&t->lock);
+    return behind;
+}

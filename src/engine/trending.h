@@ -1,0 +1,54 @@
+/* trending.h — trending items and hot items from the transition log, in memory bounded by
+ * configuration (DESIGN.md § The pipeline: the log is also the input of trending).
+ *
+ * A thread follows the log (woken on each commit) and feeds Space-Saving summaries per time
+ * bucket and per kind: gains (transitions to the kind) and losses (transitions from it). Windows
+ * are sums over buckets: 1m over 5 s buckets, 1h over 1 min buckets, 24h over 1 h buckets.
+ * Closed buckets are persisted once, the open ones with the log cursor every minute, so a restart
+ * reads at most about a minute of log. */
+#ifndef TALLY_ENGINE_TRENDING_H
+#define TALLY_ENGINE_TRENDING_H
+
+#include "core/ids.h"
+#include "core/kinds.h"
+#include "engine/writer.h"
+#include "store/store.h"
+
+typedef enum { WINDOW_1M, WINDOW_1H, WINDOW_24H, WINDOW_COUNT } trend_window_t;
+
+#define TRENDING_CAPACITY_DEFAULT 512
+#define TRENDING_LIMIT_MAX 100
+
+typedef struct {
+    size_t capacity;      /* counters per summary (K) */
+    double hot_threshold; /* writes per second that make an item hot */
+} trending_options_t;
+
+typedef struct {
+    char item[ID_MAX_LEN + 1];
+    int64_t gain; /* net: gains minus losses in the window */
+    double rate;  /* hot items: transitions per second */
+} trend_entry_t;
+
+typedef struct trending trending_t;
+
+/* Restores the persisted summaries, replays the log after them, and starts following it. */
+int trending_start(store_t *store, writer_t *writer, const kinds_t *kinds, const trending_options_t *opt,
+                   trending_t **out);
+void trending_notify(void *t); /* any thread: new transitions committed */
+void trending_stop(trending_t *t);
+
+/* The items with the largest net gain of kind in window, largest first, at most limit (≤ 100);
+ * only positive gains. Returns the number written to out. Any thread. */
+size_t trending_top(trending_t *t, int kind, trend_window_t window, size_t limit, trend_entry_t *out);
+
+/* Items written more often than the threshold over the last closed 10 s, fastest first. */
+size_t trending_hot(trending_t *t, size_t limit, trend_entry_t *out);
+
+/* For tests and the docs: the error bound of a window now: (gains + losses in it) / capacity. */
+double trending_error_bound(trending_t *t, int kind, trend_window_t window);
+
+/* How far the follower is behind the log, in entries (for the metrics). */
+uint64_t trending_behind(trending_t *t);
+
+#endif
