@@ -21,6 +21,7 @@ int main(void)
         {"jwt", test_jwt},
         {"itemmap", test_itemmap},
         {"histogram", test_histogram},
+        {"spacesaving", test_spacesaving},
     };
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         int before = unit_failed;

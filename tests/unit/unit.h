@@ -28,5 +28,6 @@ void test_store(void);
 void test_jwt(void);
 void test_itemmap(void);
 void test_histogram(void);
+void test_spacesaving(void);
 
 #endif
