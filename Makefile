@@ -21,7 +21,7 @@ UNIT_SRC   := $(LIB_SRC) src/http/router.c $(wildcard tests/unit/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 
-.PHONY: all deps run test unit e2e format format-check fuzz bench clean
+.PHONY: all deps run test unit e2e format format-check clean
 all: $(BUILD)/tallyd $(BUILD)/tally
 
 deps:
@@ -61,7 +61,7 @@ run: deps all
 	$(BUILD)/tallyd --listen 127.0.0.1:8080 --data ./data
 
 # The whole suite: unit tests (sanitized), end-to-end against the release build and the sanitized one.
-test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count
+test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count fuzz-build
 	@tests/run_all.sh
 
 unit: $(BUILD)/san/unit_tests
@@ -78,5 +78,8 @@ format-check:
 
 clean:
 	rm -rf $(BUILD)
+
+include fuzz/fuzz.mk
+-include bench/bench.mk
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -20,6 +20,7 @@
 #   BENCH_SWEEP_DURATION=6   seconds of each extra connection-count run
 #   BENCH_WRK_THREADS=1      wrk threads (the machine has 2 cores: one for wrk, the rest for the server)
 #   BENCH_VERIFY_BUDGET=60   seconds at most for the correctness check
+#   BENCH_WAIT_QUIET=0       seconds to wait (at most) for other work on the machine to stop first
 #   BENCH_KEEP=1             keep the temporary directory (wrk outputs, logs, the data directory)
 #   TALLYD=build/tallyd      the server binary
 # Output: the tables (Markdown) on stdout, also written to $BENCH_OUT (default: the temp dir).
@@ -88,7 +89,11 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 start_tallyd() {
     local extra=()
     # Benchmark the server, not the per-user limiter (when it exists): users here are random.
-    if "$TALLYD" --help 2>&1 | grep -q -- '--rate-limit'; then extra+=(--rate-limit off); fi
+    # (and not the per-address limit on reads without a user: every request here comes from 127.0.0.1)
+    local help
+    help=$("$TALLYD" --help 2>&1 || true)
+    if grep -q -- '--rate-limit' <<<"$help"; then extra+=(--rate-limit off); fi
+    if grep -q -- '--read-rate-limit' <<<"$help"; then extra+=(--read-rate-limit off); fi
     # shellcheck disable=SC2206
     extra+=(${BENCH_TALLYD_FLAGS:-})
     # A copy under a name of its own: on a shared machine a `pkill tallyd` elsewhere (seen while this
@@ -227,7 +232,21 @@ run_wrk() {
 
 # ---------------------------------------------------------------- the runs
 
-log "seed $SEED; temp dir $T; machine: $(nproc) CPUs; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+# CPU the rest of the machine uses (in % of one core) over 2 s: the benchmark needs the machine to itself
+busy_now() {
+    local b0 a0 b1 a1
+    read -r b0 a0 < <(cpu_busy); sleep 2; read -r b1 a1 < <(cpu_busy)
+    echo $(((b1 - b0) * 100 * $(nproc) / (a1 - a0 > 0 ? a1 - a0 : 1)))
+}
+BUSY=$(busy_now)
+if [ "${BENCH_WAIT_QUIET:-0}" -gt 0 ] && [ "$BUSY" -gt 25 ]; then
+    log "the machine is busy (${BUSY}% CPU); waiting up to ${BENCH_WAIT_QUIET}s for it to quiet down"
+    for _ in $(seq 1 $((BENCH_WAIT_QUIET / 2))); do
+        BUSY=$(busy_now)
+        [ "$BUSY" -le 25 ] && break
+    done
+fi
+log "seed $SEED; temp dir $T; machine: $(nproc) CPUs; busy before the runs: ${BUSY}% CPU; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 start_tallyd
 start_nginx
 BEFORE_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -337,7 +356,7 @@ python3 "$BENCH_DIR/report.py" "$T/runs.tsv" "$T/runs" "$CLK_TCK" "$TALLYD_PID_R
     echo "- tallyd: \`$TALLYD $TALLYD_ARGS\` (git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet -- src 2>/dev/null || echo ', src modified'))"
     echo "- nginx: $("$NGINX" -v 2>&1 | sed 's/.*: //'), 1 worker, fixed 200 JSON answer, access_log off"
     echo "- $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-3)"
-    echo "- load average before the runs: $BEFORE_LOAD; after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "- CPU busy on the machine just before the runs (other work): ${BUSY}% of one core; load average before: $BEFORE_LOAD; after: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "- data directory after the runs: $DATA_SIZE"
     echo
     cat "$OUT/tables.md"

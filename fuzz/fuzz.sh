@@ -20,6 +20,7 @@ run() {
     echo "fuzzing $t for ${seconds}s (log: $log)"
     local before
     before=$(ls "$crashes")
+    local started=$SECONDS
     "$out/$t" "$work" "${dict[@]}" -max_total_time="$seconds" -max_len="$max_len" -timeout=10 \
         -artifact_prefix="$crashes/" -print_final_stats=1 ${FUZZ_FLAGS:-} >"$log" 2>&1
     local rc=$?
@@ -29,8 +30,8 @@ run() {
     speed=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -n 1)
     cov=$(grep -oE 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$log" | tail -n 1)
     [ "$rc" -eq 0 ] && [ -z "$new" ] || verdict="CRASH (exit $rc): $crashes/ $new"
-    printf '%-12s %ss  execs %s  exec/s %s  %s  %s\n' "$t" "$seconds" "${execs:-?}" "${speed:-?}" \
-        "${cov:-cov: ?}" "$verdict" >"$out/logs/$t.summary"
+    printf '%-12s %s/%ss  execs %s  exec/s %s  %s  %s\n' "$t" "$((SECONDS - started))" "$seconds" \
+        "${execs:-?}" "${speed:-?}" "${cov:-cov: ?}" "$verdict" >"$out/logs/$t.summary"
     cat "$out/logs/$t.summary"
 }
 
@@ -50,33 +51,37 @@ summary() {
     [ "$crashed" -eq 0 ]
 }
 
-# Every committed input once: fuzz/corpus/TARGET/ and the crash reproducers in fuzz/regressions/TARGET/,
-# all of a target's in one process; when that fails, one process per input names the failing ones.
-# Counts inputs, and ends with "fuzz-regress: N passed, N failed".
+# Every committed input once: the corpus fuzz/corpus/TARGET/ in one process per target (one process
+# per input only when that fails, to name the failing ones), and each crash reproducer in
+# fuzz/regressions/TARGET/ on its own. Counts inputs; ends with "fuzz-regress: N passed, N failed".
 regress() {
-    local passed=0 failed=0
+    passed=0 failed=0
     mkdir -p "$out/logs"
     for t in "$@"; do
-        local inputs=() log=$out/logs/regress-$t.log
-        mapfile -t inputs < <(find fuzz/corpus/"$t" fuzz/regressions/"$t" -type f 2>/dev/null | sort)
-        [ "${#inputs[@]}" -gt 0 ] || continue
-        if "$out/$t" -runs=0 -timeout=10 "${inputs[@]}" >"$log" 2>&1; then
-            passed=$((passed + ${#inputs[@]}))
-            continue
+        local corpus=() reproducers=()
+        mapfile -t corpus < <(find fuzz/corpus/"$t" -type f 2>/dev/null | sort)
+        mapfile -t reproducers < <(find fuzz/regressions/"$t" -type f 2>/dev/null | sort)
+        if [ "${#corpus[@]}" -gt 0 ] && "$out/$t" -runs=0 -timeout=10 "${corpus[@]}" >"$out/logs/regress-$t.log" 2>&1; then
+            passed=$((passed + ${#corpus[@]}))
+            corpus=()
         fi
-        for input in "${inputs[@]}"; do
-            if "$out/$t" -timeout=10 "$input" >"$log" 2>&1; then
-                passed=$((passed + 1))
-            else
-                failed=$((failed + 1))
-                echo "FAIL $t $input"
-                grep -E 'property violated|ERROR: |runtime error' "$log" | grep -v 'deadly signal' | head -n 3 |
-                    sed 's/^/    /'
-            fi
+        for input in "${corpus[@]}" "${reproducers[@]}"; do
+            regress_one "$t" "$input"
         done
     done
     echo "fuzz-regress: $passed passed, $failed failed"
     [ "$failed" -eq 0 ]
+}
+
+regress_one() {
+    local t=$1 input=$2 log=$out/logs/regress-$1.log
+    if "$out/$t" -timeout=10 "$input" >"$log" 2>&1; then
+        passed=$((passed + 1))
+        return
+    fi
+    failed=$((failed + 1))
+    echo "FAIL $t $input"
+    grep -E 'property violated|ERROR: |runtime error|^[a-z_]+\(' "$log" | grep -v 'deadly signal' | head -n 3 | sed 's/^/    /'
 }
 
 cmd=${1:-}

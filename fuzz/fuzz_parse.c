@@ -4,10 +4,11 @@
 #include <stdint.h>
 
 #include "core/parse.h"
+#include "core/ratelimit.h"
 #include "fuzz.h"
 
-/* The first input byte picks the parser (its low three bits: '0'..'7' in the seed files); the rest is
- * the parser's input. */
+/* The first input byte picks the parser (its low four bits: '0'..'8' in the seed files; 9..15 fold onto
+ * 1..7); the rest is the parser's input. */
 enum {
     SEL_DURATION,
     SEL_SIZE,
@@ -17,6 +18,7 @@ enum {
     SEL_IF_MATCH,
     SEL_LIST,
     SEL_QUERY,
+    SEL_RATE,
 };
 
 #define BATCH_MAX (1u << 20)        /* tallyd --batch-max */
@@ -26,6 +28,8 @@ enum {
 #define U64_TENTH1 (UINT64_MAX / 10 + 1)
 #define UINT_MAX_DIGITS 20 /* parse_uint's own limit: UINT64_MAX has 20 digits */
 #define DURATION_MAX_MS (365ull * 86400 * 1000)
+#define RATE_MAX 1000000 /* ratelimit.c's bound on RATE and BURST */
+#define TRENDING_LIMIT 100
 
 typedef unsigned __int128 u128;
 
@@ -58,9 +62,9 @@ static void check_uint(span_t text)
 {
     /* Small bounds, then the callers' (--threads, wait, limit, ports, --batch-max, --queue-max, after),
      * then the edges of 64 bits. */
-    static const uint64_t maxes[] = {0,         1,         7,          9,         10,         30,
-                                     64,        99,        100,        1000,      UINT16_MAX, BATCH_MAX,
-                                     QUEUE_MAX, U64_TENTH, U64_TENTH1, AFTER_MAX, UINT64_MAX};
+    static const uint64_t maxes[] = {
+        0,    1,          7,         9,         10,        30,         64,        99,        TRENDING_LIMIT,
+        1000, UINT16_MAX, BATCH_MAX, QUEUE_MAX, U64_TENTH, U64_TENTH1, AFTER_MAX, UINT64_MAX};
     for (size_t i = 0; i < sizeof maxes / sizeof maxes[0]; i++) {
         uint64_t got = 0xdeadbeef, want = 0;
         int rc = parse_uint(text, maxes[i], &got);
@@ -352,11 +356,48 @@ static void check_query(span_t query)
     }
 }
 
+/* A reference for ratelimit_parse: "off", or RATE "/s" [":" BURST], both 1..RATE_MAX, burst 2 x rate by default. */
+static bool ref_rate(const char *text, ratelimit_rule_t *want)
+{
+    uint64_t rate, burst;
+    size_t digits = leading_digits(text);
+    if (strcmp(text, "off") == 0) {
+        *want = (ratelimit_rule_t){0, 0};
+        return true;
+    }
+    if (!ref_uint((span_t){text, digits}, RATE_MAX, &rate) || rate == 0 || strncmp(text + digits, "/s", 2) != 0)
+        return false;
+    const char *rest = text + digits + 2;
+    if (*rest == '\0')
+        burst = 2 * rate;
+    else if (*rest != ':' || !ref_uint(span_of(rest + 1), RATE_MAX, &burst) || burst == 0)
+        return false;
+    *want = (ratelimit_rule_t){(double)rate, (double)burst};
+    return true;
+}
+
+static void check_rate(const char *text)
+{
+    ratelimit_rule_t got = {-1, -1}, want;
+    int rc = ratelimit_parse(text, &got);
+    bool ok = ref_rate(text, &want);
+    if ((rc == 0) != ok)
+        fprintf(stderr, "ratelimit_parse(\"%s\"): returned %d\n", text, rc);
+    FUZZ_ASSERT(rc == 0 || rc == -1);
+    FUZZ_ASSERT((rc == 0) == ok);
+    if (ok) {
+        FUZZ_ASSERT(got.rate_per_s == want.rate_per_s && got.burst == want.burst);
+        FUZZ_ASSERT(got.rate_per_s == 0 ? got.burst == 0 : got.rate_per_s >= 1 && got.burst >= 1);
+    }
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size == 0)
         return 0;
-    unsigned selector = data[0] & 7;
+    unsigned selector = data[0] & 15;
+    if (selector > SEL_RATE)
+        selector &= 7;
     span_t input = {(const char *)data + 1, size - 1};
     char *text = fuzz_cstring(data + 1, size - 1);
     switch (selector) {
@@ -383,6 +424,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         break;
     case SEL_QUERY:
         check_query(input);
+        break;
+    case SEL_RATE:
+        check_rate(text);
         break;
     }
     free(text);

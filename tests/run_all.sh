@@ -37,6 +37,7 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 stage unit build/san/unit_tests
+stage fuzz-regress make --no-print-directory fuzz-regress
 stage e2e env TALLYD=build/tallyd python3 tests/e2e/run_e2e.py
 stage e2e-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 python3 tests/e2e/run_e2e.py
 rm -rf "$log_dir"

@@ -90,7 +90,8 @@ static int check_claims(span_t part, uint64_t now_s, jwt_claims_t *claims, const
     else {
         snprintf(claims->sub, sizeof claims->sub, "%s", json_string_value(sub));
         claims->admin = role && strcmp(role, "admin") == 0;
-        claims->exp = (uint64_t)json_number_value(exp);
+        double e = json_number_value(exp); /* above now_s, so positive; clamp before converting */
+        claims->exp = e >= 18446744073709551616.0 ? UINT64_MAX : (uint64_t)e;
         rc = 0;
     }
     json_decref(c);

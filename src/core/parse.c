@@ -16,7 +16,7 @@ int parse_uint(span_t text, uint64_t max, uint64_t *value)
         if (c < '0' || c > '9')
             return -1;
         unsigned digit = c - '0';
-        if (v > (max - digit) / 10)
+        if (digit > max || v > (max - digit) / 10)
             return -1;
         v = v * 10 + digit;
     }
@@ -50,15 +50,16 @@ int parse_duration_ms(const char *text, uint64_t *ms)
 
 int parse_size_bytes(const char *text, uint64_t *bytes)
 {
+    static const char units[] = "KMGT";
     size_t len = strlen(text);
-    if (len > 3 && strcmp(text + len - 2, "iB") == 0)
-        len -= 2;
-    else if (len > 2 && text[len - 1] == 'B')
-        len -= 1;
     unsigned shift = 0;
-    const char *units = "KMGT";
-    const char *u = len ? strchr(units, text[len - 1]) : NULL;
-    if (u && *u) {
+    /* An optional "iB" or "B" after a multiple K, M, G or T; a plain "B" after digits. */
+    if (len >= 3 && strcmp(text + len - 2, "iB") == 0 && memchr(units, text[len - 3], 4))
+        len -= 2;
+    else if (len >= 2 && text[len - 1] == 'B')
+        len -= 1;
+    const char *u = len ? memchr(units, text[len - 1], 4) : NULL;
+    if (u) {
         shift = 10 * (unsigned)(u - units + 1);
         len--;
     }

@@ -108,6 +108,10 @@ void test_parse(void)
     CHECK(parse_size_bytes("4096", &v) == 0 && v == 4096);
     CHECK(parse_size_bytes("99999999T", &v) != 0);
     CHECK(parse_size_bytes("G", &v) != 0);
+    CHECK(parse_size_bytes("1B", &v) == 0 && v == 1);
+    CHECK(parse_size_bytes("10B", &v) == 0 && v == 10);
+    CHECK(parse_size_bytes("10iB", &v) != 0); /* found by fuzz_parse */
+    CHECK(parse_size_bytes("4GiB", &v) == 0 && v == 4ull << 30);
 
     char host[LISTEN_HOST_MAX + 1];
     uint16_t port;
@@ -169,6 +173,8 @@ void test_parse(void)
     CHECK(parse_uint(SPAN_LIT("18446744073709551615"), UINT64_MAX, &v) == 0 && v == UINT64_MAX);
     CHECK(parse_uint(SPAN_LIT("18446744073709551616"), UINT64_MAX, &v) != 0);
     CHECK(parse_uint(SPAN_LIT("+1"), 10, &v) != 0);
+    CHECK(parse_uint(SPAN_LIT("64"), 0, &v) != 0); /* found by fuzz_parse: max below a digit */
+    CHECK(parse_uint(SPAN_LIT("5"), 4, &v) != 0 && parse_uint(SPAN_LIT("4"), 4, &v) == 0);
 }
 
 void test_fingerprint(void)
