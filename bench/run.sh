@@ -21,6 +21,8 @@
 #   BENCH_WRK_THREADS=1      wrk threads (the machine has 2 cores: one for wrk, the rest for the server)
 #   BENCH_VERIFY_BUDGET=60   seconds at most for the correctness check
 #   BENCH_WAIT_QUIET=0       seconds to wait (at most) for other work on the machine to stop first
+#   BENCH_NICE=-10           run tallyd, nginx, wrk and the check at this nice value (root only for < 0):
+#                            on a shared machine, the benchmark's processes then win the CPU over other work
 #   BENCH_KEEP=1             keep the temporary directory (wrk outputs, logs, the data directory)
 #   TALLYD=build/tallyd      the server binary
 # Output: the tables (Markdown) on stdout, also written to $BENCH_OUT (default: the temp dir).
@@ -34,6 +36,9 @@ SWEEP_DUR=${BENCH_SWEEP_DURATION:-6}
 WRK_THREADS=${BENCH_WRK_THREADS:-1}
 VERIFY_BUDGET=${BENCH_VERIFY_BUDGET:-60}
 SEED=${BENCH_SEED:-$(date +%s)}
+
+NICE_CMD=()
+if [ -n "${BENCH_NICE:-}" ]; then NICE_CMD=(nice -n "$BENCH_NICE"); fi
 
 log() { printf '[bench %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -99,7 +104,7 @@ start_tallyd() {
     # A copy under a name of its own: on a shared machine a `pkill tallyd` elsewhere (seen while this
     # harness was written) would otherwise end the benchmark's server in the middle of a run.
     cp "$TALLYD" "$T/bench-server"
-    "$T/bench-server" --listen 127.0.0.1:0 --data "$T/data" "${extra[@]}" >"$T/tallyd.out" 2>"$T/tallyd.err" &
+    "${NICE_CMD[@]}" "$T/bench-server" --listen 127.0.0.1:0 --data "$T/data" "${extra[@]}" >"$T/tallyd.out" 2>"$T/tallyd.err" &
     TALLYD_PID=$!
     TALLYD_PID_RUN=$TALLYD_PID
     for _ in $(seq 1 100); do
@@ -141,7 +146,7 @@ http {
     }
 }
 EOF
-        "$NGINX" -e "$T/nginx/error.log" -p "$T/nginx" -c "$T/nginx/nginx.conf" >"$T/nginx/stdout" 2>&1 &
+        "${NICE_CMD[@]}" "$NGINX" -e "$T/nginx/error.log" -p "$T/nginx" -c "$T/nginx/nginx.conf" >"$T/nginx/stdout" 2>&1 &
         NGINX_PID=$!
         for _ in $(seq 1 50); do
             if curl -sf -o /dev/null "http://127.0.0.1:$port/"; then
@@ -203,7 +208,7 @@ run_wrk() {
     t_start=$(date +%s.%N)
     TIMEFORMAT='%R %U %S'
     # in the background, so that a signal to this script is handled at once (the trap ends wrk)
-    wrk -t"$WRK_THREADS" -c"$conns" -d"${dur}s" --latency --timeout 10s \
+    "${NICE_CMD[@]}" wrk -t"$WRK_THREADS" -c"$conns" -d"${dur}s" --latency --timeout 10s \
         -s "$BENCH_DIR/load.lua" "$url" -- "$scenario" "$target" "$out" "$seed" >"$out.wrk" 2>&1 &
     WRK_PID=$!
     { time wait "$WRK_PID"; } 2>"$out.time" || true
@@ -281,7 +286,7 @@ if command -v strace >/dev/null 2>&1; then
     strace -c -f -e trace=fdatasync,fsync,msync,sync_file_range,pwrite64,pwritev,writev -o "$T/strace.txt" -p "$TALLYD_PID" 2>/dev/null &
     BG_PID=$!
     sleep 0.5
-    wrk -t"$WRK_THREADS" -c64 -d4s --timeout 10s -s "$BENCH_DIR/load.lua" "$TALLY_URL" -- write tally "$T/runs/strace-tally" $((SEED + 999)) >"$T/runs/strace-tally.wrk" 2>&1 &
+    "${NICE_CMD[@]}" wrk -t"$WRK_THREADS" -c64 -d4s --timeout 10s -s "$BENCH_DIR/load.lua" "$TALLY_URL" -- write tally "$T/runs/strace-tally" $((SEED + 999)) >"$T/runs/strace-tally.wrk" 2>&1 &
     WRK_PID=$!
     wait "$WRK_PID" || true
     WRK_PID=""
@@ -322,7 +327,7 @@ for f in "$T"/runs/b-*-tally.result; do
     changed_true=$((changed_true + n))
 done
 VERIFY_RC=0
-timeout $((VERIFY_BUDGET + 60)) python3 "$BENCH_DIR/verify.py" --url "$TALLY_URL" --budget "$VERIFY_BUDGET" \
+timeout $((VERIFY_BUDGET + 60)) "${NICE_CMD[@]}" python3 "$BENCH_DIR/verify.py" --url "$TALLY_URL" --budget "$VERIFY_BUDGET" \
     --viral-changed-true "$changed_true" --pairs "$T"/runs/*-tally.pairs >"$T/verify.txt" 2>&1 &
 VERIFY_PID=$!
 wait "$VERIFY_PID" || VERIFY_RC=$?
@@ -351,7 +356,7 @@ python3 "$BENCH_DIR/report.py" "$T/runs.tsv" "$T/runs" "$CLK_TCK" "$TALLYD_PID_R
 {
     echo "## Run"
     echo
-    echo "- command: \`bench/run.sh\` (wrk -t$WRK_THREADS, --latency, --timeout 10s; main runs ${DUR}s, extra connection counts ${SWEEP_DUR}s; seed $SEED)"
+    echo "- command: \`${BENCH_NICE:+BENCH_NICE=$BENCH_NICE }bench/run.sh\` (wrk -t$WRK_THREADS, --latency, --timeout 10s; main runs ${DUR}s, extra connection counts ${SWEEP_DUR}s; seed $SEED)"
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); host: $(nproc) CPUs, $(free -g | awk '/^Mem:/{print $2}') GiB; kernel $(uname -r)"
     echo "- tallyd: \`$TALLYD $TALLYD_ARGS\` (git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet -- src 2>/dev/null || echo ', src modified'))"
     echo "- nginx: $("$NGINX" -v 2>&1 | sed 's/.*: //'), 1 worker, fixed 200 JSON answer, access_log off"

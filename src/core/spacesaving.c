@@ -60,13 +60,16 @@ static void slot_delete(spacesaving_t *s, size_t i)
     }
 }
 
+/* Swaps two heap entries and their index slots (found before the swap, while they still agree). */
 static void heap_swap(spacesaving_t *s, size_t a, size_t b)
 {
+    size_t slot_a = slot_of(s, s->heap[a].item, s->heap[a].item_len);
+    size_t slot_b = slot_of(s, s->heap[b].item, s->heap[b].item_len);
     ss_counter_t t = s->heap[a];
     s->heap[a] = s->heap[b];
     s->heap[b] = t;
-    s->slots[slot_of(s, s->heap[a].item, s->heap[a].item_len)] = (uint32_t)(a + 1);
-    s->slots[slot_of(s, s->heap[b].item, s->heap[b].item_len)] = (uint32_t)(b + 1);
+    s->slots[slot_a] = (uint32_t)(b + 1);
+    s->slots[slot_b] = (uint32_t)(a + 1);
 }
 
 static void sift_down(spacesaving_t *s, size_t i)

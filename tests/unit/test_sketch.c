@@ -66,6 +66,20 @@ void test_spacesaving(void)
             tracked_top++;
     }
     CHECK(violations == 0);
+    /* The index agrees with the heap: every counter is found at its own place, and the index holds
+     * exactly n entries (a stale or duplicate slot once filled it until lookups never ended). */
+    size_t indexed = 0;
+    for (size_t i = 0; i < s.nslots; i++)
+        indexed += s.slots[i] != 0;
+    CHECK(indexed == s.n);
+    int misplaced = 0;
+    for (size_t i = 0; i < s.n; i++)
+        misplaced += ss_find(&s, (span_t){s.heap[i].item, s.heap[i].item_len}) != &s.heap[i];
+    CHECK(misplaced == 0);
+    int unordered = 0; /* the min-heap order holds */
+    for (size_t i = 1; i < s.n; i++)
+        unordered += s.heap[(i - 1) / 2].count > s.heap[i].count;
+    CHECK(unordered == 0);
     CHECK(tracked_top == 10);
     CHECK(ss_min(&s) <= (uint64_t)bound);
 
