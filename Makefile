@@ -54,6 +54,10 @@ $(BUILD)/san/tallyd: $(call obj,san,$(TALLYD_SRC))
 $(BUILD)/corrupt_count: $(call obj,rel,$(LIB_SRC) tests/tools/corrupt_count.c)
 	$(CC) $(CFLAGS) -pthread -o $@ $^ $(LDLIBS)
 
+# Test-only: an LD_PRELOAD shim that records the order of syncs and socket writes.
+$(BUILD)/syncorder.so: tests/tools/syncorder.c
+	$(CC) -std=c17 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
+
 $(BUILD)/san/unit_tests: $(call obj,san,$(UNIT_SRC))
 	$(CC) $(SAN_FLAGS) -pthread -o $@ $^ $(LDLIBS)
 
@@ -61,7 +65,7 @@ run: deps all
 	$(BUILD)/tallyd --listen 127.0.0.1:8080 --data ./data
 
 # The whole suite: unit tests (sanitized), end-to-end against the release build and the sanitized one.
-test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count fuzz-build
+test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/syncorder.so fuzz-build
 	@tests/run_all.sh
 
 unit: $(BUILD)/san/unit_tests
