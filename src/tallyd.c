@@ -41,6 +41,7 @@ typedef struct {
     uint64_t log_max_bytes;
     uint64_t import_max_bytes;
     uint64_t max_connections;
+    uint64_t max_header_bytes;
     ratelimit_rule_t write_rule, read_rule;
     double hot_threshold;
     uint64_t trending_capacity;
@@ -69,6 +70,8 @@ static const char usage_text[] =
     "  --rate-limit RATE/s[:BURST]  writes per user; burst defaults to twice the rate; off disables it\n"
     "                             (default 20/s:40)\n"
     "  --read-rate-limit RATE/s[:BURST]  reads without a user, per client address (default 200/s:400)\n"
+    "  --max-header-size SIZE     request header section at most; past it 431 (default 16K; h2o itself\n"
+    "                             refuses more than 100 headers or ~400 KiB)\n"
     "  --max-connections N        open connections at most; past it 503 and close (default 10000)\n"
     "  --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any; default none)\n"
     "  --hot-threshold RATE       transitions per second that make an item hot (default 50)\n"
@@ -123,6 +126,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         F_MAXCONN,
         F_CORS,
         F_HOT,
+        F_MAXHDR,
         F_TRENDCAP,
         F_HELP
     };
@@ -146,6 +150,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         {"max-connections", required_argument, NULL, F_MAXCONN},
         {"cors-origin", required_argument, NULL, F_CORS},
         {"hot-threshold", required_argument, NULL, F_HOT},
+        {"max-header-size", required_argument, NULL, F_MAXHDR},
         {"trending-capacity", required_argument, NULL, F_TRENDCAP},
         {"help", no_argument, NULL, F_HELP},
         {NULL, 0, NULL, 0},
@@ -221,6 +226,11 @@ static void parse_flags(int argc, char **argv, options_t *o)
             if (strcmp(optarg, "*") != 0 && strncmp(optarg, "http://", 7) != 0 && strncmp(optarg, "https://", 8) != 0)
                 die_usage("--cors-origin", "expected * or an origin such as https://app.example");
             o->cors[o->ncors++] = optarg;
+            break;
+        case F_MAXHDR:
+            if (parse_size_bytes(optarg, &o->max_header_bytes) != 0 || o->max_header_bytes < 1024 ||
+                o->max_header_bytes > (1u << 20))
+                die_usage("--max-header-size", "expected a size from 1K to 1M, such as 16K");
             break;
         case F_HOT:
             o->hot_threshold = (double)flag_uint("--hot-threshold", optarg, 1, 10000000);
@@ -326,6 +336,7 @@ int main(int argc, char **argv)
         .log_max_bytes = 4ull << 30,
         .import_max_bytes = 16u << 20,
         .max_connections = 10000,
+        .max_header_bytes = 16u << 10,
         .write_rule = {20, 40},
         .read_rule = {200, 400},
         .hot_threshold = 50,
@@ -392,6 +403,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < o.ncors; i++)
         app.cors_origins[i] = o.cors[i];
     app.ncors = o.ncors;
+    app.max_header_bytes = o.max_header_bytes;
     if (feed_start(store, &app.feed) != 0) {
         fprintf(stderr, "tallyd: cannot start the change feed thread\n");
         return 1;

@@ -31,6 +31,7 @@ static const struct {
     {"body-too-large", "Request body too large"},
     {"unsupported-media-type", "Unsupported media type"},
     {"rate-limited", "Too many requests"},
+    {"headers-too-large", "Request headers too large"},
     {"overloaded", "Server overloaded"},
     {"unavailable", "Service unavailable"},
     {"internal", "Internal error"},

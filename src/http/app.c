@@ -112,6 +112,10 @@ void app_handle(void *arg, http_request_t *req)
     route_t route;
     span_t method = http_req_method(req);
     route_match(http_req_target(req), &route);
+    if (http_req_header_bytes(req) > app->max_header_bytes) {
+        reply_problem(req, 431, "headers-too-large", "the request's headers are larger than --max-header-size");
+        return;
+    }
     if (route.id == ROUTE_NOT_FOUND) {
         reply_problem(req, 404, "not-found", "no such route");
         return;

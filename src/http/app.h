@@ -49,6 +49,7 @@ typedef struct {
     ratelimit_t *read_limit;                    /* per client address, reads without a user; NULL = off */
     const char *cors_origins[CORS_ORIGINS_MAX]; /* "*" allows any origin */
     int ncors;
+    size_t max_header_bytes; /* larger header sections are refused with 431 */
 } app_t;
 
 /* The request handler (HTTP threads): routes, checks methods, dispatches. */

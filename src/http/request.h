@@ -16,6 +16,9 @@ span_t http_req_body(const http_request_t *req);
 /* The first value of header name (lowercase) and how many times it occurs. */
 size_t http_req_header(const http_request_t *req, const char *name, span_t *first);
 
+/* Bytes of all request header names and values together. */
+size_t http_req_header_bytes(const http_request_t *req);
+
 /* The client's address as text ("127.0.0.1", "::1"); the length, 0 when unknown. */
 size_t http_req_peer(const http_request_t *req, char *buf, size_t len);
 

@@ -99,6 +99,15 @@ size_t http_req_header(const http_request_t *req, const char *name, span_t *firs
     return count;
 }
 
+size_t http_req_header_bytes(const http_request_t *req)
+{
+    const h2o_headers_t *headers = &h2o_req(req)->headers;
+    size_t n = 0;
+    for (size_t i = 0; i < headers->size; i++)
+        n += headers->entries[i].name->len + headers->entries[i].value.len;
+    return n;
+}
+
 static const char *content_type_of(answer_type_t type)
 {
     switch (type) {
