@@ -464,6 +464,7 @@ int main(int argc, char **argv)
     http_server_stop();
     trending_stop(app.trending); /* persists its open buckets through the writer */
     writer_stop(app.writer);
+    feed_free(app.feed);
     store_close(store);
     close(listen_fd);
     return 0;

@@ -150,6 +150,12 @@ void feed_stop(feed_t *f)
     pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->lock);
     pthread_join(f->thread, NULL);
+}
+
+void feed_free(feed_t *f)
+{
+    if (!f)
+        return;
     pthread_cond_destroy(&f->cond);
     pthread_mutex_destroy(&f->lock);
     free(f);

@@ -24,7 +24,9 @@ void feed_notify(void *feed);
  * feed is stopping (wake is not called). */
 int feed_wait(feed_t *f, uint64_t after, uint64_t wait_ms, feed_wake_fn wake, void *arg);
 
-/* Wakes every waiter now and refuses new ones; then joins the thread. */
+/* Wakes every waiter now and refuses new ones; then joins the thread. feed_notify stays safe to
+ * call (the writer may still commit) until feed_free, after the writer has stopped. */
 void feed_stop(feed_t *f);
+void feed_free(feed_t *f);
 
 #endif

@@ -154,6 +154,7 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
     while ((got = src->next(src->arg, &line)) != 0) {
         lineno++;
         if (got == 2) {
+            rep->read++;
             if (reject(rep, lineno, "line longer than 65536 bytes") != 0)
                 return -1;
             continue;

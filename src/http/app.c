@@ -57,6 +57,15 @@ bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t k
     return false;
 }
 
+bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
+{
+    char peer[64];
+    if (who->known || !app->read_limit)
+        return true;
+    size_t n = http_req_peer(req, peer, sizeof peer);
+    return rate_or_reply(app, app->read_limit, req, (span_t){peer, n});
+}
+
 /* The allowed origin matching the request's Origin header, if any. */
 static const char *cors_origin(const app_t *app, http_request_t *req, span_t *origin)
 {

@@ -83,6 +83,10 @@ void app_on_respond(void *app, http_request_t *req, int status);
 /* Takes a token from the bucket of key; false having replied 429 when there is none. */
 bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key);
 
+/* Public reads without a user are limited per client address (--read-rate-limit), so one scraper
+ * cannot starve the feed; false having replied 429. */
+bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who);
+
 void metrics_get(app_t *app, http_request_t *req);
 void trending_get(app_t *app, http_request_t *req, span_t query);
 void hot_get(app_t *app, http_request_t *req);

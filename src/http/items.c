@@ -15,16 +15,6 @@
 
 static const char ID_RULE[] = "ids are 1-128 bytes of A-Z a-z 0-9 . _ : ~ - (and not . or ..)";
 
-/* Reads without a user are limited per client address, so one scraper cannot starve the feed. */
-static bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
-{
-    char peer[64];
-    if (who->known || !app->read_limit)
-        return true;
-    size_t n = http_req_peer(req, peer, sizeof peer);
-    return rate_or_reply(app, app->read_limit, req, (span_t){peer, n});
-}
-
 static bool item_or_reply(http_request_t *req, span_t item)
 {
     if (id_valid(item))

@@ -49,7 +49,7 @@ void trending_get(app_t *app, http_request_t *req, span_t query)
     int kind;
     trend_window_t window;
     size_t limit;
-    if (!auth_user_or_reply(app, req, false, &who) ||
+    if (!auth_user_or_reply(app, req, false, &who) || !read_rate_or_reply(app, req, &who) ||
         !trending_params_or_reply(app, req, query, &kind, &window, &limit))
         return;
     trend_entry_t top[TRENDING_LIMIT_MAX];
