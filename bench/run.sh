@@ -61,6 +61,14 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 [ -x "$TALLYD" ] || die "$TALLYD not built (make all)"
+# which source the binary came from: the git work tree it was built in, if any
+tdir=$(dirname "$TALLYD")
+if commit=$(git -C "$tdir" rev-parse --short HEAD 2>/dev/null); then
+    TALLYD_BUILT="built in a work tree at commit $commit"
+    git -C "$tdir" diff --quiet HEAD -- src 2>/dev/null || TALLYD_BUILT="$TALLYD_BUILT, with uncommitted changes in src/"
+else
+    TALLYD_BUILT="not in a git work tree"
+fi
 
 # ---------------------------------------------------------------- temp dir and cleanup
 
@@ -359,7 +367,7 @@ python3 "$BENCH_DIR/report.py" "$T/runs.tsv" "$T/runs" "$CLK_TCK" "$TALLYD_PID_R
     echo
     echo "- command: \`${BENCH_NICE:+BENCH_NICE=$BENCH_NICE }bench/run.sh\` (wrk -t$WRK_THREADS, --latency, --timeout 10s; main runs ${DUR}s, extra connection counts ${SWEEP_DUR}s; seed $SEED)"
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); host: $(nproc) CPUs, $(free -g | awk '/^Mem:/{print $2}') GiB; kernel $(uname -r)"
-    echo "- tallyd: \`$TALLYD $TALLYD_ARGS\` (git $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet -- src 2>/dev/null || echo ', src modified'))"
+    echo "- tallyd: \`$TALLYD $TALLYD_ARGS\` ($TALLYD_BUILT)"
     echo "- nginx: $("$NGINX" -v 2>&1 | sed 's/.*: //'), 1 worker, fixed 200 JSON answer, access_log off"
     echo "- $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-3)"
     echo "- CPU busy on the machine just before the runs (other work): ${BUSY}% of one core; load average before: $BEFORE_LOAD; after: $(cut -d' ' -f1-3 /proc/loadavg)"

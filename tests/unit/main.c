@@ -1,4 +1,6 @@
 /* main.c — runs every unit suite and prints the totals. */
+#include <stdbool.h>
+
 #include "unit.h"
 
 int unit_passed, unit_failed;
@@ -23,11 +25,16 @@ int main(void)
         {"histogram", test_histogram},
         {"spacesaving", test_spacesaving},
     };
+    int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
         int before = unit_failed;
         suites[i].run();
-        printf("%-12s %s\n", suites[i].name, unit_failed == before ? "ok" : "FAIL");
+        bool ok = unit_failed == before;
+        printf("%-12s %s\n", suites[i].name, ok ? "ok" : "FAIL");
+        ok ? suites_passed++ : suites_failed++;
     }
-    printf("unit: %d passed, %d failed\n", unit_passed, unit_failed);
+    /* Suites are the unit of the count; checks are shown beside them. */
+    printf("checks: %d passed, %d failed\n", unit_passed, unit_failed);
+    printf("unit: %d passed, %d failed\n", suites_passed, suites_failed);
     return unit_failed ? 1 : 0;
 }
