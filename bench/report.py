@@ -83,6 +83,21 @@ def load(tsv, runs_dir, tck, tallyd_pid):
             r["batch_count"] = dm("tally_writer_batch_commands_count")
             r["http5xx"] = sum(v - m0.get(k, 0) for k, v in m1.items()
                                if k.startswith("tally_http_requests_total") and 'status="5' in k)
+            # the server's own write latency (request in to answer out), from its histogram's buckets
+            buckets = []
+            for k, v in m1.items():
+                if k.startswith('tally_write_duration_seconds_bucket{le="'):
+                    le = k.split('"')[1]
+                    buckets.append((float("inf") if le == "+Inf" else float(le), v - m0.get(k, 0)))
+            buckets.sort()
+            total = buckets[-1][1] if buckets else 0
+            if total > 0:
+                def bound(q):
+                    for le, c in buckets:
+                        if c >= q * total:
+                            return le
+                    return float("inf")
+                r["srv_p50"], r["srv_p99"], r["srv_p999"] = bound(0.5), bound(0.99), bound(0.999)
         lag = [float(x) for x in open(base + ".lag").read().split()] if os.path.exists(base + ".lag") else []
         if lag:
             r["lag_max"] = max(lag)
@@ -132,14 +147,16 @@ def main():
     out.append("")
     out.append("CPU in % of one core over the run (the machine has 200%): tallyd in all, its writer thread "
                "(group commit and fold: the thread that writes the data file) and the other threads (HTTP); "
+               "the server's write latency is read off its /metrics histogram (bucket bounds: 0.5, 1, 2, 5, 10, "
+               "20, 50, 100, 250 ms ...); "
                "\"rest\" is the CPU the kernel counted beyond tallyd and wrk (loopback networking, softirqs, "
                "any other process on the machine). From tallyd's /metrics: commits and writes per commit, "
                "the largest pipeline lag sampled every 0.5 s. Disk: the block device's counters over the run "
                "(the whole device: another writer on the machine would show here too) and tallyd's "
                "write_bytes from /proc/PID/io.")
     out.append("")
-    out.append("| run | tallyd CPU | writer | other threads | wrk CPU | rest | commits/s | writes/commit | max lag s | device flushes/s | device bytes/req | write_bytes/req |")
-    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    out.append("| run | tallyd CPU | writer | other threads | wrk CPU | rest | commits/s | writes/commit | server write p50 / p99 / p99.9 ≤ ms | max lag s | device flushes/s | device bytes/req | write_bytes/req |")
+    out.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for label in order:
         t = rows.get((label, "tally"))
         if not t:
@@ -150,10 +167,12 @@ def main():
         cps = f"{commits / t['wall']:.0f}" if commits is not None else "–"
         wpc = f"{t['batch_sum'] / t['batch_count']:.1f}" if t.get("batch_count") else "–"
         lag = f"{t['lag_max']:.3f}" if "lag_max" in t else "–"
+        srv = (" / ".join(f"{t[k] * 1000:g}" for k in ("srv_p50", "srv_p99", "srv_p999"))
+               if "srv_p50" in t else "–")
         wcpu = f"{t['writer_cpu']:.0f}%" if "writer_cpu" in t else "–"
         rcpu = f"{t['rest_cpu']:.0f}%" if "rest_cpu" in t else "–"
         out.append(f"| {label} | {t['server_cpu']:.0f}% | {wcpu} | {rcpu} | {t['wrk_cpu']:.0f}% "
-                   f"| {t['others_cpu']:.0f}% | {cps} | {wpc} | {lag} | {fl / t['wall']:.0f} "
+                   f"| {t['others_cpu']:.0f}% | {cps} | {wpc} | {srv} | {lag} | {fl / t['wall']:.0f} "
                    f"| {t['disk_bytes'] / req:,.0f} | {t['proc_write'] / req:,.0f} |")
     out.append("")
     extras = []

@@ -38,6 +38,13 @@ WRK_THREADS=${BENCH_WRK_THREADS:-1}
 VERIFY_BUDGET=${BENCH_VERIFY_BUDGET:-60}
 SEED=${BENCH_SEED:-$(date +%s)}
 
+# the command line as given, for the report
+CMDLINE=""
+for v in BENCH_DURATION BENCH_SWEEP_DURATION BENCH_WRK_THREADS BENCH_VERIFY_BUDGET BENCH_NICE BENCH_WAIT_QUIET BENCH_SEED TALLYD; do
+    if [ -n "${!v:-}" ]; then CMDLINE="$CMDLINE$v=${!v} "; fi
+done
+CMDLINE="${CMDLINE}bench/run.sh"
+
 NICE_CMD=()
 if [ -n "${BENCH_NICE:-}" ]; then NICE_CMD=(nice -n "$BENCH_NICE"); fi
 
@@ -365,7 +372,7 @@ python3 "$BENCH_DIR/report.py" "$T/runs.tsv" "$T/runs" "$CLK_TCK" "$TALLYD_PID_R
 {
     echo "## Run"
     echo
-    echo "- command: \`${BENCH_NICE:+BENCH_NICE=$BENCH_NICE }bench/run.sh\` (wrk -t$WRK_THREADS, --latency, --timeout 10s; main runs ${DUR}s, extra connection counts ${SWEEP_DUR}s; seed $SEED)"
+    echo "- command: \`$CMDLINE\` (wrk -t$WRK_THREADS, --latency, --timeout 10s; main runs ${DUR}s, extra connection counts ${SWEEP_DUR}s; seed $SEED)"
     echo "- date: $(date -u '+%Y-%m-%d %H:%M UTC'); host: $(nproc) CPUs, $(free -g | awk '/^Mem:/{print $2}') GiB; kernel $(uname -r)"
     echo "- tallyd: \`$TALLYD $TALLYD_ARGS\` ($TALLYD_BUILT)"
     echo "- nginx: $("$NGINX" -v 2>&1 | sed 's/.*: //'), 1 worker, fixed 200 JSON answer, access_log off"
