@@ -1,10 +1,14 @@
 # bench/bench.mk — `make bench`: the benchmark harness of issue 6 (bench/run.sh; see bench/RESULTS.md).
-# Included from the Makefile. Not part of `make test` and never run by CI. About 4-5 minutes,
+# Included from the Makefile. Not part of `make test` and never run by CI. About 4 minutes,
 # 127.0.0.1 only; it installs wrk, nginx and strace with apt-get where they are missing.
 # Knobs (environment): BENCH_DURATION, BENCH_SWEEP_DURATION, BENCH_WRK_THREADS, BENCH_VERIFY_BUDGET,
-# BENCH_KEEP=1, BENCH_OUT=DIR (tables and report also written there).
+# BENCH_NICE (e.g. -10 on a shared machine), BENCH_WAIT_QUIET, BENCH_KEEP=1, BENCH_OUT=DIR,
+# BENCH_TALLYD_FLAGS; see the head of bench/run.sh.
+ifndef TALLY_BENCH_MK
+TALLY_BENCH_MK := 1
 BUILD ?= build
 
 .PHONY: bench
 bench: deps $(BUILD)/tallyd
 	TALLYD=$(BUILD)/tallyd bench/run.sh
+endif

@@ -143,7 +143,7 @@ def main():
             out.append(f"| {label} | {n['conns']} | {n['rps']:,.0f} | {ms(n['p50'])} | {ms(n['p99'])} | {ms(n['p999'])} "
                        f"| {n['non2xx']} | {n['server_cpu']:.0f}% | {n['wrk_cpu']:.0f}% | {n['others_cpu']:.0f}% |")
     out.append("")
-    out.append("## What bounds the tally figures")
+    out.append("## Resources during each tally run")
     out.append("")
     out.append("CPU in % of one core over the run (the machine has 200%): tallyd in all, its writer thread "
                "(group commit and fold: the thread that writes the data file) and the other threads (HTTP); "

@@ -25,7 +25,8 @@
 #                            on a shared machine, the benchmark's processes then win the CPU over other work
 #   BENCH_KEEP=1             keep the temporary directory (wrk outputs, logs, the data directory)
 #   TALLYD=build/tallyd      the server binary
-# Output: the tables (Markdown) on stdout, also written to $BENCH_OUT (default: the temp dir).
+#   BENCH_TALLYD_FLAGS=...   extra tallyd flags (e.g. "--batch-max 256")
+# Output: the report (Markdown) on stdout, progress on stderr; with BENCH_OUT=DIR also DIR/report.md.
 set -euo pipefail
 { # The whole script is parsed before it runs, so editing this file during a run changes nothing.
 
@@ -53,16 +54,23 @@ die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- tools
 
+# Debian packages: wrk, nginx and python3 are needed; strace only for the fsync count.
+# (Installing nginx does not start anything here; this script runs an nginx of its own.)
 need_pkgs=()
 command -v wrk >/dev/null 2>&1 || need_pkgs+=(wrk)
 [ -x /usr/sbin/nginx ] || command -v nginx >/dev/null 2>&1 || need_pkgs+=(nginx)
 command -v python3 >/dev/null 2>&1 || need_pkgs+=(python3)
-command -v strace >/dev/null 2>&1 || need_pkgs+=(strace)
-if [ ${#need_pkgs[@]} -gt 0 ]; then
-    log "installing ${need_pkgs[*]}"
+if [ ${#need_pkgs[@]} -gt 0 ] || ! command -v strace >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ]; then
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
-    else
+        apt-get update -qq || true
+        if [ ${#need_pkgs[@]} -gt 0 ]; then
+            log "installing ${need_pkgs[*]}"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_pkgs[@]}" >/dev/null
+        fi
+        command -v strace >/dev/null 2>&1 ||
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends strace >/dev/null ||
+            log "strace could not be installed: no fsync count"
+    elif [ ${#need_pkgs[@]} -gt 0 ]; then
         die "missing ${need_pkgs[*]}: install them (apt-get install ${need_pkgs[*]})"
     fi
 fi
@@ -101,7 +109,8 @@ cleanup() {
     if [ "${BENCH_KEEP:-0}" = 1 ]; then log "kept $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- servers
 

@@ -1,6 +1,8 @@
 /* feed.c — the long-poll waiter list and its thread. */
 #include "engine/feed.h"
 
+#include "core/clock.h"
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -24,13 +26,6 @@ struct feed {
     bool dirty; /* a commit since the last check */
     bool stopping;
 };
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 void feed_notify(void *arg)
 {
@@ -108,14 +103,7 @@ static void *feed_main(void *arg)
         pthread_mutex_lock(&f->lock);
         if (!f->dirty && !f->stopping) {
             uint64_t wait = next_deadline > mono_ms() ? next_deadline - mono_ms() : 0;
-            struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_sec += (time_t)(wait / 1000);
-            until.tv_nsec += (long)(wait % 1000) * 1000000;
-            if (until.tv_nsec >= 1000000000) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000;
-            }
+            struct timespec until = clock_deadline(CLOCK_MONOTONIC, wait);
             pthread_cond_timedwait(&f->cond, &f->lock, &until);
         }
     }

@@ -2,7 +2,6 @@
 #include "engine/import.h"
 
 #include <jansson.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -79,41 +78,17 @@ static const char *parse_csv(const kinds_t *kinds, span_t line, record_t *rec)
     return record_check(kinds, rec, f[2]);
 }
 
-/* The batch in flight: commands submitted, answers awaited together. */
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    size_t outstanding;
-    uint64_t applied, unchanged;
-    bool failed;
-} batch_t;
-
-static void batch_done(write_cmd_t *cmd)
+/* Writer thread: one record's answer is final. */
+static void record_done(write_cmd_t *cmd, void *arg)
 {
-    batch_t *b = cmd->done_arg;
-    pthread_mutex_lock(&b->lock);
-    if (cmd->answer.status != 200)
-        b->failed = true;
-    else if (cmd->changed)
-        b->applied++;
-    else
-        b->unchanged++;
-    b->outstanding--;
-    pthread_cond_signal(&b->cond);
-    pthread_mutex_unlock(&b->lock);
-    answer_free(&cmd->answer);
-    free(cmd);
+    import_report_t *rep = arg;
+    if (cmd->answer.status == 200 && cmd->changed)
+        atomic_fetch_add(&rep->applied_live, 1);
+    else if (cmd->answer.status == 200)
+        atomic_fetch_add(&rep->unchanged_live, 1);
 }
 
-static void batch_wait(batch_t *b, size_t at_most)
-{
-    pthread_mutex_lock(&b->lock);
-    while (b->outstanding > at_most)
-        pthread_cond_wait(&b->cond, &b->lock);
-    pthread_mutex_unlock(&b->lock);
-}
-
-static int batch_submit(writer_t *w, batch_t *b, const record_t *rec)
+static int record_submit(writer_t *w, writer_group_t *g, const record_t *rec)
 {
     write_cmd_t *cmd = calloc(1, sizeof *cmd);
     if (!cmd)
@@ -125,27 +100,16 @@ static int batch_submit(writer_t *w, batch_t *b, const record_t *rec)
     cmd->item_len = rec->item.len;
     memcpy(cmd->user, rec->user.ptr, rec->user.len);
     cmd->user_len = rec->user.len;
-    cmd->done = batch_done;
-    cmd->done_arg = b;
-    pthread_mutex_lock(&b->lock);
-    b->outstanding++;
-    pthread_mutex_unlock(&b->lock);
-    const struct timespec pause = {0, 2 * 1000000L};
-    for (int i = 0; i < 5000; i++) { /* the queue is full: wait for the writer, at most ~10 s */
-        if (writer_submit(w, cmd) == 0)
-            return 0;
-        nanosleep(&pause, NULL);
+    if (writer_group_submit(w, g, cmd) != 0) {
+        free(cmd);
+        return -1;
     }
-    pthread_mutex_lock(&b->lock);
-    b->outstanding--;
-    pthread_mutex_unlock(&b->lock);
-    free(cmd);
-    return -1;
+    return 0;
 }
 
 /* One pass over the source: checks every line; applies the good ones when w is not NULL. */
 static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t *src, const import_options_t *opt,
-                       import_report_t *rep, batch_t *b)
+                       import_report_t *rep, writer_group_t *g)
 {
     span_t line;
     uint64_t lineno = 0;
@@ -181,11 +145,11 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
         if (error)
             rc = reject(rep, lineno, error);
         else if (w) {
-            batch_wait(b, opt->batch);
-            rc = batch_submit(w, b, &rec);
+            writer_group_wait(g, opt->batch);
+            rc = record_submit(w, g, &rec);
         }
         json_decref(doc);
-        if (rc != 0 || b->failed)
+        if (rc != 0)
             return -1;
     }
     return 0;
@@ -195,32 +159,30 @@ int import_run(writer_t *w, const kinds_t *kinds, const import_source_t *src, co
                import_report_t *report)
 {
     *report = (import_report_t){0};
-    batch_t b = {.outstanding = 0};
-    pthread_mutex_init(&b.lock, NULL);
-    pthread_cond_init(&b.cond, NULL);
+    writer_group_t g;
+    writer_group_init(&g, true, record_done, report);
     int rc = 0;
     if (opt->abort_on_error) {
-        rc = import_pass(NULL, kinds, src, opt, report, &b);
+        rc = import_pass(NULL, kinds, src, opt, report, &g);
         if (rc == 0 && report->rejected_count) {
             report->aborted = true;
         } else if (rc == 0) {
             uint64_t read = report->read;
             report->read = 0;
-            rc = src->rewind(src->arg) == 0 ? import_pass(w, kinds, src, opt, report, &b) : -1;
+            rc = src->rewind(src->arg) == 0 ? import_pass(w, kinds, src, opt, report, &g) : -1;
             if (rc == 0 && report->read != read)
                 rc = -1; /* the source changed between the passes */
         }
     } else {
-        rc = import_pass(w, kinds, src, opt, report, &b);
+        rc = import_pass(w, kinds, src, opt, report, &g);
     }
-    batch_wait(&b, 0);
-    report->applied = b.applied;
-    report->unchanged = b.unchanged;
-    if (b.failed)
+    writer_group_wait(&g, 0);
+    if (g.failed)
         rc = -1;
+    writer_group_destroy(&g);
+    report->applied = atomic_load(&report->applied_live);
+    report->unchanged = atomic_load(&report->unchanged_live);
     report->failed = rc != 0;
-    pthread_cond_destroy(&b.cond);
-    pthread_mutex_destroy(&b.lock);
     return rc;
 }
 

@@ -4,6 +4,8 @@
 #ifndef TALLY_ENGINE_IMPORT_H
 #define TALLY_ENGINE_IMPORT_H
 
+#include <stdatomic.h>
+
 #include "engine/writer.h"
 
 #define IMPORT_LINE_MAX (64 * 1024)
@@ -29,6 +31,7 @@ typedef struct {
     size_t nrejected;
     bool aborted; /* abort_on_error and something was rejected */
     bool failed;  /* the writer refused or a commit failed: the import stopped part-way */
+    atomic_uint_fast64_t applied_live, unchanged_live; /* counted on the writer thread while running */
 } import_report_t;
 
 /* A source of lines. next returns 1 with a line (without its newline), 0 at the end, or 2 for a

@@ -1,65 +1,12 @@
 /* recount.c — drift detection and correction, chunk by chunk, one snapshot per chunk. */
 #include "engine/recount.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "core/itemmap.h"
 
-#define SUBMIT_RETRY_MS 5
-#define SUBMIT_RETRIES 2000
-
 recount_stats_t recount_stats;
-
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t done;
-    size_t outstanding;
-    bool failed;
-} corrections_t;
-
-static void correction_done(write_cmd_t *cmd)
-{
-    corrections_t *c = cmd->done_arg;
-    pthread_mutex_lock(&c->lock);
-    if (cmd->answer.status != 200)
-        c->failed = true;
-    c->outstanding--;
-    pthread_cond_signal(&c->done);
-    pthread_mutex_unlock(&c->lock);
-    answer_free(&cmd->answer);
-    free(cmd);
-}
-
-/* Queues counts[item] += deltas; retries briefly while the queue is full. */
-static int correction_submit(writer_t *writer, corrections_t *c, const itemmap_entry_t *e)
-{
-    write_cmd_t *cmd = calloc(1, sizeof *cmd);
-    if (!cmd)
-        return STORE_ERROR;
-    cmd->type = WRITE_COUNTS_ADJUST;
-    memcpy(cmd->item, e->item, e->item_len);
-    cmd->item_len = e->item_len;
-    memcpy(cmd->deltas, e->deltas, sizeof cmd->deltas);
-    cmd->done = correction_done;
-    cmd->done_arg = c;
-    pthread_mutex_lock(&c->lock);
-    c->outstanding++;
-    pthread_mutex_unlock(&c->lock);
-    const struct timespec pause = {0, SUBMIT_RETRY_MS * 1000000L};
-    for (int i = 0; i < SUBMIT_RETRIES; i++) {
-        if (writer_submit(writer, cmd) == 0)
-            return STORE_OK;
-        nanosleep(&pause, NULL);
-    }
-    pthread_mutex_lock(&c->lock);
-    c->outstanding--;
-    pthread_mutex_unlock(&c->lock);
-    free(cmd);
-    return STORE_ERROR;
-}
 
 static int drift_add(recount_report_t *rep, span_t item, int kind, int64_t counted, int64_t stored)
 {
@@ -159,22 +106,32 @@ static int recount_chunk(store_t *store, const span_t *items, size_t nitems, chu
     return rc;
 }
 
+/* Queues counts += fix for every item with drift, and waits until they are durable. */
 static int corrections_apply(writer_t *writer, const itemmap_t *fixes, recount_report_t *report)
 {
-    corrections_t c = {.outstanding = 0};
-    pthread_mutex_init(&c.lock, NULL);
-    pthread_cond_init(&c.done, NULL);
+    writer_group_t g;
+    writer_group_init(&g, true, NULL, NULL);
     int rc = STORE_OK;
-    for (size_t i = 0; i < fixes->count && rc == STORE_OK; i++)
-        rc = correction_submit(writer, &c, &fixes->entries[i]);
-    pthread_mutex_lock(&c.lock);
-    while (c.outstanding > 0)
-        pthread_cond_wait(&c.done, &c.lock);
-    pthread_mutex_unlock(&c.lock);
-    if (c.failed)
+    for (size_t i = 0; i < fixes->count && rc == STORE_OK; i++) {
+        const itemmap_entry_t *e = &fixes->entries[i];
+        write_cmd_t *cmd = calloc(1, sizeof *cmd);
+        if (!cmd) {
+            rc = STORE_ERROR;
+            break;
+        }
+        cmd->type = WRITE_COUNTS_ADJUST;
+        memcpy(cmd->item, e->item, e->item_len);
+        cmd->item_len = e->item_len;
+        memcpy(cmd->deltas, e->deltas, sizeof cmd->deltas);
+        if (writer_group_submit(writer, &g, cmd) != 0) {
+            free(cmd);
+            rc = STORE_ERROR;
+        }
+    }
+    writer_group_wait(&g, 0);
+    if (g.failed)
         rc = STORE_ERROR;
-    pthread_cond_destroy(&c.done);
-    pthread_mutex_destroy(&c.lock);
+    writer_group_destroy(&g);
     if (rc == STORE_OK)
         report->corrected = report->ndrift;
     return rc;

@@ -1,11 +1,13 @@
 /* trending.c — bucketed Space-Saving summaries fed from the log; persisted through the writer. */
 #include "engine/trending.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "core/itemmap.h"
 #include "core/spacesaving.h"
 
@@ -55,13 +57,6 @@ struct trending {
     uint64_t newest; /* newest log seq seen */
     uint64_t last_persist_ms;
 };
-
-static uint64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 static spacesaving_t *summary(trending_t *t, spacesaving_t *s)
 {
@@ -306,9 +301,7 @@ static void *trending_main(void *arg)
             return NULL;
         }
         if (!t->dirty) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += FOLLOW_IDLE_MS / 1000;
+            struct timespec until = clock_deadline(CLOCK_REALTIME, FOLLOW_IDLE_MS);
             pthread_cond_timedwait(&t->wake, &t->wake_lock, &until);
         }
         t->dirty = false;
@@ -408,12 +401,37 @@ static int entry_cmp(const void *a, const void *b)
     return strcmp(x->item, y->item);
 }
 
+/* The entries of sums whose total (deltas[0]) is at least min, largest first, at most limit, into
+ * out; with seconds > 0 each also gets its rate. */
+static size_t rank(const itemmap_t *sums, int64_t min, double seconds, size_t limit, trend_entry_t *out)
+{
+    size_t n = 0;
+    trend_entry_t *all = calloc(sums->count ? sums->count : 1, sizeof *all);
+    if (!all)
+        return 0;
+    for (size_t e = 0; e < sums->count; e++) {
+        const itemmap_entry_t *s = &sums->entries[e];
+        if (s->deltas[0] < min)
+            continue;
+        memcpy(all[n].item, s->item, s->item_len);
+        all[n].item[s->item_len] = '\0';
+        all[n].gain = s->deltas[0];
+        all[n++].rate = seconds > 0 ? (double)s->deltas[0] / seconds : 0;
+    }
+    qsort(all, n, sizeof *all, entry_cmp);
+    if (n > limit)
+        n = limit;
+    memcpy(out, all, n * sizeof *all);
+    free(all);
+    return n;
+}
+
 size_t trending_top(trending_t *t, int kind, trend_window_t window, size_t limit, trend_entry_t *out)
 {
     itemmap_t sums = {0};
     uint64_t now = wall_ms();
     const level_t *lv = &t->levels[windows[window].level];
-    size_t nb = level_shape[windows[window].level].nbuckets, n = 0;
+    size_t nb = level_shape[windows[window].level].nbuckets;
     pthread_mutex_lock(&t->lock);
     for (size_t i = 0; i < nb; i++) { /* candidates: every item tracked as gaining */
         const bucket_t *b = &lv->ring[i];
@@ -437,21 +455,7 @@ size_t trending_top(trending_t *t, int kind, trend_window_t window, size_t limit
         }
     }
     pthread_mutex_unlock(&t->lock);
-    trend_entry_t *all = calloc(sums.count ? sums.count : 1, sizeof *all);
-    for (size_t e = 0; all && e < sums.count; e++) {
-        if (sums.entries[e].deltas[0] <= 0)
-            continue;
-        memcpy(all[n].item, sums.entries[e].item, sums.entries[e].item_len);
-        all[n].item[sums.entries[e].item_len] = '\0';
-        all[n++].gain = sums.entries[e].deltas[0];
-    }
-    if (all)
-        qsort(all, n, sizeof *all, entry_cmp);
-    if (n > limit)
-        n = limit;
-    if (all)
-        memcpy(out, all, n * sizeof *all);
-    free(all);
+    size_t n = rank(&sums, 1, 0, limit, out);
     itemmap_free(&sums);
     return n;
 }
@@ -474,7 +478,6 @@ size_t trending_hot(trending_t *t, size_t limit, trend_entry_t *out)
     uint64_t now = wall_ms(), width = level_shape[LEVEL_5S].width_ms;
     uint64_t open = now - now % width, since = open - HOT_BUCKETS * width;
     const level_t *lv = &t->levels[LEVEL_5S];
-    size_t n = 0;
     pthread_mutex_lock(&t->lock);
     for (size_t i = 0; i < level_shape[LEVEL_5S].nbuckets; i++) {
         const bucket_t *b = &lv->ring[i];
@@ -488,23 +491,7 @@ size_t trending_hot(trending_t *t, size_t limit, trend_entry_t *out)
     }
     pthread_mutex_unlock(&t->lock);
     double seconds = (double)(HOT_BUCKETS * width) / 1000.0;
-    trend_entry_t *all = calloc(sums.count ? sums.count : 1, sizeof *all);
-    for (size_t e = 0; all && e < sums.count; e++) {
-        double rate = (double)sums.entries[e].deltas[0] / seconds;
-        if (rate < t->opt.hot_threshold)
-            continue;
-        memcpy(all[n].item, sums.entries[e].item, sums.entries[e].item_len);
-        all[n].item[sums.entries[e].item_len] = '\0';
-        all[n].rate = rate;
-        all[n++].gain = sums.entries[e].deltas[0];
-    }
-    if (all)
-        qsort(all, n, sizeof *all, entry_cmp);
-    if (n > limit)
-        n = limit;
-    if (all)
-        memcpy(out, all, n * sizeof *all);
-    free(all);
+    size_t n = rank(&sums, (int64_t)ceil(t->opt.hot_threshold * seconds), seconds, limit, out);
     itemmap_free(&sums);
     return n;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "engine/pipeline.h"
 
 #define SWEEP_INTERVAL_MS 1000
@@ -29,20 +30,6 @@ struct writer {
     uint64_t last_sweep_ms;
     writer_stats_t stats;
 };
-
-static uint64_t clock_ms(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static uint64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 const writer_stats_t *writer_stats(const writer_t *w)
 {
@@ -368,14 +355,7 @@ static void *writer_main(void *arg)
             uint64_t wait_ms = IDLE_WAIT_MS;
             if (unfolded && w->opt.fold_window_ms)
                 wait_ms = w->last_fold_ms + w->opt.fold_window_ms - mono_now;
-            struct timespec until;
-            clock_gettime(CLOCK_MONOTONIC, &until);
-            until.tv_sec += (time_t)(wait_ms / 1000);
-            until.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-            if (until.tv_nsec >= 1000000000) {
-                until.tv_sec++;
-                until.tv_nsec -= 1000000000;
-            }
+            struct timespec until = clock_deadline(CLOCK_MONOTONIC, wait_ms);
             pthread_cond_timedwait(&w->wake, &w->lock, &until);
             continue;
         }
@@ -434,44 +414,77 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     return 0;
 }
 
-typedef struct {
-    pthread_mutex_t lock;
-    pthread_cond_t cond;
-    bool done;
-} call_t;
+/* --- groups: commands submitted from a thread that may block, and waited for together --- */
 
-static void call_done(write_cmd_t *cmd)
+#define SUBMIT_RETRY_MS 5
+#define SUBMIT_RETRIES 2000 /* a full queue is waited out for at most ~10 s */
+
+void writer_group_init(writer_group_t *g, bool owns_commands, void (*on_done)(write_cmd_t *, void *), void *arg)
 {
-    call_t *c = cmd->done_arg;
-    pthread_mutex_lock(&c->lock);
-    c->done = true;
-    pthread_cond_signal(&c->cond);
-    pthread_mutex_unlock(&c->lock);
+    *g = (writer_group_t){.owns_commands = owns_commands, .on_done = on_done, .arg = arg};
+    pthread_mutex_init(&g->lock, NULL);
+    pthread_cond_init(&g->cond, NULL);
 }
 
-#define CALL_RETRY_MS 5
-#define CALL_RETRIES 2000
+void writer_group_destroy(writer_group_t *g)
+{
+    writer_group_wait(g, 0);
+    pthread_cond_destroy(&g->cond);
+    pthread_mutex_destroy(&g->lock);
+}
+
+/* Writer thread: one of the group's commands is final. */
+static void group_done(write_cmd_t *cmd)
+{
+    writer_group_t *g = cmd->done_arg;
+    if (g->on_done)
+        g->on_done(cmd, g->arg);
+    pthread_mutex_lock(&g->lock);
+    if (cmd->answer.status != 200)
+        g->failed++;
+    if (g->owns_commands) {
+        answer_free(&cmd->answer);
+        free(cmd);
+    }
+    g->outstanding--;
+    pthread_cond_broadcast(&g->cond);
+    pthread_mutex_unlock(&g->lock);
+}
+
+int writer_group_submit(writer_t *w, writer_group_t *g, write_cmd_t *cmd)
+{
+    cmd->done = group_done;
+    cmd->done_arg = g;
+    pthread_mutex_lock(&g->lock);
+    g->outstanding++;
+    pthread_mutex_unlock(&g->lock);
+    const struct timespec pause = {0, SUBMIT_RETRY_MS * 1000000L};
+    for (int i = 0; i < SUBMIT_RETRIES; i++) {
+        if (writer_submit(w, cmd) == 0)
+            return 0;
+        nanosleep(&pause, NULL);
+    }
+    pthread_mutex_lock(&g->lock);
+    g->outstanding--;
+    g->failed++;
+    pthread_mutex_unlock(&g->lock);
+    return -1; /* cmd is still the caller's */
+}
+
+void writer_group_wait(writer_group_t *g, size_t at_most)
+{
+    pthread_mutex_lock(&g->lock);
+    while (g->outstanding > at_most)
+        pthread_cond_wait(&g->cond, &g->lock);
+    pthread_mutex_unlock(&g->lock);
+}
 
 int writer_call(writer_t *w, write_cmd_t *cmd)
 {
-    call_t c = {.done = false};
-    pthread_mutex_init(&c.lock, NULL);
-    pthread_cond_init(&c.cond, NULL);
-    cmd->done = call_done;
-    cmd->done_arg = &c;
-    const struct timespec pause = {0, CALL_RETRY_MS * 1000000L};
-    int rc = -1;
-    for (int i = 0; i < CALL_RETRIES && rc != 0; i++)
-        if ((rc = writer_submit(w, cmd)) != 0)
-            nanosleep(&pause, NULL);
-    if (rc == 0) {
-        pthread_mutex_lock(&c.lock);
-        while (!c.done)
-            pthread_cond_wait(&c.cond, &c.lock);
-        pthread_mutex_unlock(&c.lock);
-    }
-    pthread_cond_destroy(&c.cond);
-    pthread_mutex_destroy(&c.lock);
+    writer_group_t g;
+    writer_group_init(&g, false, NULL, NULL);
+    int rc = writer_group_submit(w, &g, cmd);
+    writer_group_destroy(&g);
     return rc;
 }
 

@@ -4,6 +4,7 @@
 #ifndef TALLY_ENGINE_WRITER_H
 #define TALLY_ENGINE_WRITER_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -106,9 +107,29 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
  * caller answers 503; cmd is untouched and still the caller's). */
 int writer_submit(writer_t *w, write_cmd_t *cmd);
 
-/* For threads that may block (never an HTTP thread): submits cmd, retrying for a while when the
- * queue is full, and waits until its answer is final. cmd->done and done_arg are taken over.
- * Returns 0, or -1 when the writer would not take it. */
+/* Commands submitted together by a thread that may block (never an HTTP thread) and waited for
+ * together: recount's corrections, an import's records. done and done_arg of each command are
+ * taken over; on_done (optional) sees each final command on the writer thread. */
+typedef struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    size_t outstanding; /* submitted, not final yet */
+    size_t failed;      /* answered other than 200, or refused */
+    bool owns_commands; /* free each command (malloc'd) once final */
+    void (*on_done)(write_cmd_t *cmd, void *arg);
+    void *arg;
+} writer_group_t;
+
+void writer_group_init(writer_group_t *g, bool owns_commands, void (*on_done)(write_cmd_t *, void *), void *arg);
+/* Submits cmd, waiting out a full queue for ~10 s at most. Returns 0, or -1 when the writer would
+ * not take it (cmd stays the caller's; counted as failed). */
+int writer_group_submit(writer_t *w, writer_group_t *g, write_cmd_t *cmd);
+/* Waits until at most at_most commands of the group are outstanding. */
+void writer_group_wait(writer_group_t *g, size_t at_most);
+/* Waits for every command, then releases the group. */
+void writer_group_destroy(writer_group_t *g);
+
+/* One command, waited for: a group of one. Returns 0, or -1 when the writer would not take it. */
 int writer_call(writer_t *w, write_cmd_t *cmd);
 
 /* Answers every queued command, folds what is left, commits and joins the thread. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "http/router.h"
 
 void reply_problem(http_request_t *req, int status, const char *code, const char *detail)
@@ -34,13 +35,6 @@ void reply_json(http_request_t *req, int status, json_t *body)
 static void reply_health(http_request_t *req, bool ok)
 {
     reply_json(req, ok ? 200 : 503, json_pack("{s:s}", "status", ok ? "ok" : "unavailable"));
-}
-
-static uint64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
 bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key)
