@@ -13,6 +13,7 @@
 
 #include "core/kinds.h"
 #include "core/parse.h"
+#include "engine/recount.h"
 #include "engine/writer.h"
 #include "http/app.h"
 #include "http/server.h"
@@ -22,6 +23,7 @@
 #define LISTEN_BACKLOG 1024
 #define DRAIN_TIMEOUT_MS 10000
 #define SHUTDOWN_FLUSH_MS 200
+#define RECOUNT_SAMPLE_ITEMS 100
 #define RATE_TABLE_CAPACITY (1u << 20)       /* buckets per limiter: ~24 MiB, whatever the number of users */
 #define HTTP_BODY_LIMIT_MIN_BYTES (1u << 20) /* h2o's own cap; handlers enforce the contract's 4 KiB */
 
@@ -45,6 +47,8 @@ typedef struct {
     ratelimit_rule_t write_rule, read_rule;
     double hot_threshold;
     uint64_t trending_capacity;
+    uint64_t recount_interval_ms;
+    const char *access_log;
     const char *cors[CORS_ORIGINS_MAX];
     int ncors;
 } options_t;
@@ -74,6 +78,9 @@ static const char usage_text[] =
     "                             refuses more than 100 headers or ~400 KiB)\n"
     "  --max-connections N        open connections at most; past it 503 and close (default 10000)\n"
     "  --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any; default none)\n"
+    "  --access-log FILE          one line per answer (key=value), appended to FILE; - for stderr (default off)\n"
+    "  --recount-interval DUR     recount the 100 most recently written items this often, correcting and\n"
+    "                             logging any drift; 0 turns it off (default 5m)\n"
     "  --hot-threshold RATE       transitions per second that make an item hot (default 50)\n"
     "  --trending-capacity K      counters per trending summary; the error bound is events/K (default 512)\n"
     "  --log-max-size SIZE        prune the oldest folded transitions past this size (default 4GiB)\n"
@@ -127,6 +134,8 @@ static void parse_flags(int argc, char **argv, options_t *o)
         F_CORS,
         F_HOT,
         F_MAXHDR,
+        F_RECOUNT,
+        F_ACCESSLOG,
         F_TRENDCAP,
         F_HELP
     };
@@ -151,6 +160,8 @@ static void parse_flags(int argc, char **argv, options_t *o)
         {"cors-origin", required_argument, NULL, F_CORS},
         {"hot-threshold", required_argument, NULL, F_HOT},
         {"max-header-size", required_argument, NULL, F_MAXHDR},
+        {"recount-interval", required_argument, NULL, F_RECOUNT},
+        {"access-log", required_argument, NULL, F_ACCESSLOG},
         {"trending-capacity", required_argument, NULL, F_TRENDCAP},
         {"help", no_argument, NULL, F_HELP},
         {NULL, 0, NULL, 0},
@@ -231,6 +242,12 @@ static void parse_flags(int argc, char **argv, options_t *o)
             if (parse_size_bytes(optarg, &o->max_header_bytes) != 0 || o->max_header_bytes < 1024 ||
                 o->max_header_bytes > (1u << 20))
                 die_usage("--max-header-size", "expected a size from 1K to 1M, such as 16K");
+            break;
+        case F_ACCESSLOG:
+            o->access_log = optarg;
+            break;
+        case F_RECOUNT:
+            o->recount_interval_ms = flag_duration("--recount-interval", optarg);
             break;
         case F_HOT:
             o->hot_threshold = (double)flag_uint("--hot-threshold", optarg, 1, 10000000);
@@ -341,6 +358,7 @@ int main(int argc, char **argv)
         .read_rule = {200, 400},
         .hot_threshold = 50,
         .trending_capacity = TRENDING_CAPACITY_DEFAULT,
+        .recount_interval_ms = 5 * 60 * 1000,
     };
     parse_flags(argc, argv, &o);
     kinds_t kinds;
@@ -404,6 +422,14 @@ int main(int argc, char **argv)
         app.cors_origins[i] = o.cors[i];
     app.ncors = o.ncors;
     app.max_header_bytes = o.max_header_bytes;
+    if (o.access_log) {
+        app.access_log = strcmp(o.access_log, "-") == 0 ? stderr : fopen(o.access_log, "a");
+        if (!app.access_log) {
+            fprintf(stderr, "tallyd: --access-log %s: %s\n", o.access_log, strerror(errno));
+            return 1;
+        }
+        setvbuf(app.access_log, NULL, _IOLBF, 0);
+    }
     if (feed_start(store, &app.feed) != 0) {
         fprintf(stderr, "tallyd: cannot start the change feed thread\n");
         return 1;
@@ -417,6 +443,11 @@ int main(int argc, char **argv)
     trending_options_t topt = {.capacity = o.trending_capacity, .hot_threshold = o.hot_threshold};
     if (trending_start(store, app.writer, &kinds, &topt, &app.trending) != 0) {
         fprintf(stderr, "tallyd: cannot start trending\n");
+        return 1;
+    }
+    recount_sampler_t *sampler;
+    if (recount_sampler_start(store, app.writer, o.recount_interval_ms, RECOUNT_SAMPLE_ITEMS, &sampler) != 0) {
+        fprintf(stderr, "tallyd: cannot start the periodic recount\n");
         return 1;
     }
     http_server_config_t hcfg = {
@@ -462,6 +493,7 @@ int main(int argc, char **argv)
     const struct timespec flush = {0, SHUTDOWN_FLUSH_MS * 1000000L};
     nanosleep(&flush, NULL); /* the loops keep running: the last answers leave their sockets */
     http_server_stop();
+    recount_sampler_stop(sampler);
     trending_stop(app.trending); /* persists its open buckets through the writer */
     writer_stop(app.writer);
     feed_free(app.feed);

@@ -1,12 +1,17 @@
 /* recount.c — drift detection and correction, chunk by chunk, one snapshot per chunk. */
 #include "engine/recount.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/clock.h"
 #include "core/itemmap.h"
 
 recount_stats_t recount_stats;
+
+/* One recount at a time: two running together could both correct the same drift. */
+static pthread_mutex_t recount_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static int drift_add(recount_report_t *rep, span_t item, int kind, int64_t counted, int64_t stored)
 {
@@ -137,7 +142,19 @@ static int corrections_apply(writer_t *writer, const itemmap_t *fixes, recount_r
     return rc;
 }
 
+static int recount_locked(store_t *store, writer_t *writer, const span_t *items, size_t nitems,
+                          recount_report_t *report);
+
 int recount_run(store_t *store, writer_t *writer, const span_t *items, size_t nitems, recount_report_t *report)
+{
+    pthread_mutex_lock(&recount_lock);
+    int rc = recount_locked(store, writer, items, nitems, report);
+    pthread_mutex_unlock(&recount_lock);
+    return rc;
+}
+
+static int recount_locked(store_t *store, writer_t *writer, const span_t *items, size_t nitems,
+                          recount_report_t *report)
 {
     *report = (recount_report_t){0};
     itemmap_t fixes = {0};
@@ -167,4 +184,124 @@ void recount_report_free(recount_report_t *report)
 {
     free(report->drift);
     *report = (recount_report_t){0};
+}
+
+/* --- the periodic recount of recently written items --- */
+
+#define SAMPLE_LOG_ENTRIES 10000
+
+struct recount_sampler {
+    store_t *store;
+    writer_t *writer;
+    uint64_t interval_ms;
+    size_t sample;
+    pthread_t thread;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool stopping;
+};
+
+typedef struct {
+    itemmap_t items;
+    size_t max;
+} sample_t;
+
+static int sample_add(void *arg, uint64_t seq, const transition_t *t)
+{
+    (void)seq;
+    sample_t *s = arg;
+    if (s->items.count < s->max)
+        itemmap_get(&s->items, t->item);
+    return 0;
+}
+
+/* The distinct items of the newest log entries, at most sample of them. */
+static int sample_recent(recount_sampler_t *r, sample_t *s)
+{
+    store_read_t *snap;
+    uint64_t first, last;
+    int rc = store_read_begin(r->store, &snap);
+    if (rc != STORE_OK)
+        return rc;
+    rc = store_read_log_bounds(snap, &first, &last);
+    if (rc == STORE_OK && last) {
+        uint64_t from = last > SAMPLE_LOG_ENTRIES ? last - SAMPLE_LOG_ENTRIES : 0;
+        rc = store_read_log(snap, from < first ? first - 1 : from, SAMPLE_LOG_ENTRIES, sample_add, s);
+    }
+    store_read_end(snap);
+    return rc;
+}
+
+static void sampler_pass(recount_sampler_t *r)
+{
+    sample_t s = {.max = r->sample};
+    span_t *items = NULL;
+    if (sample_recent(r, &s) == STORE_OK && s.items.count && (items = calloc(s.items.count, sizeof *items))) {
+        for (size_t i = 0; i < s.items.count; i++)
+            items[i] = (span_t){s.items.entries[i].item, s.items.entries[i].item_len};
+        recount_report_t rep;
+        if (recount_run(r->store, r->writer, items, s.items.count, &rep) == STORE_OK && rep.ndrift) {
+            for (size_t i = 0; i < rep.ndrift; i++)
+                fprintf(stderr, "level=error event=drift item=%s kind=%d counted=%lld stored=%lld corrected=%s\n",
+                        rep.drift[i].item, rep.drift[i].kind, (long long)rep.drift[i].counted,
+                        (long long)rep.drift[i].stored, rep.corrected ? "yes" : "no");
+        }
+        recount_report_free(&rep);
+    }
+    free(items);
+    itemmap_free(&s.items);
+}
+
+static void *sampler_main(void *arg)
+{
+    recount_sampler_t *r = arg;
+    pthread_mutex_lock(&r->lock);
+    while (!r->stopping) {
+        struct timespec until = clock_deadline(CLOCK_MONOTONIC, r->interval_ms);
+        if (pthread_cond_timedwait(&r->wake, &r->lock, &until) == 0 || r->stopping)
+            continue;
+        pthread_mutex_unlock(&r->lock);
+        sampler_pass(r);
+        pthread_mutex_lock(&r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+int recount_sampler_start(store_t *store, writer_t *writer, uint64_t interval_ms, size_t sample,
+                          recount_sampler_t **out)
+{
+    *out = NULL;
+    if (interval_ms == 0)
+        return 0;
+    recount_sampler_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return -1;
+    *r = (recount_sampler_t){.store = store, .writer = writer, .interval_ms = interval_ms, .sample = sample};
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->wake, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&r->thread, NULL, sampler_main, r) != 0) {
+        free(r);
+        return -1;
+    }
+    *out = r;
+    return 0;
+}
+
+void recount_sampler_stop(recount_sampler_t *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->stopping = true;
+    pthread_cond_signal(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    pthread_join(r->thread, NULL);
+    pthread_cond_destroy(&r->wake);
+    pthread_mutex_destroy(&r->lock);
+    free(r);
 }

@@ -34,6 +34,14 @@ int recount_run(store_t *store, writer_t *writer, const span_t *items, size_t ni
 
 void recount_report_free(recount_report_t *report);
 
+/* Every interval_ms, recounts the (at most sample) items written most recently, corrects any
+ * drift through the writer and logs it: the drift metric stays current without a full recount.
+ * interval_ms 0: off (*out NULL). */
+typedef struct recount_sampler recount_sampler_t;
+int recount_sampler_start(store_t *store, writer_t *writer, uint64_t interval_ms, size_t sample,
+                          recount_sampler_t **out);
+void recount_sampler_stop(recount_sampler_t *r);
+
 /* For the metrics: drift entries found by the last finished recount, and the total corrected. */
 typedef struct {
     atomic_uint_fast64_t runs, last_drift, corrected_total;

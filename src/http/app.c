@@ -71,13 +71,40 @@ static const char *cors_origin(const app_t *app, http_request_t *req, span_t *or
     return NULL;
 }
 
-void app_on_respond(void *arg, http_request_t *req, int status)
+/* ts=… method=… route=… status=… bytes=… us=… peer=… target="…" — the target is printable ASCII
+ * (h2o refuses control bytes in it); quotes and backslashes are escaped. */
+static void access_log_line(app_t *app, http_request_t *req, route_id_t route, int status, size_t body_bytes)
+{
+    char peer[64], target[512], ts[32];
+    span_t t = http_req_target(req), m = http_req_method(req);
+    size_t n = 0;
+    for (size_t i = 0; i < t.len && n + 2 < sizeof target; i++) {
+        if (t.ptr[i] == '"' || t.ptr[i] == '\\')
+            target[n++] = '\\';
+        target[n++] = t.ptr[i];
+    }
+    target[n] = '\0';
+    size_t plen = http_req_peer(req, peer, sizeof peer);
+    peer[plen] = '\0';
+    uint64_t now = wall_ms();
+    time_t secs = (time_t)(now / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+    fprintf(app->access_log, "ts=%s.%03uZ method=%.*s route=%s status=%d bytes=%zu us=%llu peer=%s target=\"%s\"\n", ts,
+            (unsigned)(now % 1000), (int)(m.len > 16 ? 16 : m.len), m.ptr, route_name(route), status, body_bytes,
+            (unsigned long long)http_req_age_us(req), plen ? peer : "-", target);
+}
+
+void app_on_respond(void *arg, http_request_t *req, int status, size_t body_bytes)
 {
     app_t *app = arg;
     route_t route;
     route_match(http_req_target(req), &route);
     if (status >= 0 && status < STATUS_CODES && route.id < ROUTE_COUNT)
         atomic_fetch_add_explicit(&app->responses[route.id][status], 1, memory_order_relaxed);
+    if (app->access_log)
+        access_log_line(app, req, route.id, status, body_bytes);
     span_t origin;
     const char *allowed = cors_origin(app, req, &origin);
     if (!allowed)

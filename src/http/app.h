@@ -5,6 +5,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 
 #include "core/jwt.h"
 #include "core/kinds.h"
@@ -50,6 +51,7 @@ typedef struct {
     const char *cors_origins[CORS_ORIGINS_MAX]; /* "*" allows any origin */
     int ncors;
     size_t max_header_bytes; /* larger header sections are refused with 431 */
+    FILE *access_log;        /* one line per answer, when set */
 } app_t;
 
 /* The request handler (HTTP threads): routes, checks methods, dispatches. */
@@ -78,7 +80,7 @@ int auth_keys_load(auth_keys_t *keys, const char *file, const char *secret, char
 bool auth_admin_or_reply(const app_t *app, http_request_t *req);
 
 /* Called by the server before each answer goes out: CORS headers, the metrics. */
-void app_on_respond(void *app, http_request_t *req, int status);
+void app_on_respond(void *app, http_request_t *req, int status, size_t body_bytes);
 
 /* Takes a token from the bucket of key; false having replied 429 when there is none. */
 bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key);

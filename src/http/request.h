@@ -5,6 +5,8 @@
 #define TALLY_HTTP_REQUEST_H
 
 #include "core/answer.h"
+#include <stdint.h>
+
 #include "core/span.h"
 
 typedef struct http_request http_request_t;
@@ -18,6 +20,9 @@ size_t http_req_header(const http_request_t *req, const char *name, span_t *firs
 
 /* Bytes of all request header names and values together. */
 size_t http_req_header_bytes(const http_request_t *req);
+
+/* Microseconds since the request began to arrive. */
+uint64_t http_req_age_us(const http_request_t *req);
 
 /* The client's address as text ("127.0.0.1", "::1"); the length, 0 when unknown. */
 size_t http_req_peer(const http_request_t *req, char *buf, size_t len);

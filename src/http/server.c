@@ -10,6 +10,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/time.h>
 #include <time.h>
 
 #define MAX_THREADS 64
@@ -106,6 +107,14 @@ size_t http_req_header_bytes(const http_request_t *req)
     for (size_t i = 0; i < headers->size; i++)
         n += headers->entries[i].name->len + headers->entries[i].value.len;
     return n;
+}
+
+uint64_t http_req_age_us(const http_request_t *req)
+{
+    struct timeval now, begin = h2o_req(req)->timestamps.request_begin_at;
+    gettimeofday(&now, NULL);
+    int64_t us = (int64_t)(now.tv_sec - begin.tv_sec) * 1000000 + (now.tv_usec - begin.tv_usec);
+    return us > 0 ? (uint64_t)us : 0;
 }
 
 static const char *content_type_of(answer_type_t type)
@@ -209,7 +218,7 @@ void http_respond(http_request_t *request, const answer_t *a)
         add_header_str(req, "www-authenticate", "Bearer");
     req->res.content_length = a->body_len;
     if (server.cfg.on_respond)
-        server.cfg.on_respond(server.cfg.app, request, a->status);
+        server.cfg.on_respond(server.cfg.app, request, a->status, a->body_len);
     h2o_send_inline(req, a->body ? a->body : "", a->body_len);
 }
 

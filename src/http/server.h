@@ -16,7 +16,7 @@ typedef struct {
     uint64_t request_timeout_ms; /* reading a request (and idle keep-alive) */
     http_handler_fn handler;
     /* Before each answer goes out, on the request's thread: may add headers (CORS), counts it. */
-    void (*on_respond)(void *app, http_request_t *req, int status);
+    void (*on_respond)(void *app, http_request_t *req, int status, size_t body_bytes);
     size_t max_connections; /* past it a new connection gets 503 and is closed */
     void *app;
 } http_server_config_t;
