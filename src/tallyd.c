@@ -24,6 +24,7 @@
 #define DRAIN_TIMEOUT_MS 10000
 #define SHUTDOWN_FLUSH_MS 200
 #define RECOUNT_SAMPLE_ITEMS 100
+#define ADMIN_JOB_WAIT_MS 60000
 #define RATE_TABLE_CAPACITY (1u << 20)       /* buckets per limiter: ~24 MiB, whatever the number of users */
 #define HTTP_BODY_LIMIT_MIN_BYTES (1u << 20) /* h2o's own cap; handlers enforce the contract's 4 KiB */
 
@@ -494,6 +495,12 @@ int main(int argc, char **argv)
     nanosleep(&flush, NULL); /* the loops keep running: the last answers leave their sockets */
     http_server_stop();
     recount_sampler_stop(sampler);
+    /* A long admin job (import, recount, erase) still needs the writer and the store. */
+    const struct timespec tick = {0, 10 * 1000000L};
+    for (int i = 0; atomic_load(&app.admin_busy) && i < ADMIN_JOB_WAIT_MS / 10; i++)
+        nanosleep(&tick, NULL);
+    if (atomic_load(&app.admin_busy))
+        fprintf(stderr, "level=warn event=shutdown msg=\"an admin job is still running; stopping anyway\"\n");
     trending_stop(app.trending); /* persists its open buckets through the writer */
     writer_stop(app.writer);
     feed_free(app.feed);
