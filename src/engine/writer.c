@@ -13,6 +13,7 @@
 
 #define SWEEP_INTERVAL_MS 1000
 #define IDLE_WAIT_MS 1000
+#define COMMIT_RETRY_MS 100
 
 struct writer {
     store_t *store;
@@ -28,6 +29,7 @@ struct writer {
     bool fold_backlog;     /* entries remain after the last fold (or unknown, at start) */
     uint64_t last_fold_ms; /* monotonic */
     uint64_t last_sweep_ms;
+    uint64_t backoff_until_ms; /* after a failed commit: no fold or sweep before then */
     writer_stats_t stats;
 };
 
@@ -319,6 +321,7 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         atomic_fetch_add_explicit(&w->stats.failed_commands, n, memory_order_relaxed);
         atomic_fetch_add_explicit(&w->stats.commit_failures, 1, memory_order_relaxed);
         atomic_store_explicit(&w->stats.transitions, transitions_before, memory_order_relaxed);
+        w->backoff_until_ms = mono_now + COMMIT_RETRY_MS; /* a full disk must not become a busy loop */
     } else if (w->opt.on_commit &&
                atomic_load_explicit(&w->stats.transitions, memory_order_relaxed) != transitions_before) {
         w->opt.on_commit(w->opt.on_commit_arg);
@@ -347,13 +350,16 @@ static void *writer_main(void *arg)
     for (;;) {
         uint64_t mono_now = clock_ms(CLOCK_MONOTONIC);
         bool unfolded = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed) != 0;
-        bool fold_now = w->fold_backlog || (unfolded && fold_due(w, mono_now));
-        bool sweep_now = !w->stopping && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
+        bool backing_off = mono_now < w->backoff_until_ms && !w->stopping;
+        bool fold_now = !backing_off && (w->fold_backlog || (unfolded && fold_due(w, mono_now)));
+        bool sweep_now = !backing_off && !w->stopping && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
         if (!w->head && !fold_now && !sweep_now) {
             if (w->stopping)
                 break;
             uint64_t wait_ms = IDLE_WAIT_MS;
-            if (unfolded && w->opt.fold_window_ms)
+            if (backing_off)
+                wait_ms = w->backoff_until_ms - mono_now;
+            else if (unfolded && w->opt.fold_window_ms)
                 wait_ms = w->last_fold_ms + w->opt.fold_window_ms - mono_now;
             struct timespec until = clock_deadline(CLOCK_MONOTONIC, wait_ms);
             pthread_cond_timedwait(&w->wake, &w->lock, &until);
