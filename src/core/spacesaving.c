@@ -155,19 +155,6 @@ const ss_counter_t *ss_find(const spacesaving_t *s, span_t item)
     return s->slots[i] ? &s->heap[s->slots[i] - 1] : NULL;
 }
 
-int ss_merge(spacesaving_t *into, const spacesaving_t *from)
-{
-    uint64_t total = into->total + from->total;
-    for (size_t i = 0; i < from->n; i++) {
-        const ss_counter_t *c = &from->heap[i];
-        if (ss_add(into, (span_t){c->item, c->item_len}, c->count) != 0)
-            return -1;
-        into->heap[into->slots[slot_of(into, c->item, c->item_len)] - 1].error += c->error;
-    }
-    into->total = total;
-    return 0;
-}
-
 #define SS_MAGIC 0x53533031u /* "SS01" */
 
 int ss_encode(const spacesaving_t *s, uint8_t **out, size_t *len)

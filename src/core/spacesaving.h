@@ -39,10 +39,6 @@ const ss_counter_t *ss_find(const spacesaving_t *s, span_t item);
 /* The smallest count when full (the most an untracked item can have had), else 0. */
 uint64_t ss_min(const spacesaving_t *s);
 
-/* Merges from into into (counts and errors add; an item missing from one side is counted there
- * as that side's minimum in its error). Returns 0 or -1. */
-int ss_merge(spacesaving_t *into, const spacesaving_t *from);
-
 /* Serialises to a malloc'd buffer / restores from one. Return 0 or -1. */
 int ss_encode(const spacesaving_t *s, uint8_t **out, size_t *len);
 int ss_decode(spacesaving_t *s, size_t capacity, const uint8_t *buf, size_t len);
