@@ -121,6 +121,9 @@ void metrics_get(app_t *app, http_request_t *req)
           (double)writer_lag_ms(app->writer) / 1000.0);
     counter(&t, "tally_writer_commits_total", "Writer transactions.", atomic_load(&ws->batches));
     counter(&t, "tally_writes_total", "Write commands processed.", atomic_load(&ws->commands));
+    counter(&t, "tally_writer_commit_failures_total", "Writer transactions that failed to commit (nothing applied).",
+            atomic_load(&ws->commit_failures));
+    counter(&t, "tally_pipeline_folds_total", "Folds that moved the checkpoint.", atomic_load(&ws->folds));
     counter(&t, "tally_writes_failed_total", "Write commands answered 503 because their commit failed.",
             atomic_load(&ws->failed_commands));
     counter(&t, "tally_transitions_total", "Reaction transitions committed.", atomic_load(&ws->transitions));
