@@ -519,6 +519,21 @@ def _complete_response(buf):
     return False
 
 
+METRIC_SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
+
+
+def metric(srv, name):
+    """The value of an unlabelled sample on GET /metrics (None if absent)."""
+    st, _, body = srv.request("GET", "/metrics")
+    if st != 200:
+        raise AssertionError("GET /metrics -> %s %r" % (st, body[:300]))
+    for line in body.decode("utf-8").split("\n"):
+        m = METRIC_SAMPLE_RE.match(line)
+        if m and m.group(1) == name and not m.group(2):
+            return float(m.group(3))
+    return None
+
+
 def check_sanitizer(stderr_text):
     m = SANITIZER_RE.search(stderr_text or "")
     if m:

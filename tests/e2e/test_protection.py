@@ -17,23 +17,10 @@ import threading
 import time
 import unittest
 
-from harness import (SLOW, Server, TallyTestCase, child_env, run_tallyd, uid)
+from harness import (SLOW, Server, TallyTestCase, child_env, run_tallyd, uid, metric)
 
 ZERO = {"like": 0, "dislike": 0}
 ADMIN = {"X-User-Id": "admin"}
-SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
-
-
-def metric(srv, name):
-    """The value of an unlabelled sample on GET /metrics (None if absent)."""
-    st, _, body = srv.request("GET", "/metrics")
-    if st != 200:
-        raise AssertionError("GET /metrics -> %s %r" % (st, body[:300]))
-    for line in body.decode("utf-8").split("\n"):
-        m = SAMPLE_RE.match(line)
-        if m and m.group(1) == name and not m.group(2):
-            return float(m.group(3))
-    return None
 
 
 def exit_of(flag, value):

@@ -18,22 +18,10 @@ import threading
 import time
 import unittest
 
-from harness import SLOW, Client, Server, SharedServerTestCase, TallyTestCase, uid
+from harness import SLOW, Client, Server, SharedServerTestCase, TallyTestCase, uid, metric
 
 ADMIN = {"X-User-Id": "admin"}
 WINDOWS = ("1m", "1h", "24h")
-SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$")
-
-
-def metric(srv, name):
-    st, _, body = srv.request("GET", "/metrics")
-    if st != 200:
-        raise AssertionError("GET /metrics -> %s %r" % (st, body[:300]))
-    for line in body.decode("utf-8").split("\n"):
-        m = SAMPLE_RE.match(line)
-        if m and m.group(1) == name and not m.group(2):
-            return float(m.group(3))
-    return None
 
 
 def run_sequences(srv, sequences, nthreads=8, timeout=120):
