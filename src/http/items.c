@@ -5,6 +5,7 @@
 
 #include "core/fingerprint.h"
 #include "core/ids.h"
+#include "core/itemjson.h"
 #include "core/parse.h"
 #include "http/app.h"
 
@@ -25,50 +26,59 @@ static bool item_or_reply(http_request_t *req, span_t item)
 
 /* --- reads --- */
 
-static json_t *counts_object(const kinds_t *kinds, const int64_t counts[KINDS_MAX + 1])
-{
-    json_t *obj = json_object();
-    for (int k = 1; obj && k <= kinds->count; k++)
-        json_object_set_new(obj, kinds_name(kinds, k), json_integer(counts[k]));
-    return obj;
-}
-
-/* {"item":…,"counts":{…}[,"viewer":{…}]} from one snapshot; NULL on a store error. */
-static json_t *item_object(const app_t *app, store_read_t *snap, span_t item, const auth_t *who)
+/* Appends {"item":…,"counts":{…}[,"viewer":{…}]} read from snap. Returns a STORE_ code. */
+static int item_append(const app_t *app, store_read_t *snap, span_t item, const auth_t *who, textbuf_t *out)
 {
     int64_t counts[KINDS_MAX + 1];
-    if (store_read_counts(snap, item, counts) != STORE_OK)
-        return NULL;
-    json_t *obj = json_pack("{s:s%,s:o}", "item", item.ptr, item.len, "counts", counts_object(app->kinds, counts));
-    if (obj && who->known) {
-        reaction_row_t row;
-        if (store_read_row(snap, item, who->user, &row) != STORE_OK) {
-            json_decref(obj);
-            return NULL;
-        }
-        json_object_set_new(
-            obj, "viewer",
-            json_pack("{s:s,s:I}", "reaction", kinds_name(app->kinds, row.kind), "version", (json_int_t)row.version));
+    reaction_row_t row;
+    int rc = store_read_counts(snap, item, counts);
+    if (rc == STORE_OK && who->known)
+        rc = store_read_row(snap, item, who->user, &row);
+    if (rc == STORE_OK)
+        itemjson_append(out, app->kinds, item, counts, who->known ? &row : NULL);
+    return rc;
+}
+
+/* Reads ids (a list, or one item when many is false) from one snapshot and answers. */
+static void reply_items(app_t *app, http_request_t *req, span_t ids, bool many, const auth_t *who)
+{
+    store_read_t *snap;
+    if (store_read_begin(app->store, &snap) != STORE_OK) {
+        reply_problem(req, 503, "unavailable", "the store cannot be read");
+        return;
     }
-    return obj;
+    textbuf_t out = {0};
+    int rc = STORE_OK;
+    if (!many) {
+        rc = item_append(app, snap, ids, who, &out);
+    } else {
+        textbuf_append(&out, "{\"items\":[", 10);
+        span_t id;
+        for (size_t pos = 0, n = 0; rc == STORE_OK && parse_list_next(ids, &pos, &id); n++) {
+            if (n)
+                textbuf_append(&out, ",", 1);
+            rc = item_append(app, snap, id, who, &out);
+        }
+        textbuf_append(&out, "]}", 2);
+    }
+    store_read_end(snap);
+    if (rc != STORE_OK || out.failed) {
+        free(out.buf);
+        reply_problem(req, 500, "internal", "reading the items failed");
+        return;
+    }
+    answer_t a = {0};
+    answer_set_body(&a, 200, ANSWER_JSON, out.buf, out.len);
+    http_respond(req, &a);
+    answer_free(&a);
 }
 
 void items_get_one(app_t *app, http_request_t *req, span_t item)
 {
     auth_t who;
-    store_read_t *snap;
     if (!auth_user_or_reply(app, req, false, &who) || !read_rate_or_reply(app, req, &who) || !item_or_reply(req, item))
         return;
-    if (store_read_begin(app->store, &snap) != STORE_OK) {
-        reply_problem(req, 503, "unavailable", "the store cannot be read");
-        return;
-    }
-    json_t *obj = item_object(app, snap, item, &who);
-    store_read_end(snap);
-    if (!obj)
-        reply_problem(req, 500, "internal", "reading the item failed");
-    else
-        reply_json(req, 200, obj);
+    reply_items(app, req, item, false, &who);
 }
 
 void items_get_many(app_t *app, http_request_t *req, span_t query)
@@ -90,24 +100,7 @@ void items_get_many(app_t *app, http_request_t *req, span_t query)
         if (!item_or_reply(req, id))
             return;
     }
-    store_read_t *snap;
-    if (store_read_begin(app->store, &snap) != STORE_OK) {
-        reply_problem(req, 503, "unavailable", "the store cannot be read");
-        return;
-    }
-    json_t *items = json_array();
-    for (pos = 0; items && parse_list_next(ids, &pos, &id);) {
-        json_t *obj = item_object(app, snap, id, &who);
-        if (!obj || json_array_append_new(items, obj) != 0) {
-            json_decref(items);
-            items = NULL;
-        }
-    }
-    store_read_end(snap);
-    if (!items)
-        reply_problem(req, 500, "internal", "reading the items failed");
-    else
-        reply_json(req, 200, json_pack("{s:o}", "items", items));
+    reply_items(app, req, ids, true, &who);
 }
 
 void items_get_reaction(app_t *app, http_request_t *req, span_t item)

@@ -24,6 +24,7 @@ int main(void)
         {"itemmap", test_itemmap},
         {"histogram", test_histogram},
         {"spacesaving", test_spacesaving},
+        {"itemjson", test_itemjson},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

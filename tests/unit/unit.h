@@ -29,5 +29,6 @@ void test_jwt(void);
 void test_itemmap(void);
 void test_histogram(void);
 void test_spacesaving(void);
+void test_itemjson(void);
 
 #endif
