@@ -3,6 +3,7 @@
 #ifndef TALLY_CORE_CLOCK_H
 #define TALLY_CORE_CLOCK_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -42,6 +43,16 @@ static inline struct timespec clock_deadline(clockid_t id, uint64_t ms)
         ts.tv_nsec -= 1000000000;
     }
     return ts;
+}
+
+/* A condition variable whose timed waits use the monotonic clock (pair with clock_deadline). */
+static inline void clock_cond_init_monotonic(pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
 }
 
 #endif

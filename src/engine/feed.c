@@ -116,11 +116,7 @@ int feed_start(store_t *store, feed_t **out)
         return -1;
     f->store = store;
     pthread_mutex_init(&f->lock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&f->cond, &attr);
-    pthread_condattr_destroy(&attr);
+    clock_cond_init_monotonic(&f->cond);
     if (pthread_create(&f->thread, NULL, feed_main, f) != 0) {
         free(f);
         return -1;

@@ -279,11 +279,7 @@ int recount_sampler_start(store_t *store, writer_t *writer, uint64_t interval_ms
         return -1;
     *r = (recount_sampler_t){.store = store, .writer = writer, .interval_ms = interval_ms, .sample = sample};
     pthread_mutex_init(&r->lock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&r->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    clock_cond_init_monotonic(&r->wake);
     if (pthread_create(&r->thread, NULL, sampler_main, r) != 0) {
         free(r);
         return -1;

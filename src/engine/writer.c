@@ -398,11 +398,7 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     w->opt = *opt;
     w->fold_backlog = true; /* fold whatever a previous run left behind the checkpoint */
     pthread_mutex_init(&w->lock, NULL);
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->wake, &attr);
-    pthread_condattr_destroy(&attr);
+    clock_cond_init_monotonic(&w->wake);
     static const double write_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
     static const double batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096};
     static const double fold_bounds[] = {1, 4, 16, 64, 256, 1024, 4096, 16384, 65536};

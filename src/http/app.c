@@ -18,18 +18,22 @@ void reply_problem(http_request_t *req, int status, const char *code, const char
     answer_free(&a);
 }
 
+void reply_body(http_request_t *req, int status, answer_type_t type, char *body, size_t len)
+{
+    answer_t a = {0};
+    answer_set_body(&a, status, type, body, len);
+    http_respond(req, &a);
+    answer_free(&a);
+}
+
 void reply_json(http_request_t *req, int status, json_t *body)
 {
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
-    if (!text) {
+    if (!text)
         reply_problem(req, 500, "internal", "out of memory");
-        return;
-    }
-    answer_t a = {0};
-    answer_set_body(&a, status, ANSWER_JSON, text, strlen(text));
-    http_respond(req, &a);
-    answer_free(&a);
+    else
+        reply_body(req, status, ANSWER_JSON, text, strlen(text));
 }
 
 static void reply_health(http_request_t *req, bool ok)

@@ -60,6 +60,8 @@ void app_handle(void *app, http_request_t *req);
 /* Reply helpers: each sends the answer; the caller just returns. */
 void reply_problem(http_request_t *req, int status, const char *code, const char *detail);
 void reply_json(http_request_t *req, int status, json_t *body); /* takes the reference */
+void reply_body(http_request_t *req, int status, answer_type_t type, char *body,
+                size_t len); /* takes body (malloc'd) */
 
 /* Who is asking. */
 typedef struct {

@@ -67,10 +67,7 @@ static void reply_items(app_t *app, http_request_t *req, span_t ids, bool many, 
         reply_problem(req, 500, "internal", "reading the items failed");
         return;
     }
-    answer_t a = {0};
-    answer_set_body(&a, 200, ANSWER_JSON, out.buf, out.len);
-    http_respond(req, &a);
-    answer_free(&a);
+    reply_body(req, 200, ANSWER_JSON, out.buf, out.len);
 }
 
 void items_get_one(app_t *app, http_request_t *req, span_t item)

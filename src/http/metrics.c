@@ -164,8 +164,5 @@ void metrics_get(app_t *app, http_request_t *req)
         reply_problem(req, 500, "internal", "out of memory");
         return;
     }
-    answer_t a = {0};
-    answer_set_body(&a, 200, ANSWER_TEXT, t.buf, t.len);
-    http_respond(req, &a);
-    answer_free(&a);
+    reply_body(req, 200, ANSWER_TEXT, t.buf, t.len);
 }
