@@ -168,12 +168,19 @@ static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
     size_t visited = 0, deleted = 0;
     span_t after = {cmd->resume, cmd->resume_len};
     cmd->changed = 0;
-    int rc = cmd->type == WRITE_CLEAR_ITEM ? store_item_users(tx, (span_t){cmd->item, cmd->item_len}, after,
-                                                              WRITER_CLEAR_CHUNK, clear_one, &c, &visited)
-                                           : store_user_items(tx, (span_t){cmd->user, cmd->user_len}, after,
-                                                              WRITER_CLEAR_CHUNK, clear_one, &c, &visited);
+    char last[ID_MAX_LEN];
+    size_t last_len = 0;
+    int rc = cmd->type == WRITE_CLEAR_ITEM
+                 ? store_item_users(tx, (span_t){cmd->item, cmd->item_len}, after, WRITER_CLEAR_CHUNK, clear_one, &c,
+                                    &visited)
+                 : store_user_items(tx, (span_t){cmd->user, cmd->user_len}, after, WRITER_CLEAR_CHUNK, clear_one, &c,
+                                    &visited, last, &last_len);
     if (rc == STORE_OK)
         rc = c.rc;
+    if (rc == STORE_OK && last_len) { /* a user's walk visits items without their row too */
+        memcpy(cmd->resume, last, last_len);
+        cmd->resume_len = last_len;
+    }
     if (rc == STORE_OK && cmd->type == WRITE_CLEAR_USER)
         rc = store_idem_delete_user(tx, (span_t){cmd->user, cmd->user_len}, WRITER_CLEAR_CHUNK, &deleted);
     if (rc != STORE_OK)

@@ -8,7 +8,7 @@
 
 #include "store/store.h"
 
-#define SCHEMA_VERSION "1"
+#define SCHEMA_VERSION "2" /* 1 had a user index, user_items; opening a 1 drops it */
 #define MAX_DBS 12
 #define MAX_READERS 512
 #define ROW_VALUE_LEN 9
@@ -30,7 +30,7 @@ struct store_write {
 
 struct store {
     MDB_env *env;
-    MDB_dbi rows, log, counts, meta, idem, idem_exp, user_items, aux;
+    MDB_dbi rows, log, counts, meta, idem, idem_exp, aux;
     kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
     int cfg_to_db[KINDS_MAX + 1]; /* configured code → disk code */
@@ -53,7 +53,7 @@ static inline uint64_t lmdb_get_u64(const uint8_t *p)
 /* A STORE_ code for an LMDB (or errno) result. */
 int lmdb_rc(int rc);
 /* [len u8][a][b] — the key of a row (item, user), an idempotency record (user, key), a counts
- * record (item, "") or a user-index entry (user, item). */
+ * record (item, ""). */
 size_t lmdb_pair_key(char buf[KEY_BUF_LEN], span_t a, span_t b);
 int lmdb_meta_get(MDB_txn *txn, MDB_dbi meta, const char *name, MDB_val *val);
 void lmdb_row_decode(const store_t *s, const MDB_val *val, reaction_row_t *row);

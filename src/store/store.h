@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "core/fingerprint.h"
+#include "core/ids.h"
 #include "core/kinds.h"
 #include "core/reaction.h"
 #include "core/span.h"
@@ -120,14 +121,16 @@ int store_stats(store_t *store, store_stats_t *st);
  * the store is in use, also by another process. */
 int store_backup(store_t *store, const char *dir);
 
-/* Walks one item's users (its rows) or one user's items (the user index), in key order, strictly
- * after `after` (from the first when empty), at most limit. The name is valid during the call.
- * Writer thread. */
+/* Walks one item's users (its rows), or the items one user has a row on, in key order, strictly
+ * after `after` (from the first when empty), visiting at most limit names: users of the item, or
+ * items of the store (the user's row is looked up in each: there is no index by user, which would
+ * cost every new row a page write; last is the last item visited, to go on after it). The name is
+ * valid during the call. Writer thread. */
 typedef int (*store_name_fn)(void *arg, span_t name);
 int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
                      size_t *visited);
 int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
-                     size_t *visited);
+                     size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
 
 /* Deletes up to limit idempotency records of user. */
 int store_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted);

@@ -184,7 +184,7 @@ int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, siz
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
-/* --- walks over one item's or one user's rows, for deletion and erasure (writer) --- */
+/* --- walks over one item's rows and over the items a user has rows on, for deletion and erasure (writer) --- */
 
 /* Calls fn(arg, rest) for the keys of dbi that start with [len][prefix] and sort after
  * [len][prefix][after], at most limit; rest is the key past the prefix. */
@@ -223,10 +223,49 @@ int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, 
     return prefix_walk(w->txn, w->store->rows, item, after, limit, fn, arg, visited);
 }
 
+/* The items where user has a row: each item's rows are one key range, so the user's row is one
+ * lookup in it, and the next item starts at the first key after [len][item] followed by 0xff (ids
+ * never contain that byte). A visit is one item; the cursor stays on its page while keys are near. */
 int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
-                     size_t *visited)
+                     size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
 {
-    return prefix_walk(w->txn, w->store->user_items, user, after, limit, fn, arg, visited);
+    char kbuf[KEY_BUF_LEN + 1];
+    MDB_cursor *cur;
+    *visited = 0;
+    *last_len = 0;
+    int rc = mdb_cursor_open(w->txn, w->store->rows, &cur);
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    MDB_val key = {0, kbuf}, val;
+    if (after.len) {
+        key.mv_size = lmdb_pair_key(kbuf, after, (span_t){"", 0});
+        kbuf[key.mv_size++] = (char)0xff;
+        rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+    } else {
+        rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
+    }
+    while (rc == MDB_SUCCESS && *visited < limit) {
+        span_t name;
+        if (!lmdb_key_item(&key, &name) || name.len > ID_MAX_LEN) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        memcpy(last, name.ptr, name.len);
+        *last_len = name.len;
+        name.ptr = last;
+        (*visited)++;
+        key = (MDB_val){lmdb_pair_key(kbuf, name, user), kbuf};
+        rc = mdb_cursor_get(cur, &key, &val, MDB_SET);
+        if (rc == MDB_SUCCESS && fn(arg, name) != 0)
+            break;
+        if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+            break;
+        key = (MDB_val){lmdb_pair_key(kbuf, name, (span_t){"", 0}), kbuf};
+        kbuf[key.mv_size++] = (char)0xff;
+        rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
 int store_read_rows(store_read_t *r, store_row_fn fn, void *arg)

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <lmdb.h> /* only to build a store of schema version 1 */
+
 #include "engine/pipeline.h"
 #include "store/store.h"
 #include "unit.h"
@@ -40,6 +42,118 @@ static int apply(store_write_t *w, const char *item, const char *user, int to, u
     uint64_t seq;
     rc = store_row_put(w, span_of(item), span_of(user), &next);
     return rc == STORE_OK ? store_log_append(w, &t, &seq) : rc;
+}
+
+static int collect_name(void *arg, span_t name)
+{
+    char *out = arg;
+    strncat(out, name.ptr, name.len);
+    strcat(out, ",");
+    return 0;
+}
+
+/* A user's items without an index: one lookup per item, in item order, resumable. */
+static void test_user_items(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    const char *items[] = {"a", "ab", "b", "b0", "c", "zz"};
+    char user[32];
+    for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
+        for (int u = 0; u < 50; u++) { /* many users per item: the walk must skip them */
+            snprintf(user, sizeof user, "u%d", u);
+            if (!(u == 7 && (i == 1 || i == 4))) /* u7 has no row on ab and c */
+                CHECK(apply(w, items[i], user, 1, 1000) == STORE_OK);
+        }
+    }
+    CHECK(apply(w, "b", "u7", KIND_NONE, 1000) == STORE_OK); /* a row at none is still a row */
+    CHECK(apply(w, "b", "u70", 1, 1000) == STORE_OK);        /* u7's prefix, another user */
+    CHECK(apply(w, "b", "u", 1, 1000) == STORE_OK);
+    char out[256] = "", last[ID_MAX_LEN];
+    size_t visited, last_len;
+    CHECK(store_user_items(w, SPAN_LIT("u7"), (span_t){0}, 100, collect_name, out, &visited, last, &last_len) ==
+          STORE_OK);
+    CHECK(strcmp(out, "a,b,b0,zz,") == 0 && visited == 6);
+    out[0] = '\0';
+    CHECK(store_user_items(w, SPAN_LIT("u7"), (span_t){0}, 3, collect_name, out, &visited, last, &last_len) ==
+          STORE_OK);
+    CHECK(strcmp(out, "a,b,") == 0 && visited == 3); /* keys sort by length, then bytes: a, b, c visited */
+    CHECK(last_len == 1 && last[0] == 'c');
+    out[0] = '\0';
+    CHECK(store_user_items(w, SPAN_LIT("u7"), SPAN_LIT("b"), 3, collect_name, out, &visited, last, &last_len) ==
+          STORE_OK);
+    CHECK(strcmp(out, "b0,") == 0 && visited == 3); /* resumes after b: c, ab, b0 */
+    CHECK(last_len == 2 && memcmp(last, "b0", 2) == 0);
+    out[0] = '\0';
+    CHECK(store_user_items(w, SPAN_LIT("u7"), SPAN_LIT("b0"), 3, collect_name, out, &visited, last, &last_len) ==
+          STORE_OK);
+    CHECK(strcmp(out, "zz,") == 0 && visited == 1);
+    out[0] = '\0';
+    CHECK(store_user_items(w, SPAN_LIT("u7"), SPAN_LIT("zz"), 3, collect_name, out, &visited, last, &last_len) ==
+          STORE_OK);
+    CHECK(out[0] == '\0' && visited == 0 && last_len == 0);
+    out[0] = '\0';
+    CHECK(store_user_items(w, SPAN_LIT("nobody"), (span_t){0}, 100, collect_name, out, &visited, last, &last_len) ==
+          STORE_OK);
+    CHECK(out[0] == '\0' && visited == 6 && last_len == 2 && memcmp(last, "zz", 2) == 0); /* resumable with no match */
+    CHECK(store_write_commit(w) == STORE_OK);
+    store_close(s);
+}
+
+/* A store of schema version 1 (with its user index) opens as version 2, the index dropped, rows kept. */
+static void test_schema_upgrade(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(apply(w, "i1", "u1", 1, 1000) == STORE_OK);
+    CHECK(store_write_commit(w) == STORE_OK);
+    store_close(s);
+
+    MDB_env *env;
+    MDB_txn *txn;
+    MDB_dbi meta, uidx;
+    CHECK(mdb_env_create(&env) == 0 && mdb_env_set_maxdbs(env, 12) == 0 && mdb_env_set_mapsize(env, 1ull << 30) == 0 &&
+          mdb_env_open(env, dir, 0, 0640) == 0);
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
+          mdb_dbi_open(txn, "user_items", MDB_CREATE, &uidx) == 0);
+    MDB_val k = {6, "schema"}, v = {1, "1"}, uk = {5, "\x02u1i1"}, uv = {0, NULL};
+    CHECK(mdb_put(txn, meta, &k, &v, 0) == 0 && mdb_put(txn, uidx, &uk, &uv, 0) == 0 && mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+
+    s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_read_t *r;
+    reaction_row_t row;
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(store_read_row(r, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.kind == 1 && row.version == 1);
+    store_read_end(r);
+    store_close(s);
+    CHECK(mdb_env_create(&env) == 0 && mdb_env_set_maxdbs(env, 12) == 0 && mdb_env_set_mapsize(env, 1ull << 30) == 0 &&
+          mdb_env_open(env, dir, MDB_RDONLY, 0640) == 0);
+    CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0);
+    CHECK(mdb_get(txn, meta, &k, &v) == 0 && v.mv_size == 1 && memcmp(v.mv_data, "2", 1) == 0);
+    CHECK(mdb_dbi_open(txn, "user_items", 0, &uidx) == MDB_NOTFOUND);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
+
+    /* a version this build does not know is refused, and left as it is */
+    CHECK(mdb_env_create(&env) == 0 && mdb_env_set_maxdbs(env, 12) == 0 && mdb_env_set_mapsize(env, 1ull << 30) == 0 &&
+          mdb_env_open(env, dir, 0, 0640) == 0);
+    MDB_val v3 = {1, "3"};
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
+          mdb_put(txn, meta, &k, &v3, 0) == 0 && mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+    CHECK(open_with(dir, "like,dislike", 1ull << 30) == NULL);
 }
 
 static void test_rows_log_fold(const char *dir)
@@ -186,5 +300,9 @@ void test_store(void)
     test_idem(dir);
     snprintf(dir, sizeof dir, "%s/c", base);
     test_full(dir);
+    snprintf(dir, sizeof dir, "%s/d", base);
+    test_user_items(dir);
+    snprintf(dir, sizeof dir, "%s/e", base);
+    test_schema_upgrade(dir);
     rm_dir(base);
 }
