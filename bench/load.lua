@@ -1,12 +1,14 @@
 -- load.lua — wrk script for the tally benchmark (bench/run.sh). Not part of the test suite.
 --
---   wrk -t1 -c64 -d12s --latency -s bench/load.lua URL -- SCENARIO TARGET OUT SEED
+--   wrk -t1 -c64 -d12s --latency -s bench/load.lua URL -- SCENARIO TARGET OUT SEED [RATE]
 --
--- SCENARIO  write | viral | feed | mixed | toggle
+-- SCENARIO  write | viral | feed | mixed | toggle | paced (the write requests, RATE a second)
 -- TARGET    tally | nginx (nginx: same requests, no record of what was sent)
 -- OUT       file prefix: OUT.result (one line of key=value) and, for tally writes,
 --           OUT.pairs ("item user" for every write sent, for the correctness check)
 -- SEED      integer; each wrk thread seeds its own generator from it
+-- RATE      paced only: requests a second for each wrk thread, spread evenly over its connections
+--           (a latency measured at a set rate, as an open-loop client would see it, not at saturation)
 --
 -- Distributions: users uniform over 1M ids (u0..u999999); items Zipf(s=1.1) over 1M ranks,
 -- each rank mapped to an id by a fixed permutation (so hot items do not sit next to each
@@ -150,8 +152,40 @@ local function build_feed()
    end
 end
 
+-- Pacing: the next request of the thread is due every 1000/RATE ms; a connection that finishes early
+-- waits for the next slot (wrk's delay() is in whole ms, so sends come in 1 ms ticks). A thread
+-- that falls behind does not burst to catch up by more than 10 ms of requests.
+local function monotonic_ms_fn()
+   local ffi = require("ffi")
+   ffi.cdef [[ typedef struct { long tv_sec; long tv_nsec; } tally_bench_ts;
+               int clock_gettime(int clk, tally_bench_ts *ts); ]]
+   local ts = ffi.new("tally_bench_ts")
+   return function()
+      ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+      return tonumber(ts.tv_sec) * 1000 + tonumber(ts.tv_nsec) / 1e6
+   end
+end
+
+local function start_pacing(rate)
+   local now_ms = monotonic_ms_fn()
+   local interval = 1000 / rate
+   local next_at = now_ms()
+   function delay() -- global: wrk looks for it after init()
+      local t = now_ms()
+      if next_at < t - 10 then next_at = t - 10 end
+      local d = next_at - t
+      next_at = next_at + interval
+      return d > 0 and floor(d + 0.5) or 0
+   end
+end
+
 function init(args)
    scenario, target, seed = args[1], args[2], tonumber(args[4] or "1")
+   if scenario == "paced" then
+      local rate = tonumber(args[5] or "")
+      if not rate or rate <= 0 then error("paced needs RATE (requests a second per thread)") end
+      start_pacing(rate)
+   end
    scenario_name, out_prefix = scenario, args[3]
    record_pairs = target == "tally" and scenario ~= "feed"
    math.randomseed(seed * 1000 + tid)
@@ -162,7 +196,7 @@ end
 
 function request()
    n_req = n_req + 1
-   if scenario == "write" then
+   if scenario == "write" or scenario == "paced" then
       return write_req()
    elseif scenario == "viral" then
       return viral_req()

@@ -5,6 +5,7 @@ import sys
 
 WHAT = {
     "write": "(a) durable writes",
+    "paced": "(a) at half the best (a) rate",
     "viral": "(b) viral item",
     "feed": "(c) feed, 100 ids",
     "mixed": "(d) 90% read / 10% write",

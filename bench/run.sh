@@ -212,9 +212,9 @@ disk() { if [ -n "$DISK_STAT" ]; then awk '{print $7, $16}' "$DISK_STAT"; else e
 pio() { awk '/^write_bytes/{print $2}' "/proc/$1/io" 2>/dev/null || echo 0; }
 metrics() { curl -s -m 2 "$TALLY_URL/metrics" 2>/dev/null | grep -v '^#' || true; }
 
-# run_wrk LABEL TARGET SCENARIO CONNS DURATION SEED
+# run_wrk LABEL TARGET SCENARIO CONNS DURATION SEED [RATE]
 run_wrk() {
-    local label=$1 target=$2 scenario=$3 conns=$4 dur=$5 seed=$6 url pid out
+    local label=$1 target=$2 scenario=$3 conns=$4 dur=$5 seed=$6 rate=${7:-} url pid out
     if [ "$target" = tally ]; then url=$TALLY_URL pid=$TALLYD_PID; else url=$NGINX_URL pid=$(pgrep -P "$NGINX_PID" | head -1); fi
     out="$T/runs/$label-$target"
     local c0 b0 a0 d0 f0 io0 c1 b1 a1 d1 f1 io1 t_start t_end
@@ -234,7 +234,7 @@ run_wrk() {
     TIMEFORMAT='%R %U %S'
     # in the background, so that a signal to this script is handled at once (the trap ends wrk)
     "${NICE_CMD[@]}" wrk -t"$WRK_THREADS" -c"$conns" -d"${dur}s" --latency --timeout 10s \
-        -s "$BENCH_DIR/load.lua" "$url" -- "$scenario" "$target" "$out" "$seed" >"$out.wrk" 2>&1 &
+        -s "$BENCH_DIR/load.lua" "$url" -- "$scenario" "$target" "$out" "$seed" $rate >"$out.wrk" 2>&1 &
     WRK_PID=$!
     { time wait "$WRK_PID"; } 2>"$out.time" || true
     WRK_PID=""
@@ -303,6 +303,18 @@ while read -r label scenario conns dur; do
     run_wrk "$label" tally "$scenario" "$conns" "$dur" $((SEED + 1000 * n))
     run_wrk "$label" nginx "$scenario" "$conns" "$dur" $((SEED + 1000 * n))
 done <<<"$RUNS"
+
+# Write latency at half the best (a) rate of this run: the same writes, paced (an open-loop client
+# at a set rate rather than connections that send again as soon as they are answered).
+BEST_A=$(awk -F'\t' '$2 == "tally" && $3 == "write" {print $1}' "$T/runs.tsv" | while read -r label; do
+    sed -n 's/.*rps=\([0-9.]*\).*/\1/p' "$T/runs/$label-tally.result"; done | sort -n | tail -1)
+HALF_RATE=$(awk -v r="${BEST_A:-0}" -v t="$WRK_THREADS" 'BEGIN { printf "%d", r / 2 / t }')
+if [ "$HALF_RATE" -gt 0 ]; then
+    n=$((n + 1))
+    log "paced writes: $((HALF_RATE * WRK_THREADS))/s, half the best (a) rate ($BEST_A/s)"
+    run_wrk a-half tally paced 64 "$DUR" $((SEED + 1000 * n)) "$HALF_RATE"
+    run_wrk a-half nginx paced 64 "$DUR" $((SEED + 1000 * n)) "$HALF_RATE"
+fi
 
 # fdatasyncs per request: a short write run with strace attached (slows tallyd a lot; not in the table)
 STRACE_NOTE="strace not run"

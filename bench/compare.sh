@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# bench/compare.sh — two tallyd builds and nginx, one scenario of bench/load.lua, in one run.
+# Not part of the test suite; never run by CI.
+#
+#   bench/compare.sh SCENARIO CONNS PREVIOUS_TALLYD NEW_TALLYD
+#
+# Runs previous, new, nginx, previous, new (the machine is shared: alternating shows the noise),
+# each tallyd on a fresh temporary data directory, wrk -t1 for BENCH_DURATION seconds (default 8)
+# on 127.0.0.1. Prints req/s, latency percentiles and, for tallyd, the block device's bytes per
+# request over the run (the whole device: other writers on the machine count too).
+# SCENARIO is one of load.lua's: write, viral, feed, mixed, toggle.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ $# -eq 4 ] || { echo "usage: bench/compare.sh SCENARIO CONNS PREVIOUS_TALLYD NEW_TALLYD" >&2; exit 2; }
+SCEN=$1 CONNS=$2 PREV=$3 NEW=$4
+DUR=${BENCH_DURATION:-8}
+for b in "$PREV" "$NEW"; do [ -x "$b" ] || { echo "$b is not an executable" >&2; exit 2; }; done
+command -v wrk >/dev/null && command -v nginx >/dev/null || { echo "needs wrk and nginx (apt-get install wrk nginx)" >&2; exit 2; }
+DEV=$(lsblk -no PKNAME "$(findmnt -no SOURCE -T /tmp)" 2>/dev/null | head -1)
+[ -n "$DEV" ] || DEV=$(basename "$(findmnt -no SOURCE -T /tmp)")
+sectors() { awk -v d="$DEV" '$3 == d {print $10}' /proc/diskstats; }
+T=$(mktemp -d /tmp/tally-compare.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$T"; }
+trap cleanup EXIT
+
+# one wrk run; prints "req/s p50 p99 p99.9" from load.lua's result line
+measure() {
+    local url=$1 target=$2 out=$3
+    wrk -t1 -c"$CONNS" -d"${DUR}s" --latency --timeout 10s -s bench/load.lua "$url" -- "$SCEN" "$target" "$out" "$RANDOM" >"$out.wrk" 2>&1
+    awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); r[kv[1]] = kv[2]}}
+         END {printf "%8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  p99.9 %6.2f ms", r["rps"], r["p50_us"] / 1000, r["p99_us"] / 1000, r["p999_us"] / 1000}' "$out.result"
+}
+
+run_tally() {
+    local bin=$1 name=$2 d port pid s0 s1 line
+    d=$(mktemp -d "$T/tally.XXXX")
+    "$bin" --listen 127.0.0.1:0 --data "$d/data" --rate-limit off --read-rate-limit off >"$d/out" 2>"$d/err" &
+    pid=$!
+    PIDS+=("$pid")
+    for _ in $(seq 1 100); do
+        port=$(grep -o '127.0.0.1:[0-9]*' "$d/out" 2>/dev/null | head -1 | cut -d: -f2 || true)
+        [ -n "$port" ] && break
+        sleep 0.05
+    done
+    [ -n "$port" ] || { cat "$d/err" >&2; echo "$name did not start" >&2; exit 1; }
+    s0=$(sectors)
+    line=$(measure "http://127.0.0.1:$port" tally "$d/r")
+    s1=$(sectors)
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+    local n
+    n=$(awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); if (kv[1] == "requests") print kv[2]}}' "$d/r.result")
+    printf '%-16s %s  device %5.1f KB/req\n' "$name" "$line" "$(awk -v s=$((s1 - s0)) -v n="${n:-1}" 'BEGIN {print s * 512 / 1024 / (n > 0 ? n : 1)}')"
+    rm -rf "$d"
+}
+
+run_nginx() {
+    local d=$T/nginx
+    mkdir -p "$d"
+    cat >"$d/nginx.conf" <<NG
+worker_processes 1; pid $d/nginx.pid; error_log $d/error.log; daemon on;
+events { worker_connections 4096; }
+http { access_log off; keepalive_requests 1000000;
+  server { listen 127.0.0.1:18089; location / { default_type application/json; return 200 '{"item":"x","counts":{"like":1,"dislike":0}}'; } } }
+NG
+    nginx -c "$d/nginx.conf" -p "$d"
+    sleep 0.3
+    printf '%-16s %s\n' "nginx (static)" "$(measure http://127.0.0.1:18089 nginx "$d/r")"
+    kill "$(cat "$d/nginx.pid")"
+}
+
+echo "bench/compare.sh $SCEN $CONNS: $(date -u +%FT%TZ), wrk -t1 -c$CONNS -d${DUR}s, device $DEV"
+run_tally "$PREV" "previous build"
+run_tally "$NEW" "this build"
+run_nginx
+run_tally "$PREV" "previous build"
+run_tally "$NEW" "this build"
