@@ -104,6 +104,20 @@ static void test_user_items(const char *dir)
     store_close(s);
 }
 
+/* The store's LMDB environment opened directly, to write what an older version left. */
+static MDB_env *raw_env(const char *dir, unsigned flags)
+{
+    MDB_env *env;
+    if (mdb_env_create(&env) != 0)
+        return NULL;
+    if (mdb_env_set_maxdbs(env, 12) != 0 || mdb_env_set_mapsize(env, 1ull << 30) != 0 ||
+        mdb_env_open(env, dir, flags, 0640) != 0) {
+        mdb_env_close(env);
+        return NULL;
+    }
+    return env;
+}
+
 /* A store of schema version 1 (with its user index) opens as version 2, the index dropped, rows kept. */
 static void test_schema_upgrade(const char *dir)
 {
@@ -120,8 +134,9 @@ static void test_schema_upgrade(const char *dir)
     MDB_env *env;
     MDB_txn *txn;
     MDB_dbi meta, uidx;
-    CHECK(mdb_env_create(&env) == 0 && mdb_env_set_maxdbs(env, 12) == 0 && mdb_env_set_mapsize(env, 1ull << 30) == 0 &&
-          mdb_env_open(env, dir, 0, 0640) == 0);
+    CHECK((env = raw_env(dir, 0)) != NULL);
+    if (!env)
+        return;
     CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
           mdb_dbi_open(txn, "user_items", MDB_CREATE, &uidx) == 0);
     MDB_val k = {6, "schema"}, v = {1, "1"}, uk = {5, "\x02u1i1"}, uv = {0, NULL};
@@ -138,8 +153,9 @@ static void test_schema_upgrade(const char *dir)
     CHECK(store_read_row(r, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.kind == 1 && row.version == 1);
     store_read_end(r);
     store_close(s);
-    CHECK(mdb_env_create(&env) == 0 && mdb_env_set_maxdbs(env, 12) == 0 && mdb_env_set_mapsize(env, 1ull << 30) == 0 &&
-          mdb_env_open(env, dir, MDB_RDONLY, 0640) == 0);
+    CHECK((env = raw_env(dir, MDB_RDONLY)) != NULL);
+    if (!env)
+        return;
     CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0);
     CHECK(mdb_get(txn, meta, &k, &v) == 0 && v.mv_size == 1 && memcmp(v.mv_data, "2", 1) == 0);
     CHECK(mdb_dbi_open(txn, "user_items", 0, &uidx) == MDB_NOTFOUND);
@@ -147,8 +163,9 @@ static void test_schema_upgrade(const char *dir)
     mdb_env_close(env);
 
     /* a version this build does not know is refused, and left as it is */
-    CHECK(mdb_env_create(&env) == 0 && mdb_env_set_maxdbs(env, 12) == 0 && mdb_env_set_mapsize(env, 1ull << 30) == 0 &&
-          mdb_env_open(env, dir, 0, 0640) == 0);
+    CHECK((env = raw_env(dir, 0)) != NULL);
+    if (!env)
+        return;
     MDB_val v3 = {1, "3"};
     CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
           mdb_put(txn, meta, &k, &v3, 0) == 0 && mdb_txn_commit(txn) == 0);
