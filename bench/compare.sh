@@ -5,7 +5,8 @@
 #   bench/compare.sh SCENARIO CONNS PREVIOUS_TALLYD NEW_TALLYD
 #
 # Runs previous, new, nginx, previous, new (the machine is shared: alternating shows the noise),
-# each tallyd on a fresh temporary data directory, wrk -t1 for BENCH_DURATION seconds (default 8)
+# each tallyd on a fresh temporary data directory (empty, or a copy of BENCH_STORE=DIR, such as
+# one made by bench/make_store.py), wrk -t1 for BENCH_DURATION seconds (default 8)
 # on 127.0.0.1. Prints req/s, latency percentiles and, for tallyd, the block device's bytes per
 # request over the run (the whole device: other writers on the machine count too).
 # SCENARIO is one of load.lua's: write, viral, feed, mixed, toggle.
@@ -35,6 +36,7 @@ measure() {
 run_tally() {
     local bin=$1 name=$2 d port pid s0 s1 line
     d=$(mktemp -d "$T/tally.XXXX")
+    if [ -n "${BENCH_STORE:-}" ]; then cp -a "$BENCH_STORE" "$d/data" && sync; fi
     "$bin" --listen 127.0.0.1:0 --data "$d/data" --rate-limit off --read-rate-limit off >"$d/out" 2>"$d/err" &
     pid=$!
     PIDS+=("$pid")
@@ -44,6 +46,11 @@ run_tally() {
         sleep 0.05
     done
     [ -n "$port" ] || { cat "$d/err" >&2; echo "$name did not start" >&2; exit 1; }
+    # a build with a row filter fills it from the rows after starting: measure once it is in use
+    for _ in $(seq 1 600); do
+        curl -s "http://127.0.0.1:$port/metrics" | grep -q '^tally_row_filter_ready 0' || break
+        sleep 0.1
+    done
     s0=$(sectors)
     line=$(measure "http://127.0.0.1:$port" tally "$d/r")
     s1=$(sectors)
@@ -70,7 +77,7 @@ NG
     kill "$(cat "$d/nginx.pid")"
 }
 
-echo "bench/compare.sh $SCEN $CONNS: $(date -u +%FT%TZ), wrk -t1 -c$CONNS -d${DUR}s, device $DEV"
+echo "bench/compare.sh $SCEN $CONNS: $(date -u +%FT%TZ), wrk -t1 -c$CONNS -d${DUR}s, device $DEV${BENCH_STORE:+, store copied from $BENCH_STORE}"
 run_tally "$PREV" "previous build"
 run_tally "$NEW" "this build"
 run_nginx

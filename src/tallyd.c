@@ -38,6 +38,7 @@ typedef struct {
     uint64_t fold_window_ms;
     uint64_t request_timeout_ms;
     uint64_t map_size;
+    uint64_t row_filter;
     uint64_t queue_max;
     uint64_t batch_max;
     uint64_t log_retention_ms;
@@ -69,6 +70,9 @@ static const char usage_text[] =
     "  --queue-max N              writes waiting for the writer at most; past it 503 (default 8192)\n"
     "  --batch-max N              writes per commit at most (default 1024)\n"
     "  --map-size SIZE            virtual size of the store's map, e.g. 256G (default 256G)\n"
+    "  --row-filter SIZE          memory for the filter of which (item, user) pairs have a row, so a\n"
+    "                             missing row (most viewers on most items) skips the B-tree; about\n"
+    "                             10 bits a row; 0 turns it off (default 64M)\n"
     "  --log-retention DUR        keep folded transitions (the change feed) this long (default 24h)\n"
     "  --import-max-size SIZE     largest body POST /v1/admin/import takes; h2o buffers a body whole\n"
     "                             before any handler runs, so this bounds every request (default 16M)\n"
@@ -125,6 +129,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         F_QUEUE,
         F_BATCH,
         F_MAP,
+        F_ROW_FILTER,
         F_RETENTION,
         F_LOGMAX,
         F_JWT,
@@ -152,6 +157,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         {"queue-max", required_argument, NULL, F_QUEUE},
         {"batch-max", required_argument, NULL, F_BATCH},
         {"map-size", required_argument, NULL, F_MAP},
+        {"row-filter", required_argument, NULL, F_ROW_FILTER},
         {"log-retention", required_argument, NULL, F_RETENTION},
         {"log-max-size", required_argument, NULL, F_LOGMAX},
         {"import-max-size", required_argument, NULL, F_IMPORTMAX},
@@ -209,6 +215,10 @@ static void parse_flags(int argc, char **argv, options_t *o)
         case F_MAP:
             if (parse_size_bytes(optarg, &o->map_size) != 0 || o->map_size < (1u << 24))
                 die_usage("--map-size", "expected a size of at least 16M, such as 256G");
+            break;
+        case F_ROW_FILTER:
+            if (parse_size_bytes(optarg, &o->row_filter) != 0 || o->row_filter > (64ull << 30))
+                die_usage("--row-filter", "expected a size up to 64G, such as 64M, or 0");
             break;
         case F_RETENTION:
             o->log_retention_ms = flag_duration("--log-retention", optarg);
@@ -348,6 +358,7 @@ int main(int argc, char **argv)
         .idem_ttl_ms = 24ull * 3600 * 1000,
         .request_timeout_ms = 10000,
         .map_size = STORE_MAP_SIZE_DEFAULT,
+        .row_filter = 64ull << 20,
         .queue_max = WRITER_QUEUE_MAX_DEFAULT,
         .batch_max = WRITER_BATCH_MAX_DEFAULT,
         .log_retention_ms = 24ull * 3600 * 1000,
@@ -399,7 +410,7 @@ int main(int argc, char **argv)
     if (listen_fd < 0)
         return 1;
     store_t *store;
-    store_options_t sopt = {.map_size_bytes = o.map_size};
+    store_options_t sopt = {.map_size_bytes = o.map_size, .row_filter_bytes = o.row_filter};
     if (store_open(o.data, &kinds, &sopt, &store, err, sizeof err) != STORE_OK) {
         fprintf(stderr, "tallyd: %s\n", err);
         return 1;

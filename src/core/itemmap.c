@@ -3,15 +3,9 @@
 
 #include <stdlib.h>
 
-#define ITEMMAP_MIN 64
+#include "core/hash.h"
 
-static uint64_t hash_bytes(const char *p, size_t n)
-{
-    uint64_t h = 1469598103934665603ull; /* FNV-1a */
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)p[i]) * 1099511628211ull;
-    return h;
-}
+#define ITEMMAP_MIN 64
 
 static int itemmap_grow(itemmap_t *m)
 {
@@ -26,7 +20,7 @@ static int itemmap_grow(itemmap_t *m)
         return -1;
     m->cap = cap;
     for (size_t i = 0; i < m->count; i++) {
-        size_t s = hash_bytes(entries[i].item, entries[i].item_len) & (nslots - 1);
+        size_t s = hash_bytes(HASH_SEED, entries[i].item, entries[i].item_len) & (nslots - 1);
         while (slots[s])
             s = (s + 1) & (nslots - 1);
         slots[s] = (uint32_t)(i + 1);
@@ -40,7 +34,7 @@ static int itemmap_grow(itemmap_t *m)
 /* The slot holding item, or the empty slot where it would go. */
 static size_t itemmap_slot(const itemmap_t *m, span_t item)
 {
-    size_t s = hash_bytes(item.ptr, item.len) & (m->nslots - 1);
+    size_t s = hash_bytes(HASH_SEED, item.ptr, item.len) & (m->nslots - 1);
     for (; m->slots[s]; s = (s + 1) & (m->nslots - 1)) {
         const itemmap_entry_t *e = &m->entries[m->slots[s] - 1];
         if (e->item_len == item.len && memcmp(e->item, item.ptr, item.len) == 0)

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/hash.h"
 #include "core/parse.h"
 
 #define RATE_MAX 1000000
@@ -46,12 +47,7 @@ int ratelimit_parse(const char *text, ratelimit_rule_t *rule)
 
 static uint64_t key_hash(span_t key)
 {
-    uint64_t h = 1469598103934665603ull; /* FNV-1a, then a final mix */
-    for (size_t i = 0; i < key.len; i++)
-        h = (h ^ (unsigned char)key.ptr[i]) * 1099511628211ull;
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
+    uint64_t h = hash_mix(hash_bytes(HASH_SEED, key.ptr, key.len));
     return h ? h : 1;
 }
 

@@ -147,6 +147,8 @@ void metrics_get(app_t *app, http_request_t *req)
         gauge(&t, "tally_store_items", "Items with counts.", (double)st.items);
         gauge(&t, "tally_log_entries", "Transitions retained in the log.", (double)st.log_entries);
         gauge(&t, "tally_idempotency_records", "Idempotency records kept.", (double)st.idem_records);
+        gauge(&t, "tally_row_filter_ready", "1 when the row filter is filled and answers for missing rows.",
+              st.row_filter_ready ? 1 : 0);
     }
     gauge(&t, "tally_store_file_bytes", "Disk space used by the store's data file.",
           (double)store_file_bytes(app->data_dir));

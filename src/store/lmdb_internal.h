@@ -4,8 +4,11 @@
 #define TALLY_STORE_LMDB_INTERNAL_H
 
 #include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
+#include "core/pairfilter.h"
 #include "store/store.h"
 
 #define SCHEMA_VERSION "2" /* 1 had a user index, user_items; opening a 1 drops it */
@@ -37,6 +40,11 @@ struct store {
     int db_to_cfg[KINDS_MAX + 1]; /* disk code → configured code */
     uint64_t next_seq;            /* next log sequence number (committed state) */
     struct store_write write;
+    /* which (item, user) pairs have a row: filled by filter_thread, then kept by store_row_put */
+    pairfilter_t filter;
+    atomic_bool filter_ready, filter_stop;
+    pthread_t filter_thread;
+    bool filter_thread_started;
 };
 
 static inline void lmdb_put_u64(uint8_t *p, uint64_t v)

@@ -35,6 +35,10 @@ typedef struct store_write store_write_t;
 
 typedef struct {
     uint64_t map_size_bytes; /* virtual size of the map; the file stays as small as the data */
+    /* Memory for a filter of which (item, user) pairs have a row (0: none). A row that does not
+     * exist, the usual case for a viewer, is then answered without searching the B-tree. It is
+     * filled from the rows by a thread of its own after opening; until then every row is looked up. */
+    uint64_t row_filter_bytes;
 } store_options_t;
 
 /* Opens (creating if needed) the store in dir. Checks the schema and the kinds: a kind stored before
@@ -114,6 +118,7 @@ int store_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn 
 
 typedef struct {
     uint64_t rows, items, log_entries, log_bytes, idem_records, used_bytes, checkpoint;
+    bool row_filter_ready; /* the row filter is filled and in use */
 } store_stats_t;
 int store_stats(store_t *store, store_stats_t *st);
 

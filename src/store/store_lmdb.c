@@ -15,6 +15,8 @@
  * prefix, which must sort. */
 #include "store/lmdb_internal.h"
 
+#include "core/clock.h"
+
 #include <assert.h>
 #include <errno.h>
 #include <stdio.h>
@@ -192,6 +194,50 @@ static int next_seq_load(store_t *s, MDB_txn *txn)
     return MDB_SUCCESS;
 }
 
+/* The row filter's thread: every row of one snapshot into the filter. Rows committed after that
+ * snapshot were added by store_row_put, which adds from the moment the filter exists. */
+static void *filter_fill(void *arg)
+{
+    store_t *s = arg;
+    MDB_txn *txn;
+    MDB_cursor *cur;
+    uint64_t started = mono_ms();
+    if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != MDB_SUCCESS)
+        return NULL;
+    int rc = mdb_cursor_open(txn, s->rows, &cur);
+    MDB_val key, val;
+    uint64_t n = 0;
+    if (rc == MDB_SUCCESS) {
+        for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;
+             rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+            span_t item;
+            if (!lmdb_key_item(&key, &item) ||
+                (++n % 65536 == 0 && atomic_load_explicit(&s->filter_stop, memory_order_relaxed)))
+                break;
+            pairfilter_add(&s->filter, item, (span_t){item.ptr + item.len, key.mv_size - 1 - item.len});
+        }
+        mdb_cursor_close(cur);
+    }
+    mdb_txn_abort(txn);
+    if (rc == MDB_NOTFOUND) { /* the whole table was read */
+        atomic_store_explicit(&s->filter_ready, true, memory_order_release);
+        fprintf(stderr, "level=info event=row-filter-ready rows=%llu ms=%llu\n", (unsigned long long)n,
+                (unsigned long long)(mono_ms() - started));
+    }
+    return NULL;
+}
+
+static void filter_start(store_t *s, uint64_t bytes)
+{
+    if (!bytes || pairfilter_init(&s->filter, bytes) != 0)
+        return; /* no filter: every row is looked up */
+    if (pthread_create(&s->filter_thread, NULL, filter_fill, s) != 0) {
+        pairfilter_free(&s->filter);
+        return;
+    }
+    s->filter_thread_started = true;
+}
+
 int store_open(const char *dir, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
                size_t errlen)
 {
@@ -241,6 +287,7 @@ int store_open(const char *dir, const kinds_t *kinds, const store_options_t *opt
         goto fail;
     }
     s->write.store = s;
+    filter_start(s, opt->row_filter_bytes);
     *out = s;
     return STORE_OK;
 fail:
@@ -262,6 +309,11 @@ void store_close(store_t *s)
     if (!s)
         return;
     assert(!s->write.active);
+    if (s->filter_thread_started) {
+        atomic_store(&s->filter_stop, true);
+        pthread_join(s->filter_thread, NULL);
+    }
+    pairfilter_free(&s->filter);
     mdb_env_close(s->env);
     free(s);
 }
@@ -278,10 +330,12 @@ void lmdb_row_decode(const store_t *s, const MDB_val *val, reaction_row_t *row)
 
 static int row_get(const store_t *s, MDB_txn *txn, span_t item, span_t user, reaction_row_t *row)
 {
+    *row = (reaction_row_t){KIND_NONE, 0};
+    if (atomic_load_explicit(&s->filter_ready, memory_order_acquire) && !pairfilter_may_contain(&s->filter, item, user))
+        return STORE_OK; /* certainly no row */
     char kbuf[KEY_BUF_LEN];
     MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val;
     int rc = mdb_get(txn, s->rows, &key, &val);
-    *row = (reaction_row_t){KIND_NONE, 0};
     if (rc == MDB_SUCCESS)
         lmdb_row_decode(s, &val, row);
     return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
@@ -321,6 +375,8 @@ int store_read_begin(store_t *s, store_read_t **out)
         free(r);
         return lmdb_rc(rc);
     }
+    /* pairs in the row filter were added before the commits this snapshot sees (store_write_commit) */
+    atomic_thread_fence(memory_order_acquire);
     r->store = s;
     *out = r;
     return STORE_OK;
@@ -362,6 +418,7 @@ int store_write_begin(store_t *s, store_write_t **out)
 int store_write_commit(store_write_t *w)
 {
     assert(w->active);
+    atomic_thread_fence(memory_order_release); /* the row filter's adds before the rows they stand for */
     int rc = mdb_txn_commit(w->txn);
     w->active = false;
     if (rc == MDB_SUCCESS)
@@ -388,6 +445,7 @@ int store_row_put(store_write_t *w, span_t item, span_t user, const reaction_row
     vbuf[0] = (uint8_t)w->store->cfg_to_db[row->kind];
     lmdb_put_u64(vbuf + 1, row->version);
     MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val = {sizeof vbuf, vbuf};
+    pairfilter_add(&w->store->filter, item, user); /* before the row can be seen (store_write_commit) */
     return lmdb_rc(mdb_put(w->txn, w->store->rows, &key, &val, 0));
 }
 

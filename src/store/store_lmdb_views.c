@@ -156,6 +156,7 @@ int store_stats(store_t *s, store_stats_t *st)
         st->used_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
     if (rc == MDB_SUCCESS)
         rc = lmdb_checkpoint_get(s, txn, &st->checkpoint) == STORE_OK ? MDB_SUCCESS : MDB_PANIC;
+    st->row_filter_ready = atomic_load(&s->filter_ready);
     mdb_txn_abort(txn);
     return lmdb_rc(rc);
 }

@@ -1,10 +1,13 @@
 """Reads and writes of reactions, per API.md (Read, Write) and DESIGN.md invariants 1-3."""
 
 import json
+import shutil
+import tempfile
+import time
 import unittest
 
-from harness import (Server, ServerExited, SharedServerTestCase, TallyTestCase, run_tallyd,
-                     uid)
+from harness import (Server, ServerExited, SharedServerTestCase, TallyTestCase, metric,
+                     run_tallyd, uid)
 
 ZERO = {"like": 0, "dislike": 0}
 
@@ -233,3 +236,65 @@ class CustomKindsTest(TallyTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RowFilterTest(TallyTestCase):
+    """The store's row filter (--row-filter): a missing row is answered from memory, an existing
+    one always from the B-tree. Reads must be the same with it, without it, and while it fills."""
+
+    def expect(self, model, viewers):
+        """viewers: (item, user) pairs; the viewer member of each, from one batch read per user."""
+        for item, user in viewers:
+            kind, version = model.get((item, user), ("none", 0))
+            doc = self.assertOk(self.srv.item(item, user=user))
+            self.assertEqual(doc["viewer"], {"reaction": kind, "version": version}, (item, user))
+
+    def write(self, model, item, user, kind):
+        resp = self.srv.put(item, user, kind)
+        doc = self.assertOk(resp)
+        old = model.get((item, user), ("none", 0))
+        if kind != old[0]:
+            model[(item, user)] = (kind, old[1] + 1)
+        self.assertEqual(doc["version"], model.get((item, user), old)[1])
+
+    def test_reads_same_with_filter_filling_and_off(self):
+        self.srv = Server()
+        try:
+            model = {}
+            items = [uid("rf") for _ in range(20)]
+            users = [uid("ru") for _ in range(15)]
+            for n in range(150):  # rows at like, dislike, and back at none (still rows)
+                item, user = items[n % 20], users[(n * 7) % 15]
+                self.write(model, item, user, ("like", "dislike", "none")[n % 3])
+            pairs = [(i, u) for i in items for u in users]  # 300 pairs: 150 with rows, the rest none
+            self.expect(model, pairs)
+            # written after the filter is in use: read back at once
+            self.assertEqual(metric(self.srv, "tally_row_filter_ready"), 1.0)
+            self.write(model, items[0], "fresh-" + users[0], "like")
+            self.expect(model, [(items[0], "fresh-" + users[0])])
+            # restart: the filter refills from the rows while reads go on
+            self.srv.restart()
+            self.expect(model, pairs)
+            deadline = time.monotonic() + 10
+            while metric(self.srv, "tally_row_filter_ready") != 1.0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(metric(self.srv, "tally_row_filter_ready"), 1.0)
+            self.expect(model, pairs)
+            # without the filter: the same answers
+            self.srv.restart(["--row-filter", "0"])
+            self.assertEqual(metric(self.srv, "tally_row_filter_ready"), 0.0)
+            self.expect(model, pairs)
+            self.srv.stop()
+        finally:
+            self.srv.close()
+
+    def test_bad_row_filter_flag(self):
+        data = tempfile.mkdtemp(prefix="tally-e2e-rf-")
+        try:
+            for bad in ("x", "-1", "65G", "1Q"):
+                with self.subTest(value=bad):
+                    rc, _, err = run_tallyd(["--listen", "127.0.0.1:0", "--data", data, "--row-filter", bad])
+                    self.assertEqual(rc, 2, err)
+                    self.assertIn("--row-filter", err)
+        finally:
+            shutil.rmtree(data, ignore_errors=True)

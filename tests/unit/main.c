@@ -25,6 +25,7 @@ int main(void)
         {"histogram", test_histogram},
         {"spacesaving", test_spacesaving},
         {"itemjson", test_itemjson},
+        {"pairfilter", test_pairfilter},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

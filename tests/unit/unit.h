@@ -30,5 +30,6 @@ void test_itemmap(void);
 void test_histogram(void);
 void test_spacesaving(void);
 void test_itemjson(void);
+void test_pairfilter(void);
 
 #endif
