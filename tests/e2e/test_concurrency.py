@@ -184,3 +184,27 @@ class ConcurrencyTest(SharedServerTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ReadAfterWriteTest(SharedServerTestCase):
+    """Once a write is answered, any new read sees it, from any connection and HTTP thread: the
+    row filter learns of a row before the commit that writes it (a new row is the filter's case)."""
+
+    def test_new_rows_visible_to_the_next_read_under_load(self):
+        item_base = uid("raw")
+
+        def worker(w):
+            for n in range(60):
+                item, user = "%s-%d" % (item_base, n % 7), "raw-%d-%d" % (w, n)
+                kind = KINDS[n % 2]
+                st, _, doc, raw = self.srv.json("PUT", "/v1/items/%s/reaction" % item, {"reaction": kind},
+                                                user=user)
+                if st != 200 or doc.get("version") != 1:
+                    raise AssertionError("PUT -> %s %r" % (st, raw[:200]))
+                st, _, doc, raw = self.srv.json("GET", "/v1/items?ids=%s" % item, user=user)
+                viewer = doc["items"][0].get("viewer") if st == 200 else None
+                if viewer != {"reaction": kind, "version": 1}:
+                    raise AssertionError("read after write of %s/%s: %s %r" % (item, user, st, raw[:200]))
+
+        errors = run_threads([lambda w=w: worker(w) for w in range(8)])
+        self.assertEqual(errors, [])
