@@ -196,32 +196,36 @@ static int next_seq_load(store_t *s, MDB_txn *txn)
 
 /* The row filter's thread: every row of one snapshot into the filter. Rows committed after that
  * snapshot were added by store_row_put, which adds from the moment the filter exists. */
+typedef struct {
+    store_t *store;
+    uint64_t rows;
+    bool stopped;
+} filter_fill_t;
+
+static int filter_fill_row(void *arg, span_t item, span_t user, const reaction_row_t *row)
+{
+    (void)row;
+    filter_fill_t *f = arg;
+    if (++f->rows % 65536 == 0 && atomic_load_explicit(&f->store->filter_stop, memory_order_relaxed)) {
+        f->stopped = true;
+        return 1;
+    }
+    pairfilter_add(&f->store->filter, item, user);
+    return 0;
+}
+
 static void *filter_fill(void *arg)
 {
-    store_t *s = arg;
-    MDB_txn *txn;
-    MDB_cursor *cur;
+    filter_fill_t f = {.store = arg};
+    store_read_t *snap;
     uint64_t started = mono_ms();
-    if (mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn) != MDB_SUCCESS)
+    if (store_read_begin(f.store, &snap) != STORE_OK)
         return NULL;
-    int rc = mdb_cursor_open(txn, s->rows, &cur);
-    MDB_val key, val;
-    uint64_t n = 0;
-    if (rc == MDB_SUCCESS) {
-        for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;
-             rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-            span_t item;
-            if (!lmdb_key_item(&key, &item) ||
-                (++n % 65536 == 0 && atomic_load_explicit(&s->filter_stop, memory_order_relaxed)))
-                break;
-            pairfilter_add(&s->filter, item, (span_t){item.ptr + item.len, key.mv_size - 1 - item.len});
-        }
-        mdb_cursor_close(cur);
-    }
-    mdb_txn_abort(txn);
-    if (rc == MDB_NOTFOUND) { /* the whole table was read */
-        atomic_store_explicit(&s->filter_ready, true, memory_order_release);
-        fprintf(stderr, "level=info event=row-filter-ready rows=%llu ms=%llu\n", (unsigned long long)n,
+    int rc = store_read_rows(snap, filter_fill_row, &f);
+    store_read_end(snap);
+    if (rc == STORE_OK && !f.stopped) { /* the whole table was read */
+        atomic_store_explicit(&f.store->filter_ready, true, memory_order_release);
+        fprintf(stderr, "level=info event=row-filter-ready rows=%llu ms=%llu\n", (unsigned long long)f.rows,
                 (unsigned long long)(mono_ms() - started));
     }
     return NULL;

@@ -225,26 +225,20 @@ int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, 
 }
 
 /* The items where user has a row: each item's rows are one key range, so the user's row is one
- * lookup in it, and the next item starts at the first key after [len][item] followed by 0xff (ids
- * never contain that byte). A visit is one item; the cursor stays on its page while keys are near. */
+ * lookup in it, and the next item is one seek away (seek_after_item). A visit is one item; the
+ * cursor stays on its page while keys are near. */
 int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
                      size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
 {
-    char kbuf[KEY_BUF_LEN + 1];
+    char kbuf[KEY_BUF_LEN];
     MDB_cursor *cur;
     *visited = 0;
     *last_len = 0;
     int rc = mdb_cursor_open(w->txn, w->store->rows, &cur);
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
-    MDB_val key = {0, kbuf}, val;
-    if (after.len) {
-        key.mv_size = lmdb_pair_key(kbuf, after, (span_t){"", 0});
-        kbuf[key.mv_size++] = (char)0xff;
-        rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
-    } else {
-        rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
-    }
+    MDB_val key, val;
+    rc = seek_after_item(cur, after, &key, &val);
     while (rc == MDB_SUCCESS && *visited < limit) {
         span_t name;
         if (!lmdb_key_item(&key, &name) || name.len > ID_MAX_LEN) {
@@ -261,9 +255,7 @@ int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, 
             break;
         if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
             break;
-        key = (MDB_val){lmdb_pair_key(kbuf, name, (span_t){"", 0}), kbuf};
-        kbuf[key.mv_size++] = (char)0xff;
-        rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+        rc = seek_after_item(cur, name, &key, &val);
     }
     mdb_cursor_close(cur);
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
