@@ -2,6 +2,7 @@
 #include "engine/feed.h"
 
 #include "core/clock.h"
+#include "engine/thread.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -129,11 +130,7 @@ void feed_stop(feed_t *f)
 {
     if (!f)
         return;
-    pthread_mutex_lock(&f->lock);
-    f->stopping = true;
-    pthread_cond_signal(&f->cond);
-    pthread_mutex_unlock(&f->lock);
-    pthread_join(f->thread, NULL);
+    thread_stop_join(&f->lock, &f->cond, &f->stopping, f->thread);
 }
 
 void feed_free(feed_t *f)

@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/itemmap.h"
+#include "engine/thread.h"
 
 recount_stats_t recount_stats;
 
@@ -292,11 +293,7 @@ void recount_sampler_stop(recount_sampler_t *r)
 {
     if (!r)
         return;
-    pthread_mutex_lock(&r->lock);
-    r->stopping = true;
-    pthread_cond_signal(&r->wake);
-    pthread_mutex_unlock(&r->lock);
-    pthread_join(r->thread, NULL);
+    thread_stop_join(&r->lock, &r->wake, &r->stopping, r->thread);
     pthread_cond_destroy(&r->wake);
     pthread_mutex_destroy(&r->lock);
     free(r);

@@ -10,6 +10,7 @@
 #include "core/clock.h"
 #include "core/itemmap.h"
 #include "core/spacesaving.h"
+#include "engine/thread.h"
 
 #define FOLLOW_BATCH 10000
 #define FOLLOW_IDLE_MS 1000
@@ -354,11 +355,7 @@ void trending_stop(trending_t *t)
 {
     if (!t)
         return;
-    pthread_mutex_lock(&t->wake_lock);
-    t->stopping = true;
-    pthread_cond_signal(&t->wake);
-    pthread_mutex_unlock(&t->wake_lock);
-    pthread_join(t->thread, NULL);
+    thread_stop_join(&t->wake_lock, &t->wake, &t->stopping, t->thread);
     /* The writer still runs: persist what is open so that a restart reads little log. */
     uint64_t now = wall_ms();
     pthread_mutex_lock(&t->lock);

@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "engine/pipeline.h"
+#include "engine/thread.h"
 
 #define SWEEP_INTERVAL_MS 1000
 #define IDLE_WAIT_MS 1000
@@ -501,11 +502,7 @@ void writer_stop(writer_t *w)
 {
     if (!w)
         return;
-    pthread_mutex_lock(&w->lock);
-    w->stopping = true;
-    pthread_cond_signal(&w->wake);
-    pthread_mutex_unlock(&w->lock);
-    pthread_join(w->thread, NULL);
+    thread_stop_join(&w->lock, &w->wake, &w->stopping, w->thread);
     atomic_store(&w->stats.running, false);
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
