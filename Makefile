@@ -13,7 +13,7 @@ DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libjans
                 python3 clang clang-format libclang-rt-14-dev curl
 
 CORE_SRC   := $(wildcard src/core/*.c)
-LIB_SRC    := $(CORE_SRC) $(wildcard src/store/*.c) $(wildcard src/engine/*.c)
+LIB_SRC    := $(CORE_SRC) $(wildcard src/store/*.c) $(wildcard src/store/*/*.c) $(wildcard src/engine/*.c)
 HTTP_SRC   := $(wildcard src/http/*.c)
 TALLYD_SRC := $(LIB_SRC) $(HTTP_SRC) src/tallyd.c
 TALLY_SRC  := $(LIB_SRC) src/tally.c

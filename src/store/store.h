@@ -41,11 +41,15 @@ typedef struct {
     uint64_t row_filter_bytes;
 } store_options_t;
 
-/* Opens (creating if needed) the store in dir. Checks the schema and the kinds: a kind stored before
+/* True when location is a postgresql:// (or postgres://) URI rather than a directory. */
+bool store_location_is_url(const char *location);
+
+/* Opens (creating if needed) the store at location: a directory for the embedded store, or a
+ * postgresql:// URI. Checks the schema and the kinds: a kind stored before
  * must still be configured; new kinds are added. With kinds NULL, the stored kinds are used as
  * configured (for tools that read an existing directory). Returns STORE_OK, or an error with err
  * filled. */
-int store_open(const char *dir, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
+int store_open(const char *location, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
                size_t errlen);
 void store_close(store_t *store);
 

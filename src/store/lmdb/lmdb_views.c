@@ -1,24 +1,27 @@
 /* store_lmdb_views.c — the LMDB store's reads for recount, the change feed, export and statistics;
  * walks over one item's or one user's rows; log pruning and the log by time; auxiliary records;
  * backup. */
-#include "store/lmdb_internal.h"
+#include "store/lmdb/lmdb_internal.h"
 
 #include <stdlib.h>
 
 /* --- snapshot views for recount, the change feed and statistics --- */
 
-int store_read_checkpoint(store_read_t *r, uint64_t *seq)
+int lmdb_read_checkpoint(store_read_t *r_, uint64_t *seq)
 {
-    return lmdb_checkpoint_get(r->store, r->txn, seq);
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    return lmdb_txn_checkpoint_get(r->store, r->txn, seq);
 }
 
-int store_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg)
+int lmdb_read_log(store_read_t *r_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
-    return lmdb_log_scan(r->store, r->txn, after, limit, fn, arg);
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    return lmdb_txn_log_scan(r->store, r->txn, after, limit, fn, arg);
 }
 
-int store_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last)
+int lmdb_read_log_bounds(store_read_t *r_, uint64_t *first, uint64_t *last)
 {
+    lmdb_read_t *r = (lmdb_read_t *)r_;
     MDB_cursor *cur;
     MDB_val key, val;
     *first = *last = 0;
@@ -34,9 +37,10 @@ int store_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last)
     return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
-int store_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1])
+int lmdb_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX + 1])
 {
-    const store_t *s = r->store;
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    const lmdb_store_t *s = r->store;
     char prefix[KEY_BUF_LEN];
     size_t plen = lmdb_pair_key(prefix, item, (span_t){"", 0});
     memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
@@ -88,9 +92,10 @@ static int item_cmp(span_t a, span_t b)
     return memcmp(a.ptr, b.ptr, a.len);
 }
 
-int store_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited)
+int lmdb_read_items(store_read_t *r_, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited)
 {
-    const store_t *s = r->store;
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    const lmdb_store_t *s = r->store;
     MDB_cursor *rows = NULL, *counts = NULL;
     *visited = 0;
     int rc = mdb_cursor_open(r->txn, s->rows, &rows);
@@ -133,8 +138,9 @@ int store_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn 
     return result;
 }
 
-int store_stats(store_t *s, store_stats_t *st)
+int lmdb_stats(store_t *s_, store_stats_t *st)
 {
+    lmdb_store_t *s = (lmdb_store_t *)s_;
     MDB_txn *txn;
     MDB_stat ms;
     MDB_envinfo info;
@@ -155,19 +161,21 @@ int store_stats(store_t *s, store_stats_t *st)
     if (rc == MDB_SUCCESS && (rc = mdb_env_info(s->env, &info)) == MDB_SUCCESS && mdb_env_stat(s->env, &ms) == 0)
         st->used_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
     if (rc == MDB_SUCCESS)
-        rc = lmdb_checkpoint_get(s, txn, &st->checkpoint) == STORE_OK ? MDB_SUCCESS : MDB_PANIC;
+        rc = lmdb_txn_checkpoint_get(s, txn, &st->checkpoint) == STORE_OK ? MDB_SUCCESS : MDB_PANIC;
     st->row_filter_ready = atomic_load(&s->filter_ready);
     mdb_txn_abort(txn);
     return lmdb_rc(rc);
 }
 
-int store_backup(store_t *s, const char *dir)
+int lmdb_backup(store_t *s_, const char *dir)
 {
+    lmdb_store_t *s = (lmdb_store_t *)s_;
     return lmdb_rc(mdb_env_copy2(s->env, dir, MDB_CP_COMPACT));
 }
 
-int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
+int lmdb_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     MDB_cursor *cur;
     MDB_val key, val;
     *deleted = 0;
@@ -218,18 +226,20 @@ static int prefix_walk(MDB_txn *txn, MDB_dbi dbi, span_t prefix, span_t after, s
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
-int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
-                     size_t *visited)
+int lmdb_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                    size_t *visited)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     return prefix_walk(w->txn, w->store->rows, item, after, limit, fn, arg, visited);
 }
 
 /* The items where user has a row: each item's rows are one key range, so the user's row is one
  * lookup in it, and the next item is one seek away (seek_after_item). A visit is one item; the
  * cursor stays on its page while keys are near. */
-int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
-                     size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
+int lmdb_user_items(store_write_t *w_, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                    size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     char kbuf[KEY_BUF_LEN];
     MDB_cursor *cur;
     *visited = 0;
@@ -261,9 +271,10 @@ int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, 
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
-int store_read_rows(store_read_t *r, store_row_fn fn, void *arg)
+int lmdb_read_rows(store_read_t *r_, store_row_fn fn, void *arg)
 {
-    const store_t *s = r->store;
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    const lmdb_store_t *s = r->store;
     MDB_cursor *cur;
     int rc = mdb_cursor_open(r->txn, s->rows, &cur);
     if (rc != MDB_SUCCESS)
@@ -291,7 +302,7 @@ int store_read_rows(store_read_t *r, store_row_fn fn, void *arg)
 
 /* --- the log by time, and auxiliary records --- */
 
-static int log_at(const store_t *s, MDB_txn *txn, uint64_t seq, uint64_t *at_ms)
+static int log_at(const lmdb_store_t *s, MDB_txn *txn, uint64_t seq, uint64_t *at_ms)
 {
     MDB_val key = {sizeof seq, &seq}, val;
     int rc = mdb_get(txn, s->log, &key, &val);
@@ -300,10 +311,11 @@ static int log_at(const store_t *s, MDB_txn *txn, uint64_t seq, uint64_t *at_ms)
     return rc;
 }
 
-int store_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq)
+int lmdb_read_log_seek(store_read_t *r_, uint64_t at_ms, uint64_t *seq)
 {
+    lmdb_read_t *r = (lmdb_read_t *)r_;
     uint64_t first, last, at = 0;
-    int rc = store_read_log_bounds(r, &first, &last);
+    int rc = lmdb_read_log_bounds(r_, &first, &last);
     if (rc != STORE_OK)
         return rc;
     if (first == 0) {
@@ -324,14 +336,16 @@ int store_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq)
     return STORE_OK;
 }
 
-int store_aux_put(store_write_t *w, span_t key, span_t value)
+int lmdb_aux_put(store_write_t *w_, span_t key, span_t value)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     MDB_val k = {key.len, (void *)key.ptr}, v = {value.len, (void *)value.ptr};
     return lmdb_rc(mdb_put(w->txn, w->store->aux, &k, &v, 0));
 }
 
-int store_aux_delete_range(store_write_t *w, span_t from, span_t to)
+int lmdb_aux_delete_range(store_write_t *w_, span_t from, span_t to)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     MDB_cursor *cur;
     int rc = mdb_cursor_open(w->txn, w->store->aux, &cur);
     if (rc != MDB_SUCCESS)
@@ -350,8 +364,9 @@ int store_aux_delete_range(store_write_t *w, span_t from, span_t to)
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
-int store_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg)
+int lmdb_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
 {
+    lmdb_read_t *r = (lmdb_read_t *)r_;
     MDB_cursor *cur;
     int rc = mdb_cursor_open(r->txn, r->store->aux, &cur);
     if (rc != MDB_SUCCESS)

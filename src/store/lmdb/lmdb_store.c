@@ -13,7 +13,8 @@
  * Kinds on disk are numbered in the order they were first configured, so adding a kind never renumbers
  * rows; kind codes are translated at this seam. Integers are in host byte order, except the expiry
  * prefix, which must sort. */
-#include "store/lmdb_internal.h"
+#include "store/lmdb/lmdb.h"
+#include "store/lmdb/lmdb_internal.h"
 
 #include "core/clock.h"
 
@@ -65,7 +66,7 @@ static int meta_put(MDB_txn *txn, MDB_dbi meta, const char *name, const void *da
 }
 
 /* Reconciles the configured kinds with the stored ones; writes the list back when kinds were added. */
-static int kinds_reconcile(store_t *s, MDB_txn *txn, const kinds_t *kinds, char *err, size_t errlen)
+static int kinds_reconcile(lmdb_store_t *s, MDB_txn *txn, const kinds_t *kinds, char *err, size_t errlen)
 {
     kinds_t stored = {0};
     MDB_val val;
@@ -148,7 +149,7 @@ static int schema_upgrade_from_1(MDB_txn *txn)
     return rc == MDB_NOTFOUND ? MDB_SUCCESS : rc;
 }
 
-static int schema_check(store_t *s, MDB_txn *txn, char *err, size_t errlen)
+static int schema_check(lmdb_store_t *s, MDB_txn *txn, char *err, size_t errlen)
 {
     MDB_val val;
     int rc = lmdb_meta_get(txn, s->meta, "schema", &val);
@@ -171,7 +172,7 @@ static int schema_check(store_t *s, MDB_txn *txn, char *err, size_t errlen)
 }
 
 /* The next log seq follows the last entry and the checkpoint (the log may be pruned to nothing). */
-static int next_seq_load(store_t *s, MDB_txn *txn)
+static int next_seq_load(lmdb_store_t *s, MDB_txn *txn)
 {
     uint64_t last = 0;
     MDB_cursor *cur;
@@ -197,7 +198,7 @@ static int next_seq_load(store_t *s, MDB_txn *txn)
 /* The row filter's thread: every row of one snapshot into the filter. Rows committed after that
  * snapshot were added by store_row_put, which adds from the moment the filter exists. */
 typedef struct {
-    store_t *store;
+    lmdb_store_t *store;
     uint64_t rows;
     bool stopped;
 } filter_fill_t;
@@ -219,10 +220,10 @@ static void *filter_fill(void *arg)
     filter_fill_t f = {.store = arg};
     store_read_t *snap;
     uint64_t started = mono_ms();
-    if (store_read_begin(f.store, &snap) != STORE_OK)
+    if (lmdb_read_begin(&f.store->base, &snap) != STORE_OK)
         return NULL;
-    int rc = store_read_rows(snap, filter_fill_row, &f);
-    store_read_end(snap);
+    int rc = lmdb_read_rows(snap, filter_fill_row, &f);
+    lmdb_read_end(snap);
     if (rc == STORE_OK && !f.stopped) { /* the whole table was read */
         atomic_store_explicit(&f.store->filter_ready, true, memory_order_release);
         fprintf(stderr, "level=info event=row-filter-ready rows=%llu ms=%llu\n", (unsigned long long)f.rows,
@@ -231,7 +232,7 @@ static void *filter_fill(void *arg)
     return NULL;
 }
 
-static void filter_start(store_t *s, uint64_t bytes)
+static void filter_start(lmdb_store_t *s, uint64_t bytes)
 {
     if (!bytes || pairfilter_init(&s->filter, bytes) != 0)
         return; /* no filter: every row is looked up */
@@ -242,12 +243,12 @@ static void filter_start(store_t *s, uint64_t bytes)
     s->filter_thread_started = true;
 }
 
-int store_open(const char *dir, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
-               size_t errlen)
+int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
+              size_t errlen)
 {
     MDB_txn *txn = NULL;
     int rc;
-    store_t *s = calloc(1, sizeof *s);
+    lmdb_store_t *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, errlen, "out of memory");
         return STORE_ERROR;
@@ -292,7 +293,8 @@ int store_open(const char *dir, const kinds_t *kinds, const store_options_t *opt
     }
     s->write.store = s;
     filter_start(s, opt->row_filter_bytes);
-    *out = s;
+    s->base.ops = &lmdb_store_ops;
+    *out = &s->base;
     return STORE_OK;
 fail:
     if (txn)
@@ -303,13 +305,15 @@ fail:
     return STORE_ERROR;
 }
 
-const kinds_t *store_kinds(const store_t *s)
+const kinds_t *lmdb_kinds(const store_t *s_)
 {
+    const lmdb_store_t *s = (const lmdb_store_t *)s_;
     return &s->kinds;
 }
 
-void store_close(store_t *s)
+void lmdb_close(store_t *s_)
 {
+    lmdb_store_t *s = (lmdb_store_t *)s_;
     if (!s)
         return;
     assert(!s->write.active);
@@ -324,7 +328,7 @@ void store_close(store_t *s)
 
 /* --- values --- */
 
-void lmdb_row_decode(const store_t *s, const MDB_val *val, reaction_row_t *row)
+void lmdb_row_decode(const lmdb_store_t *s, const MDB_val *val, reaction_row_t *row)
 {
     const uint8_t *p = val->mv_data;
     int db_kind = val->mv_size == ROW_VALUE_LEN ? p[0] : 0;
@@ -332,7 +336,7 @@ void lmdb_row_decode(const store_t *s, const MDB_val *val, reaction_row_t *row)
     row->version = val->mv_size == ROW_VALUE_LEN ? lmdb_get_u64(p + 1) : 0;
 }
 
-static int row_get(const store_t *s, MDB_txn *txn, span_t item, span_t user, reaction_row_t *row)
+static int row_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, reaction_row_t *row)
 {
     *row = (reaction_row_t){KIND_NONE, 0};
     if (atomic_load_explicit(&s->filter_ready, memory_order_acquire) && !pairfilter_may_contain(&s->filter, item, user))
@@ -346,7 +350,7 @@ static int row_get(const store_t *s, MDB_txn *txn, span_t item, span_t user, rea
 }
 
 /* counts[cfg code] from a stored counts value (which may predate kinds added since). */
-static void counts_decode(const store_t *s, const MDB_val *val, int64_t counts[KINDS_MAX + 1])
+static void counts_decode(const lmdb_store_t *s, const MDB_val *val, int64_t counts[KINDS_MAX + 1])
 {
     size_t n = val->mv_size / sizeof(int64_t);
     for (size_t d = 1; d <= n && d <= (size_t)s->db_kinds; d++) {
@@ -356,7 +360,7 @@ static void counts_decode(const store_t *s, const MDB_val *val, int64_t counts[K
     }
 }
 
-int lmdb_counts_get(const store_t *s, MDB_txn *txn, span_t item, int64_t counts[KINDS_MAX + 1])
+int lmdb_counts_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, int64_t counts[KINDS_MAX + 1])
 {
     char kbuf[KEY_BUF_LEN];
     MDB_val key = {lmdb_pair_key(kbuf, item, (span_t){"", 0}), kbuf}, val;
@@ -369,9 +373,10 @@ int lmdb_counts_get(const store_t *s, MDB_txn *txn, span_t item, int64_t counts[
 
 /* --- snapshots --- */
 
-int store_read_begin(store_t *s, store_read_t **out)
+int lmdb_read_begin(store_t *s_, store_read_t **out)
 {
-    store_read_t *r = malloc(sizeof *r);
+    lmdb_store_t *s = (lmdb_store_t *)s_;
+    lmdb_read_t *r = malloc(sizeof *r);
     if (!r)
         return STORE_ERROR;
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &r->txn);
@@ -382,45 +387,52 @@ int store_read_begin(store_t *s, store_read_t **out)
     /* pairs in the row filter were added before the commits this snapshot sees (store_write_commit) */
     atomic_thread_fence(memory_order_acquire);
     r->store = s;
-    *out = r;
+    r->base.ops = &lmdb_store_ops;
+    *out = &r->base;
     return STORE_OK;
 }
 
-void store_read_end(store_read_t *r)
+void lmdb_read_end(store_read_t *r_)
 {
+    lmdb_read_t *r = (lmdb_read_t *)r_;
     if (!r)
         return;
     mdb_txn_abort(r->txn);
     free(r);
 }
 
-int store_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1])
+int lmdb_read_counts(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX + 1])
 {
+    lmdb_read_t *r = (lmdb_read_t *)r_;
     return lmdb_counts_get(r->store, r->txn, item, counts);
 }
 
-int store_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row)
+int lmdb_read_row(store_read_t *r_, span_t item, span_t user, reaction_row_t *row)
 {
+    lmdb_read_t *r = (lmdb_read_t *)r_;
     return row_get(r->store, r->txn, item, user, row);
 }
 
 /* --- the write transaction --- */
 
-int store_write_begin(store_t *s, store_write_t **out)
+int lmdb_write_begin(store_t *s_, store_write_t **out)
 {
-    struct store_write *w = &s->write;
+    lmdb_store_t *s = (lmdb_store_t *)s_;
+    struct lmdb_write *w = &s->write;
     assert(!w->active);
     int rc = mdb_txn_begin(s->env, NULL, 0, &w->txn);
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
     w->active = true;
     w->next_seq = s->next_seq;
-    *out = w;
+    w->base.ops = &lmdb_store_ops;
+    *out = &w->base;
     return STORE_OK;
 }
 
-int store_write_commit(store_write_t *w)
+int lmdb_write_commit(store_write_t *w_)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     assert(w->active);
     atomic_thread_fence(memory_order_release); /* the row filter's adds before the rows they stand for */
     int rc = mdb_txn_commit(w->txn);
@@ -430,20 +442,23 @@ int store_write_commit(store_write_t *w)
     return lmdb_rc(rc);
 }
 
-void store_write_abort(store_write_t *w)
+void lmdb_write_abort(store_write_t *w_)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     assert(w->active);
     mdb_txn_abort(w->txn);
     w->active = false;
 }
 
-int store_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row)
+int lmdb_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *row)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     return row_get(w->store, w->txn, item, user, row);
 }
 
-int store_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row)
+int lmdb_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row_t *row)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     char kbuf[KEY_BUF_LEN];
     uint8_t vbuf[ROW_VALUE_LEN];
     vbuf[0] = (uint8_t)w->store->cfg_to_db[row->kind];
@@ -453,9 +468,10 @@ int store_row_put(store_write_t *w, span_t item, span_t user, const reaction_row
     return lmdb_rc(mdb_put(w->txn, w->store->rows, &key, &val, 0));
 }
 
-int store_log_append(store_write_t *w, const transition_t *t, uint64_t *seq)
+int lmdb_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
 {
-    const store_t *s = w->store;
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    const lmdb_store_t *s = w->store;
     uint8_t vbuf[LOG_HEADER_LEN + 2 * 255];
     assert(t->item.len <= 255 && t->user.len <= 255);
     lmdb_put_u64(vbuf, t->at_ms);
@@ -475,7 +491,7 @@ int store_log_append(store_write_t *w, const transition_t *t, uint64_t *seq)
     return lmdb_rc(rc);
 }
 
-static int log_decode(const store_t *s, const MDB_val *val, transition_t *t)
+static int log_decode(const lmdb_store_t *s, const MDB_val *val, transition_t *t)
 {
     const uint8_t *p = val->mv_data;
     if (val->mv_size < LOG_HEADER_LEN || p[16] > s->db_kinds || p[17] > s->db_kinds ||
@@ -490,7 +506,7 @@ static int log_decode(const store_t *s, const MDB_val *val, transition_t *t)
     return STORE_OK;
 }
 
-int lmdb_log_scan(const store_t *s, MDB_txn *txn, uint64_t after, size_t limit, store_log_fn fn, void *arg)
+int lmdb_txn_log_scan(const lmdb_store_t *s, MDB_txn *txn, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
     MDB_cursor *cur;
     int rc = mdb_cursor_open(txn, s->log, &cur);
@@ -514,14 +530,16 @@ int lmdb_log_scan(const store_t *s, MDB_txn *txn, uint64_t after, size_t limit, 
     return result;
 }
 
-int store_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg)
+int lmdb_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
-    return lmdb_log_scan(w->store, w->txn, after, limit, fn, arg);
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    return lmdb_txn_log_scan(w->store, w->txn, after, limit, fn, arg);
 }
 
-int store_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1])
+int lmdb_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX + 1])
 {
-    const store_t *s = w->store;
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    const lmdb_store_t *s = w->store;
     int64_t counts[KINDS_MAX + 1];
     int rc = lmdb_counts_get(s, w->txn, item, counts);
     if (rc != STORE_OK)
@@ -539,7 +557,7 @@ int store_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_M
     return lmdb_rc(mdb_put(w->txn, s->counts, &key, &val, 0));
 }
 
-int lmdb_checkpoint_get(const store_t *s, MDB_txn *txn, uint64_t *seq)
+int lmdb_txn_checkpoint_get(const lmdb_store_t *s, MDB_txn *txn, uint64_t *seq)
 {
     MDB_val val;
     int rc = lmdb_meta_get(txn, s->meta, "checkpoint", &val);
@@ -549,12 +567,52 @@ int lmdb_checkpoint_get(const store_t *s, MDB_txn *txn, uint64_t *seq)
     return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
-int store_checkpoint_get(store_write_t *w, uint64_t *seq)
+int lmdb_checkpoint_get(store_write_t *w_, uint64_t *seq)
 {
-    return lmdb_checkpoint_get(w->store, w->txn, seq);
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    return lmdb_txn_checkpoint_get(w->store, w->txn, seq);
 }
 
-int store_checkpoint_put(store_write_t *w, uint64_t seq)
+int lmdb_checkpoint_put(store_write_t *w_, uint64_t seq)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     return lmdb_rc(meta_put(w->txn, w->store->meta, "checkpoint", &seq, sizeof seq));
 }
+
+const store_ops_t lmdb_store_ops = {
+    .close = lmdb_close,
+    .kinds = lmdb_kinds,
+    .read_begin = lmdb_read_begin,
+    .read_end = lmdb_read_end,
+    .read_counts = lmdb_read_counts,
+    .read_row = lmdb_read_row,
+    .write_begin = lmdb_write_begin,
+    .write_commit = lmdb_write_commit,
+    .write_abort = lmdb_write_abort,
+    .row_get = lmdb_row_get,
+    .row_put = lmdb_row_put,
+    .log_append = lmdb_log_append,
+    .log_scan = lmdb_log_scan,
+    .counts_add = lmdb_counts_add,
+    .checkpoint_get = lmdb_checkpoint_get,
+    .checkpoint_put = lmdb_checkpoint_put,
+    .idem_get = lmdb_idem_get,
+    .idem_put = lmdb_idem_put,
+    .idem_sweep = lmdb_idem_sweep,
+    .read_checkpoint = lmdb_read_checkpoint,
+    .read_log = lmdb_read_log,
+    .read_log_bounds = lmdb_read_log_bounds,
+    .read_tally_item = lmdb_read_tally_item,
+    .read_items = lmdb_read_items,
+    .stats = lmdb_stats,
+    .backup = lmdb_backup,
+    .item_users = lmdb_item_users,
+    .user_items = lmdb_user_items,
+    .idem_delete_user = lmdb_idem_delete_user,
+    .read_rows = lmdb_read_rows,
+    .read_log_seek = lmdb_read_log_seek,
+    .aux_put = lmdb_aux_put,
+    .aux_delete_range = lmdb_aux_delete_range,
+    .read_aux = lmdb_read_aux,
+    .log_prune = lmdb_log_prune,
+};

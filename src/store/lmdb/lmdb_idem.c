@@ -1,6 +1,6 @@
 /* store_lmdb_idem.c — idempotency records of the LMDB store: the records keyed (user, key), their
  * expiry index in time order, the sweep, and erasure of a user's records. */
-#include "store/lmdb_internal.h"
+#include "store/lmdb/lmdb_internal.h"
 
 /* --- idempotency records --- */
 
@@ -12,8 +12,9 @@ static size_t exp_key(char buf[8 + KEY_BUF_LEN], uint64_t expires_ms, const char
     return 8 + idem_len;
 }
 
-int store_idem_get(store_write_t *w, span_t user, span_t key_text, store_idem_t *rec)
+int lmdb_idem_get(store_write_t *w_, span_t user, span_t key_text, store_idem_t *rec)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     char kbuf[KEY_BUF_LEN];
     MDB_val key = {lmdb_pair_key(kbuf, user, key_text), kbuf}, val;
     int rc = mdb_get(w->txn, w->store->idem, &key, &val);
@@ -32,9 +33,10 @@ int store_idem_get(store_write_t *w, span_t user, span_t key_text, store_idem_t 
     return STORE_OK;
 }
 
-int store_idem_put(store_write_t *w, span_t user, span_t key_text, const store_idem_t *rec)
+int lmdb_idem_put(store_write_t *w_, span_t user, span_t key_text, const store_idem_t *rec)
 {
-    const store_t *s = w->store;
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    const lmdb_store_t *s = w->store;
     char kbuf[KEY_BUF_LEN], ebuf[8 + KEY_BUF_LEN];
     MDB_val key = {lmdb_pair_key(kbuf, user, key_text), kbuf}, val;
     int rc = mdb_get(w->txn, s->idem, &key, &val);
@@ -61,9 +63,10 @@ int store_idem_put(store_write_t *w, span_t user, span_t key_text, const store_i
     return lmdb_rc(mdb_put(w->txn, s->idem_exp, &ekey, &empty, 0));
 }
 
-int store_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *deleted)
+int lmdb_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *deleted)
 {
-    const store_t *s = w->store;
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    const lmdb_store_t *s = w->store;
     MDB_cursor *cur;
     *deleted = 0;
     int rc = mdb_cursor_open(w->txn, s->idem_exp, &cur);
@@ -94,8 +97,9 @@ int store_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *de
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
-int store_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted)
+int lmdb_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *deleted)
 {
+    lmdb_write_t *w = (lmdb_write_t *)w_;
     char pbuf[KEY_BUF_LEN];
     size_t plen = lmdb_pair_key(pbuf, user, (span_t){"", 0});
     MDB_cursor *cur;

@@ -1,0 +1,121 @@
+/* lmdb_internal.h — what the files of the LMDB store share: its structs, key and value layouts,
+ * and helpers. Only src/store/store_lmdb*.c include it; nothing above the seam does. */
+#ifndef TALLY_STORE_LMDB_INTERNAL_H
+#define TALLY_STORE_LMDB_INTERNAL_H
+
+#include <lmdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "core/pairfilter.h"
+#include "store/store_impl.h"
+
+#define SCHEMA_VERSION "2" /* 1 had a user index, user_items; opening a 1 drops it */
+#define MAX_DBS 12
+#define MAX_READERS 512
+#define ROW_VALUE_LEN 9
+#define LOG_HEADER_LEN 19
+#define IDEM_HEADER_LEN 52
+#define KEY_BUF_LEN (1 + 255 + 255)
+
+typedef struct lmdb_store lmdb_store_t;
+typedef struct lmdb_read lmdb_read_t;
+typedef struct lmdb_write lmdb_write_t;
+
+struct lmdb_read {
+    store_read_t base; /* first: a store_read_t * is a lmdb_read_t * */
+    MDB_txn *txn;
+    lmdb_store_t *store;
+};
+
+struct lmdb_write {
+    store_write_t base;
+    MDB_txn *txn;
+    lmdb_store_t *store;
+    uint64_t next_seq;
+    bool active;
+};
+
+struct lmdb_store {
+    store_t base;
+    MDB_env *env;
+    MDB_dbi rows, log, counts, meta, idem, idem_exp, aux;
+    kinds_t kinds;                /* the configured kinds (codes used above the seam) */
+    int db_kinds;                 /* kinds known on disk */
+    int cfg_to_db[KINDS_MAX + 1]; /* configured code → disk code */
+    int db_to_cfg[KINDS_MAX + 1]; /* disk code → configured code */
+    uint64_t next_seq;            /* next log sequence number (committed state) */
+    struct lmdb_write write;
+    /* which (item, user) pairs have a row: filled by filter_thread, then kept by store_row_put */
+    pairfilter_t filter;
+    atomic_bool filter_ready, filter_stop;
+    pthread_t filter_thread;
+    bool filter_thread_started;
+};
+
+static inline void lmdb_put_u64(uint8_t *p, uint64_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+static inline uint64_t lmdb_get_u64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* A STORE_ code for an LMDB (or errno) result. */
+int lmdb_rc(int rc);
+/* [len u8][a][b] — the key of a row (item, user), an idempotency record (user, key), a counts
+ * record (item, ""). */
+size_t lmdb_pair_key(char buf[KEY_BUF_LEN], span_t a, span_t b);
+int lmdb_meta_get(MDB_txn *txn, MDB_dbi meta, const char *name, MDB_val *val);
+void lmdb_row_decode(const lmdb_store_t *s, const MDB_val *val, reaction_row_t *row);
+int lmdb_counts_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, int64_t counts[KINDS_MAX + 1]);
+int lmdb_txn_log_scan(const lmdb_store_t *s, MDB_txn *txn, uint64_t after, size_t limit, store_log_fn fn, void *arg);
+int lmdb_txn_checkpoint_get(const lmdb_store_t *s, MDB_txn *txn, uint64_t *seq);
+/* The item of a rows or counts key ([len][item]…), or false when the key is malformed. */
+bool lmdb_key_item(const MDB_val *key, span_t *item);
+
+/* The operations of store.h (lmdb_store.c, lmdb_idem.c, lmdb_views.c), gathered in lmdb_store_ops. */
+void lmdb_close(store_t *store);
+const kinds_t *lmdb_kinds(const store_t *store);
+int lmdb_read_begin(store_t *store, store_read_t **out);
+void lmdb_read_end(store_read_t *r);
+int lmdb_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
+int lmdb_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
+int lmdb_write_begin(store_t *store, store_write_t **out);
+int lmdb_write_commit(store_write_t *w);
+void lmdb_write_abort(store_write_t *w);
+int lmdb_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
+int lmdb_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
+int lmdb_log_append(store_write_t *w, const transition_t *t, uint64_t *seq);
+int lmdb_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg);
+int lmdb_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1]);
+int lmdb_checkpoint_get(store_write_t *w, uint64_t *seq);
+int lmdb_checkpoint_put(store_write_t *w, uint64_t seq);
+int lmdb_idem_get(store_write_t *w, span_t user, span_t key, store_idem_t *rec);
+int lmdb_idem_put(store_write_t *w, span_t user, span_t key, const store_idem_t *rec);
+int lmdb_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *deleted);
+int lmdb_read_checkpoint(store_read_t *r, uint64_t *seq);
+int lmdb_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg);
+int lmdb_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last);
+int lmdb_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
+int lmdb_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited);
+int lmdb_stats(store_t *store, store_stats_t *st);
+int lmdb_backup(store_t *store, const char *dir);
+int lmdb_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                    size_t *visited);
+int lmdb_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                    size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
+int lmdb_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted);
+int lmdb_read_rows(store_read_t *r, store_row_fn fn, void *arg);
+int lmdb_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);
+int lmdb_aux_put(store_write_t *w, span_t key, span_t value);
+int lmdb_aux_delete_range(store_write_t *w, span_t from, span_t to);
+int lmdb_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
+int lmdb_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
+extern const store_ops_t lmdb_store_ops;
+
+#endif
