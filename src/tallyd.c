@@ -38,6 +38,8 @@ typedef struct {
     uint64_t fold_window_ms;
     uint64_t request_timeout_ms;
     uint64_t map_size;
+    const char *store; /* --store URI, or NULL for the embedded store in data */
+    bool data_given;
     uint64_t row_filter;
     uint64_t queue_max;
     uint64_t batch_max;
@@ -60,6 +62,8 @@ static const char usage_text[] =
     "\n"
     "  --listen HOST:PORT         address to serve HTTP on; port 0 picks a free port (default 127.0.0.1:8080)\n"
     "  --data DIR                 the embedded store's directory, created if needed (default ./data)\n"
+    "  --store URI                keep everything in PostgreSQL instead: postgresql://user@host/db?...\n"
+    "                             (libpq's URI; PG* variables and ~/.pgpass apply; not with --data)\n"
     "  --reactions LIST           reaction kinds, comma-separated, a-z 0-9 _ (default like,dislike)\n"
     "  --jwt-secret-file FILE     HS256 secrets, one per line (the first signs; all verify); re-read on\n"
     "                             SIGHUP (default: the TALLY_JWT_SECRET environment variable)\n"
@@ -143,11 +147,13 @@ static void parse_flags(int argc, char **argv, options_t *o)
         F_RECOUNT,
         F_ACCESSLOG,
         F_TRENDCAP,
+        F_STORE,
         F_HELP
     };
     static const struct option flags[] = {
         {"listen", required_argument, NULL, F_LISTEN},
         {"data", required_argument, NULL, F_DATA},
+        {"store", required_argument, NULL, F_STORE},
         {"reactions", required_argument, NULL, F_REACTIONS},
         {"threads", required_argument, NULL, F_THREADS},
         {"jwt-secret-file", required_argument, NULL, F_JWT},
@@ -183,6 +189,12 @@ static void parse_flags(int argc, char **argv, options_t *o)
             break;
         case F_DATA:
             o->data = optarg;
+            o->data_given = true;
+            break;
+        case F_STORE:
+            if (!store_location_is_url(optarg))
+                die_usage("--store", "expected a postgresql:// (or postgres://) URI");
+            o->store = optarg;
             break;
         case F_REACTIONS:
             o->reactions = optarg;
@@ -373,6 +385,8 @@ int main(int argc, char **argv)
         .recount_interval_ms = 5 * 60 * 1000,
     };
     parse_flags(argc, argv, &o);
+    if (o.store && o.data_given)
+        die_usage("--store", "give either --data or --store, not both");
     kinds_t kinds;
     char err[512];
     if (kinds_parse(&kinds, o.reactions, err, sizeof err) != 0)
@@ -401,7 +415,7 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (store_lock_dir(o.data, err, sizeof err) < 0) {
+    if (!o.store && store_lock_dir(o.data, err, sizeof err) < 0) {
         fprintf(stderr, "tallyd: %s\n", err);
         return 1;
     }
@@ -410,8 +424,14 @@ int main(int argc, char **argv)
     if (listen_fd < 0)
         return 1;
     store_t *store;
-    store_options_t sopt = {.map_size_bytes = o.map_size, .row_filter_bytes = o.row_filter};
-    if (store_open(o.data, &kinds, &sopt, &store, err, sizeof err) != STORE_OK) {
+    store_options_t sopt = {
+        .map_size_bytes = o.map_size,
+        .row_filter_bytes = o.row_filter,
+        .idem_ttl_ms = o.idem_ttl_ms,
+        .log_retention_ms = o.log_retention_ms,
+        .reaction_mode = "one",
+    };
+    if (store_open(o.store ? o.store : o.data, &kinds, &sopt, &store, err, sizeof err) != STORE_OK) {
         fprintf(stderr, "tallyd: %s\n", err);
         return 1;
     }
@@ -427,7 +447,7 @@ int main(int argc, char **argv)
     };
     app.kinds = &kinds;
     app.store = store;
-    app.data_dir = o.data;
+    app.data_dir = o.store ? NULL : o.data;
     app.write_limit = ratelimit_new(o.write_rule, RATE_TABLE_CAPACITY);
     app.read_limit = ratelimit_new(o.read_rule, RATE_TABLE_CAPACITY);
     for (int i = 0; i < o.ncors; i++)

@@ -15,6 +15,8 @@
 #define SWEEP_INTERVAL_MS 1000
 #define IDLE_WAIT_MS 1000
 #define COMMIT_RETRY_MS 100
+#define SHARED_FOLD_POLL_MS 50 /* a shared store: how often the fold looks for other nodes' entries */
+#define CONFLICT_RETRIES 8     /* a batch that lost a conflict with another node is run again */
 
 struct writer {
     store_t *store;
@@ -30,7 +32,11 @@ struct writer {
     bool fold_backlog;     /* entries remain after the last fold (or unknown, at start) */
     uint64_t last_fold_ms; /* monotonic */
     uint64_t last_sweep_ms;
-    uint64_t backoff_until_ms; /* after a failed commit: no fold or sweep before then */
+    uint64_t backoff_until_ms;           /* after a failed commit: no fold or sweep before then */
+    bool shared;                         /* other processes write to the store too */
+    store_pair_t *prep_rows, *prep_keys; /* batch_max each: what a batch names to store_write_prepare */
+    char (*resume_saved)[ID_MAX_LEN];    /* batch_max each: the commands' resume points before an attempt */
+    size_t *resume_saved_len;
     writer_stats_t stats;
 };
 
@@ -255,6 +261,14 @@ static bool fold_due(const writer_t *w, uint64_t mono_now_ms)
 static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms)
 {
     pipeline_result_t res;
+    w->last_fold_ms = mono_now_ms;
+    if (!store_write_may_fold(tx)) { /* another node folds: its lag is its own to report */
+        w->fold_backlog = false;
+        atomic_store_explicit(&w->stats.oldest_unfolded_ms, 0, memory_order_relaxed);
+        atomic_store_explicit(&w->stats.fold_leader, false, memory_order_relaxed);
+        return STORE_OK;
+    }
+    atomic_store_explicit(&w->stats.fold_leader, true, memory_order_relaxed);
     int rc = pipeline_fold(tx, w->opt.fold_max, &res);
     if (rc != STORE_OK)
         return rc;
@@ -297,8 +311,65 @@ static int writer_sweep(writer_t *w, store_write_t *tx, uint64_t now_ms, uint64_
 
 static const char *store_error_detail(int rc)
 {
-    return rc == STORE_FULL ? "the store is out of space; nothing was written"
-                            : "the store failed to commit; nothing was written";
+    switch (rc) {
+    case STORE_FULL:
+        return "the store is out of space; nothing was written";
+    case STORE_UNAVAILABLE:
+        return "the database cannot be reached; the write may or may not have been applied: retry with the same "
+               "Idempotency-Key to learn its outcome";
+    default:
+        return "the store failed to commit; nothing was written";
+    }
+}
+
+/* Names the batch's rows and idempotency records to the store before any is read. */
+static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch)
+{
+    size_t nrows = 0, nkeys = 0;
+    for (write_cmd_t *c = batch; c; c = c->next) {
+        if (c->type != WRITE_REACT)
+            continue;
+        w->prep_rows[nrows++] = (store_pair_t){{c->item, c->item_len}, {c->user, c->user_len}};
+        if (c->key_len)
+            w->prep_keys[nkeys++] = (store_pair_t){{c->user, c->user_len}, {c->key, c->key_len}};
+    }
+    return store_write_prepare(tx, w->prep_rows, nrows, w->prep_keys, nkeys);
+}
+
+/* One attempt at the batch's transaction: the commands, then the fold and the sweep when due. */
+static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint64_t now_ms, uint64_t mono_now,
+                          bool *folded)
+{
+    store_write_t *tx = NULL;
+    int rc = store_write_begin(w->store, &tx);
+    if (rc == STORE_OK)
+        rc = writer_prepare(w, tx, batch);
+    for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
+        rc = writer_apply(w, tx, c, now_ms);
+    *folded = false;
+    if (rc == STORE_OK && (force_fold || fold_due(w, mono_now))) {
+        rc = writer_fold(w, tx, mono_now);
+        *folded = true;
+    }
+    if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS)
+        rc = writer_sweep(w, tx, now_ms, mono_now);
+    if (tx)
+        rc = rc == STORE_OK ? store_write_commit(tx) : (store_write_abort(tx), rc);
+    return rc;
+}
+
+/* Puts the commands back as they were before an attempt that did not commit. */
+static void writer_reset(write_cmd_t *batch, const char (*resume)[ID_MAX_LEN], const size_t *resume_len)
+{
+    size_t i = 0;
+    for (write_cmd_t *c = batch; c; c = c->next, i++) {
+        answer_free(&c->answer);
+        c->answer = (answer_t){0};
+        c->changed = 0;
+        c->more = false;
+        memcpy(c->resume, resume[i], resume_len[i]);
+        c->resume_len = resume_len[i];
+    }
 }
 
 /* Runs one transaction over batch (may be empty). Every command of the batch is answered: with its
@@ -306,21 +377,23 @@ static const char *store_error_detail(int rc)
 static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool force_fold)
 {
     uint64_t now_ms = clock_ms(CLOCK_REALTIME), mono_now = clock_ms(CLOCK_MONOTONIC);
-    store_write_t *tx = NULL;
-    int rc = store_write_begin(w->store, &tx);
     uint64_t oldest_before = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed);
     uint64_t transitions_before = atomic_load_explicit(&w->stats.transitions, memory_order_relaxed);
-    for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
-        rc = writer_apply(w, tx, c, now_ms);
     bool folded = false;
-    if (rc == STORE_OK && (force_fold || fold_due(w, mono_now))) {
-        rc = writer_fold(w, tx, mono_now);
-        folded = true;
+    size_t i = 0;
+    for (write_cmd_t *c = batch; c; c = c->next, i++) {
+        memcpy(w->resume_saved[i], c->resume, c->resume_len);
+        w->resume_saved_len[i] = c->resume_len;
     }
-    if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS)
-        rc = writer_sweep(w, tx, now_ms, mono_now);
-    if (tx)
-        rc = rc == STORE_OK ? store_write_commit(tx) : (store_write_abort(tx), rc);
+    int rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded);
+    for (int attempt = 1; rc == STORE_RETRY && attempt < CONFLICT_RETRIES; attempt++) {
+        /* lost a conflict with another node (nothing of it was applied): the same batch again */
+        atomic_fetch_add_explicit(&w->stats.conflict_retries, 1, memory_order_relaxed);
+        atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
+        atomic_store_explicit(&w->stats.transitions, transitions_before, memory_order_relaxed);
+        writer_reset(batch, (const char(*)[ID_MAX_LEN])w->resume_saved, w->resume_saved_len);
+        rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded);
+    }
     if (rc != STORE_OK) {
         fprintf(stderr, "level=error event=commit-failed commands=%zu error=\"%s\"\n", n, store_error_detail(rc));
         atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
@@ -359,7 +432,8 @@ static void *writer_main(void *arg)
         uint64_t mono_now = clock_ms(CLOCK_MONOTONIC);
         bool unfolded = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed) != 0;
         bool backing_off = mono_now < w->backoff_until_ms && !w->stopping;
-        bool fold_now = !backing_off && (w->fold_backlog || (unfolded && fold_due(w, mono_now)));
+        bool poll_now = w->shared && mono_now - w->last_fold_ms >= SHARED_FOLD_POLL_MS; /* other nodes' entries */
+        bool fold_now = !backing_off && (w->fold_backlog || poll_now || (unfolded && fold_due(w, mono_now)));
         bool sweep_now = !backing_off && !w->stopping && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
         if (!w->head && !fold_now && !sweep_now) {
             if (w->stopping)
@@ -369,6 +443,8 @@ static void *writer_main(void *arg)
                 wait_ms = w->backoff_until_ms - mono_now;
             else if (unfolded && w->opt.fold_window_ms)
                 wait_ms = w->last_fold_ms + w->opt.fold_window_ms - mono_now;
+            if (w->shared && wait_ms > SHARED_FOLD_POLL_MS)
+                wait_ms = SHARED_FOLD_POLL_MS;
             struct timespec until = clock_deadline(CLOCK_MONOTONIC, wait_ms);
             pthread_cond_timedwait(&w->wake, &w->lock, &until);
             continue;
@@ -396,6 +472,14 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+static void writer_free_buffers(writer_t *w)
+{
+    free(w->prep_rows);
+    free(w->prep_keys);
+    free(w->resume_saved);
+    free(w->resume_saved_len);
+}
+
 int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *opt, writer_t **out)
 {
     writer_t *w = calloc(1, sizeof *w);
@@ -405,6 +489,16 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     w->kinds = kinds;
     w->opt = *opt;
     w->fold_backlog = true; /* fold whatever a previous run left behind the checkpoint */
+    w->shared = store_shared(store);
+    w->prep_rows = calloc(opt->batch_max, sizeof *w->prep_rows);
+    w->prep_keys = calloc(opt->batch_max, sizeof *w->prep_keys);
+    w->resume_saved = calloc(opt->batch_max, sizeof *w->resume_saved);
+    w->resume_saved_len = calloc(opt->batch_max, sizeof *w->resume_saved_len);
+    if (!w->prep_rows || !w->prep_keys || !w->resume_saved || !w->resume_saved_len) {
+        writer_free_buffers(w);
+        free(w);
+        return -1;
+    }
     pthread_mutex_init(&w->lock, NULL);
     clock_cond_init_monotonic(&w->wake);
     static const double write_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -417,6 +511,7 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         pthread_cond_destroy(&w->wake);
         pthread_mutex_destroy(&w->lock);
+        writer_free_buffers(w);
         free(w);
         return -1;
     }
@@ -506,5 +601,6 @@ void writer_stop(writer_t *w)
     atomic_store(&w->stats.running, false);
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
+    writer_free_buffers(w);
     free(w);
 }

@@ -93,6 +93,8 @@ typedef struct {
 typedef struct {
     atomic_uint_fast64_t batches, commands, failed_commands, replays, transitions, folds, folded, fold_items;
     atomic_uint_fast64_t swept, pruned, queue_depth, commit_failures;
+    atomic_uint_fast64_t conflict_retries;   /* batches run again after a conflict with another node */
+    atomic_bool fold_leader;                 /* this process folded (or may fold) the log last time it looked */
     histogram_t write_seconds;               /* from submit to the answer being final (queue wait + commit) */
     histogram_t batch_commands;              /* commands per commit */
     histogram_t fold_entries;                /* log entries per fold */

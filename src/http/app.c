@@ -172,7 +172,8 @@ void app_handle(void *arg, http_request_t *req)
         reply_health(req, true);
         return;
     case ROUTE_READYZ:
-        reply_health(req, atomic_load(&app->ready) && atomic_load(&writer_stats(app->writer)->running));
+        reply_health(req, atomic_load(&app->ready) && atomic_load(&writer_stats(app->writer)->running) &&
+                              store_ready(app->store));
         return;
     case ROUTE_ITEMS:
         items_get_many(app, req, route.query);

@@ -89,6 +89,8 @@ static uint64_t store_file_bytes(const char *dir)
 {
     char path[4096];
     struct stat st;
+    if (!dir)
+        return 0; /* a database server's store: its files are the server's */
     snprintf(path, sizeof path, "%s/data.mdb", dir);
     return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
 }
