@@ -27,41 +27,39 @@ static bool item_or_reply(http_request_t *req, span_t item)
 /* --- reads --- */
 
 /* Appends {"item":…,"counts":{…}[,"viewer":{…}]} read from snap. Returns a STORE_ code. */
-static int item_append(const app_t *app, store_read_t *snap, span_t item, const auth_t *who, textbuf_t *out)
-{
-    int64_t counts[KINDS_MAX + 1];
-    reaction_row_t row;
-    int rc = store_read_counts(snap, item, counts);
-    if (rc == STORE_OK && who->known)
-        rc = store_read_row(snap, item, who->user, &row);
-    if (rc == STORE_OK)
-        itemjson_append(out, app->kinds, item, counts, who->known ? &row : NULL);
-    return rc;
-}
-
 /* Reads ids (a list, or one item when many is false) from one snapshot and answers. */
 static void reply_items(app_t *app, http_request_t *req, span_t ids, bool many, const auth_t *who)
 {
+    span_t items[BATCH_IDS_MAX];
+    int64_t counts[BATCH_IDS_MAX][KINDS_MAX + 1];
+    reaction_row_t rows[BATCH_IDS_MAX];
+    size_t n = 0;
+    if (!many)
+        items[n++] = ids;
+    for (size_t pos = 0; many && n < BATCH_IDS_MAX && parse_list_next(ids, &pos, &items[n]);)
+        n++;
     store_read_t *snap;
-    if (store_read_begin(app->store, &snap) != STORE_OK) {
+    int rc = store_read_begin(app->store, &snap);
+    if (rc != STORE_OK) {
+        reply_problem(req, 503, "unavailable", "the store cannot be read");
+        return;
+    }
+    rc = store_read_many(snap, items, n, who->known ? who->user : (span_t){"", 0}, counts, rows);
+    store_read_end(snap);
+    if (rc == STORE_UNAVAILABLE) {
         reply_problem(req, 503, "unavailable", "the store cannot be read");
         return;
     }
     textbuf_t out = {0};
-    int rc = STORE_OK;
-    if (!many) {
-        rc = item_append(app, snap, ids, who, &out);
-    } else {
+    if (many)
         textbuf_append(&out, "{\"items\":[", 10);
-        span_t id;
-        for (size_t pos = 0, n = 0; rc == STORE_OK && parse_list_next(ids, &pos, &id); n++) {
-            if (n)
-                textbuf_append(&out, ",", 1);
-            rc = item_append(app, snap, id, who, &out);
-        }
-        textbuf_append(&out, "]}", 2);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        if (i)
+            textbuf_append(&out, ",", 1);
+        itemjson_append(&out, app->kinds, items[i], counts[i], who->known ? &rows[i] : NULL);
     }
-    store_read_end(snap);
+    if (many)
+        textbuf_append(&out, "]}", 2);
     if (rc != STORE_OK || out.failed) {
         free(out.buf);
         reply_problem(req, 500, "internal", "reading the items failed");
@@ -111,8 +109,13 @@ void items_get_reaction(app_t *app, http_request_t *req, span_t item)
         reply_problem(req, 503, "unavailable", "the store cannot be read");
         return;
     }
-    int rc = store_read_row(snap, item, who.user, &row);
+    int64_t counts[1][KINDS_MAX + 1];
+    int rc = store_read_many(snap, &item, 1, who.user, counts, &row);
     store_read_end(snap);
+    if (rc == STORE_UNAVAILABLE) {
+        reply_problem(req, 503, "unavailable", "the store cannot be read");
+        return;
+    }
     if (rc != STORE_OK) {
         reply_problem(req, 500, "internal", "reading the reaction failed");
         return;

@@ -42,6 +42,20 @@ bool store_ready(store_t *store)
     return !store->ops->ready || store->ops->ready(store);
 }
 
+int store_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                    reaction_row_t *rows)
+{
+    if (r->ops->read_many)
+        return r->ops->read_many(r, items, n, user, counts, rows);
+    int rc = STORE_OK;
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        rc = r->ops->read_counts(r, items[i], counts[i]);
+        if (rc == STORE_OK && user.len)
+            rc = r->ops->read_row(r, items[i], user, &rows[i]);
+    }
+    return rc;
+}
+
 int store_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
                         size_t nkeys)
 {

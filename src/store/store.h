@@ -86,6 +86,11 @@ int store_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1
 /* The row, or {KIND_NONE, 0} when there is none. */
 int store_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
 
+/* counts and, when user is not empty, the user's row for each of n items (a feed page) from the
+ * snapshot: as n calls of the two above, in as few round trips as the store can. */
+int store_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                    reaction_row_t *rows);
+
 /* --- the write transaction (writer thread only) --- */
 int store_write_begin(store_t *store, store_write_t **out);
 int store_write_commit(store_write_t *w); /* durable on STORE_OK; w is gone either way */

@@ -18,6 +18,9 @@ typedef struct store_ops {
     int (*read_begin)(store_t *store, store_read_t **out);
     void (*read_end)(store_read_t *r);
     int (*read_counts)(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
+    /* optional: NULL means one read_counts and read_row per item */
+    int (*read_many)(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                     reaction_row_t *rows);
     int (*read_row)(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
     int (*write_begin)(store_t *store, store_write_t **out);
     int (*write_commit)(store_write_t *w);

@@ -7,7 +7,6 @@
 
 /* store_open for a postgresql:// URI (libpq's syntax; PG* variables and the password file apply):
  * connects, creates or checks the schema and the settings the nodes share. */
-int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
-            size_t errlen);
+int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err, size_t errlen);
 
 #endif

@@ -14,9 +14,9 @@
 #define PG_SCHEMA_VERSION 1
 #define PG_LOCK_SCHEMA_SQL "7374616379001" /* advisory lock keys: creating the schema, */
 #define PG_LOCK_FOLD_SQL "7374616379002"   /* and the fold leader */
-#define PG_FOLD_TRY_MS 1000            /* a node that does not fold tries to become the leader this often */
-#define PG_RECONNECT_MS 1000           /* after a failed connection, wait this long before the next try */
-#define PG_POOL_MAX 64                 /* idle reader connections kept at most */
+#define PG_FOLD_TRY_MS 1000                /* a node that does not fold tries to become the leader this often */
+#define PG_RECONNECT_MS 1000               /* after a failed connection, wait this long before the next try */
+#define PG_POOL_MAX 64                     /* idle reader connections kept at most */
 
 typedef struct pg_store pg_store_t;
 typedef struct pg_read pg_read_t;
@@ -118,6 +118,7 @@ void pg_mark_up(pg_store_t *s);
 
 /* Array literals of text ("{\"a\",\"b\"}") and of integers, for unnest() parameters. */
 void pg_buf_add(pg_buf_t *b, const char *p, size_t n);
+void pg_buf_str(pg_buf_t *b, const char *text);
 void pg_buf_text_elem(pg_buf_t *b, const char *p, size_t n); /* a quoted element, with a comma before if needed */
 void pg_buf_int_elem(pg_buf_t *b, long long v);
 void pg_buf_open(pg_buf_t *b);  /* "{" */
@@ -145,11 +146,12 @@ int pg_read_begin(store_t *s, store_read_t **out);
 void pg_read_end(store_read_t *r);
 int pg_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
 int pg_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
+int pg_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                 reaction_row_t *rows);
 int pg_write_begin(store_t *s, store_write_t **out);
 int pg_write_commit(store_write_t *w);
 void pg_write_abort(store_write_t *w);
-int pg_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
-                     size_t nkeys);
+int pg_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys);
 bool pg_write_may_fold(store_write_t *w);
 int pg_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
 int pg_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);

@@ -1,8 +1,8 @@
 /* pg_store.c — the PostgreSQL store: connecting (with the timeouts a failover needs), creating and
  * checking the schema and the settings the nodes share, the pool of reader connections, snapshots,
  * and the helpers the other files of the store use. See docs/architecture.md "PostgreSQL". */
-#include "store/pg/pg_internal.h"
 #include "store/pg/pg.h"
+#include "store/pg/pg_internal.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -19,12 +19,15 @@ PGconn *pg_connect(const pg_store_t *s, char *err, size_t errlen)
     /* tally's defaults first: the URI's own settings (expanded from dbname) override them. The
      * keepalives and tcp_user_timeout let the server and libpq notice a vanished peer within
      * seconds, so the fold leader's lock is released and a failover is seen in time. */
-    const char *keys[] = {"connect_timeout", "keepalives",     "keepalives_idle", "keepalives_interval",
-                          "keepalives_count", "tcp_user_timeout", "application_name", "options",
+    const char *keys[] = {"connect_timeout",  "keepalives",
+                          "keepalives_idle",  "keepalives_interval",
+                          "keepalives_count", "tcp_user_timeout",
+                          "application_name", "options",
                           "dbname",           NULL};
-    const char *values[] = {"3", "1", "5", "2", "2", "5000", "tallyd",
-                            "-c idle_in_transaction_session_timeout=60000 -c lock_timeout=30000", s->conninfo,
-                            NULL};
+    const char *values[] = {
+        "3",         "1",    "5",      "2",
+        "2",         "5000", "tallyd", "-c idle_in_transaction_session_timeout=60000 -c lock_timeout=30000",
+        s->conninfo, NULL};
     PGconn *conn = PQconnectdbParams(keys, values, 1);
     if (!conn || PQstatus(conn) != CONNECTION_OK) {
         if (err) {
@@ -130,6 +133,17 @@ PGconn *pg_writer_conn(pg_store_t *s)
     return s->wconn;
 }
 
+/* Reads what a connection's last user left unread (a COMMIT's answer); false when it failed. */
+static bool pg_drain(PGconn *conn)
+{
+    bool ok = true;
+    for (PGresult *res; (res = PQgetResult(conn));) {
+        ok = ok && PQresultStatus(res) == PGRES_COMMAND_OK;
+        PQclear(res);
+    }
+    return ok && PQtransactionStatus(conn) == PQTRANS_IDLE;
+}
+
 PGconn *pg_pool_take(pg_store_t *s)
 {
     PGconn *conn = NULL;
@@ -137,7 +151,7 @@ PGconn *pg_pool_take(pg_store_t *s)
     if (s->pool_count)
         conn = s->pool[--s->pool_count];
     pthread_mutex_unlock(&s->pool_lock);
-    if (conn && PQstatus(conn) == CONNECTION_OK)
+    if (conn && PQstatus(conn) == CONNECTION_OK && pg_drain(conn))
         return conn;
     PQfinish(conn);
     if (!pg_may_try(s))
@@ -154,7 +168,8 @@ void pg_pool_give(pg_store_t *s, PGconn *conn)
 {
     if (!conn)
         return;
-    if (PQstatus(conn) == CONNECTION_OK && PQtransactionStatus(conn) == PQTRANS_IDLE) {
+    PGTransactionStatusType ts = PQtransactionStatus(conn);
+    if (PQstatus(conn) == CONNECTION_OK && (ts == PQTRANS_IDLE || ts == PQTRANS_ACTIVE)) { /* ACTIVE: a COMMIT sent */
         pthread_mutex_lock(&s->pool_lock);
         if (s->pool_count < PG_POOL_MAX) {
             s->pool[s->pool_count++] = conn;
@@ -186,6 +201,11 @@ void pg_buf_add(pg_buf_t *b, const char *p, size_t n)
     memcpy(b->buf + b->len, p, n);
     b->len += n;
     b->buf[b->len] = '\0';
+}
+
+void pg_buf_str(pg_buf_t *b, const char *text)
+{
+    pg_buf_add(b, text, strlen(text));
 }
 
 static void pg_buf_comma(pg_buf_t *b)
@@ -358,10 +378,11 @@ static int settings_check(pg_store_t *s, pg_setting_t *set, size_t n, char *err,
             continue;
         int rc;
         const char *p[] = {set[i].name, set[i].value};
-        PGresult *res = pg_exec(s, s->wconn, "settings",
-                                "WITH ins AS (INSERT INTO tally_meta VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING value)"
-                                " SELECT value FROM ins UNION ALL SELECT value FROM tally_meta WHERE name = $1",
-                                2, p, &rc);
+        PGresult *res =
+            pg_exec(s, s->wconn, "settings",
+                    "WITH ins AS (INSERT INTO tally_meta VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING value)"
+                    " SELECT value FROM ins UNION ALL SELECT value FROM tally_meta WHERE name = $1",
+                    2, p, &rc);
         if (!res) {
             snprintf(err, errlen, "reading the settings failed");
             return STORE_ERROR;
@@ -398,7 +419,8 @@ static int kinds_check(pg_store_t *s, const kinds_t *cfg, char *err, size_t errl
     bool have = PQntuples(res) == 1;
     snprintf(stored, sizeof stored, "%s", have ? PQgetvalue(res, 0, 0) : list);
     PQclear(res);
-    if (!have && (!cfg || pg_run(s, s->wconn, "kinds", "INSERT INTO tally_meta VALUES ('kinds', $1)", 1, p) != STORE_OK)) {
+    if (!have &&
+        (!cfg || pg_run(s, s->wconn, "kinds", "INSERT INTO tally_meta VALUES ('kinds', $1)", 1, p) != STORE_OK)) {
         snprintf(err, errlen, cfg ? "storing the kinds failed" : "the database holds no tally store");
         return STORE_ERROR;
     }
@@ -438,8 +460,7 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
     char version[16];
     snprintf(version, sizeof version, "%d", PG_SCHEMA_VERSION);
     if (pg_run(s, s->wconn, "schema", "BEGIN", 0, NULL) != STORE_OK ||
-        pg_run(s, s->wconn, "schema", "SELECT pg_advisory_xact_lock(" PG_LOCK_SCHEMA_SQL ")", 0, NULL) !=
-            STORE_OK) {
+        pg_run(s, s->wconn, "schema", "SELECT pg_advisory_xact_lock(" PG_LOCK_SCHEMA_SQL ")", 0, NULL) != STORE_OK) {
         snprintf(err, errlen, "cannot lock the schema: %s", PQerrorMessage(s->wconn));
         return STORE_ERROR;
     }
@@ -457,12 +478,13 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
         res = PQexec(s->wconn, SCHEMA_SQL);
         bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
         PQclear(res);
-        if (!ok || pg_run(s, s->wconn, "schema", "INSERT INTO tally_meta VALUES ('schema_version', $1)", 1, p) != STORE_OK)
+        if (!ok ||
+            pg_run(s, s->wconn, "schema", "INSERT INTO tally_meta VALUES ('schema_version', $1)", 1, p) != STORE_OK)
             goto fail;
         fprintf(stderr, "level=info event=pg-schema-created version=%d\n", PG_SCHEMA_VERSION);
     } else {
-        res = pg_exec(s, s->wconn, "schema", "SELECT value FROM tally_meta WHERE name = 'schema_version'", 0, NULL,
-                      &rc);
+        res =
+            pg_exec(s, s->wconn, "schema", "SELECT value FROM tally_meta WHERE name = 'schema_version'", 0, NULL, &rc);
         long stored = res && PQntuples(res) == 1 ? strtol(PQgetvalue(res, 0, 0), NULL, 10) : 0;
         PQclear(res);
         if (stored > PG_SCHEMA_VERSION) {
@@ -500,8 +522,7 @@ fail_quiet:
     return STORE_ERROR;
 }
 
-int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
-            size_t errlen)
+int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err, size_t errlen)
 {
     pg_store_t *s = calloc(1, sizeof *s);
     if (!s || !(s->conninfo = strdup(uri))) {
@@ -592,8 +613,12 @@ int pg_read_begin(store_t *s_, store_read_t **out)
 void pg_read_end(store_read_t *r_)
 {
     pg_read_t *r = (pg_read_t *)r_;
-    if (r->began)
-        PQclear(PQexec(r->conn, "COMMIT"));
+    /* The COMMIT's answer is read by the connection's next user (pg_pool_take): a read-only
+     * snapshot has nothing to wait for, and a reader answers its client sooner. */
+    if (r->began && !PQsendQuery(r->conn, "COMMIT")) {
+        PQfinish(r->conn);
+        r->conn = NULL;
+    }
     pg_pool_give(r->store, r->conn);
     free(r);
 }
@@ -656,6 +681,72 @@ int pg_read_row(store_read_t *r_, span_t item, span_t user, reaction_row_t *row)
     return STORE_OK;
 }
 
+/* One statement for a feed page: the items' counts and the user's rows (a second, begun with the
+ * snapshot in the same round trip when it is the snapshot's first). */
+int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                 reaction_row_t *rows)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    pg_buf_t list = {0}, sql = {0};
+    pg_buf_open(&list);
+    for (size_t i = 0; i < n; i++) {
+        memset(counts[i], 0, sizeof counts[i]);
+        if (user.len)
+            rows[i] = (reaction_row_t){KIND_NONE, 0};
+        pg_buf_text_elem(&list, items[i].ptr, items[i].len);
+    }
+    pg_buf_close(&list);
+    char *ids = list.failed ? NULL : PQescapeLiteral(r->conn, list.buf, list.len);
+    char *who = user.len ? PQescapeLiteral(r->conn, user.ptr, user.len) : NULL;
+    int rc = STORE_OK;
+    if (!ids || (user.len && !who)) {
+        rc = STORE_ERROR;
+        goto done;
+    }
+    if (!r->began)
+        pg_buf_str(&sql, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;");
+    pg_buf_str(&sql, "SELECT 0, item, kind, n FROM tally_counts WHERE item = ANY(");
+    pg_buf_str(&sql, ids);
+    pg_buf_str(&sql, "::text[])");
+    if (who) {
+        pg_buf_str(&sql, " UNION ALL SELECT 1, item, kind, version FROM tally_rows WHERE \"user\" = ");
+        pg_buf_str(&sql, who);
+        pg_buf_str(&sql, " AND item = ANY(");
+        pg_buf_str(&sql, ids);
+        pg_buf_str(&sql, "::text[])");
+    }
+    if (sql.failed || !PQsendQuery(r->conn, sql.buf)) {
+        rc = sql.failed ? STORE_ERROR : pg_result_rc(r->store, r->conn, NULL, "read-many");
+        goto done;
+    }
+    r->began = true;
+    for (PGresult *res; (res = PQgetResult(r->conn));) {
+        ExecStatusType st = PQresultStatus(res);
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && rc == STORE_OK)
+            rc = pg_result_rc(r->store, r->conn, res, "read-many");
+        for (int t = 0; st == PGRES_TUPLES_OK && t < PQntuples(res); t++) {
+            span_t item = {PQgetvalue(res, t, 1), (size_t)PQgetlength(res, t, 1)};
+            int k = pg_cfg_kind(r->store, strtol(PQgetvalue(res, t, 2), NULL, 10));
+            long long v = strtoll(PQgetvalue(res, t, 3), NULL, 10);
+            for (size_t i = 0; i < n; i++) { /* an id may be asked twice */
+                if (!span_eq(items[i], item))
+                    continue;
+                if (PQgetvalue(res, t, 0)[0] == '0' && k != KIND_NONE)
+                    counts[i][k] = v;
+                else if (PQgetvalue(res, t, 0)[0] == '1')
+                    rows[i] = (reaction_row_t){k, (uint64_t)v};
+            }
+        }
+        PQclear(res);
+    }
+done:
+    PQfreemem(ids);
+    PQfreemem(who);
+    pg_buf_free(&list);
+    pg_buf_free(&sql);
+    return rc;
+}
+
 int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void *arg)
 {
     for (int i = 0; i < PQntuples(res); i++) {
@@ -682,6 +773,7 @@ const store_ops_t pg_store_ops = {
     .read_end = pg_read_end,
     .read_counts = pg_read_counts,
     .read_row = pg_read_row,
+    .read_many = pg_read_many,
     .write_begin = pg_write_begin,
     .write_commit = pg_write_commit,
     .write_abort = pg_write_abort,

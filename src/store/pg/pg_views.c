@@ -11,7 +11,7 @@
 
 static void num(char out[NUM_LEN], uint64_t v)
 {
-    snprintf(out, NUM_LEN, "%" PRIu64, v);
+    snprintf(out, NUM_LEN, "%" PRIu64, v > INT64_MAX ? (uint64_t)INT64_MAX : v); /* "no limit" fits a bigint */
 }
 
 static void cstr(char out[ID_MAX_LEN + 1], span_t s)
@@ -39,8 +39,8 @@ int pg_read_log(store_read_t *r_, uint64_t after, size_t limit, store_log_fn fn,
     num(l, limit);
     const char *p[] = {a, l};
     int rc;
-    PGresult *res = pg_rexec(r, "read-log", "SELECT " PG_LOG_COLUMNS " FROM tally_log WHERE seq > $1 ORDER BY seq LIMIT $2",
-                             2, p, &rc);
+    PGresult *res = pg_rexec(
+        r, "read-log", "SELECT " PG_LOG_COLUMNS " FROM tally_log WHERE seq > $1 ORDER BY seq LIMIT $2", 2, p, &rc);
     if (!res)
         return rc;
     rc = pg_log_rows(r->store, res, fn, arg);
@@ -72,9 +72,9 @@ int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX +
     const char *p[] = {ibuf};
     int rc;
     memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
-    PGresult *res = pg_rexec(r, "tally-item",
-                             "SELECT kind, count(*) FROM tally_rows WHERE item = $1 AND kind <> 0 GROUP BY kind", 1, p,
-                             &rc);
+    PGresult *res =
+        pg_rexec(r, "tally-item", "SELECT kind, count(*) FROM tally_rows WHERE item = $1 AND kind <> 0 GROUP BY kind",
+                 1, p, &rc);
     if (!res)
         return rc;
     for (int i = 0; i < PQntuples(res); i++) {
@@ -117,10 +117,11 @@ int pg_read_rows(store_read_t *r_, store_row_fn fn, void *arg)
     int rc = STORE_OK;
     for (;;) { /* pages in key order, within the snapshot */
         const char *p[] = {item, user};
-        PGresult *res = pg_rexec(r, "read-rows",
-                                 "SELECT item, \"user\", kind, version FROM tally_rows WHERE (item, \"user\") > ($1, $2)"
-                                 " AND version > 0 ORDER BY item, \"user\" LIMIT 1000",
-                                 2, p, &rc);
+        PGresult *res =
+            pg_rexec(r, "read-rows",
+                     "SELECT item, \"user\", kind, version FROM tally_rows WHERE (item, \"user\") > ($1, $2)"
+                     " AND version > 0 ORDER BY item, \"user\" LIMIT 1000",
+                     2, p, &rc);
         if (!res)
             return rc;
         int n = PQntuples(res), stop = 0;
@@ -174,9 +175,8 @@ int pg_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
             return rc;
         r->began = true;
     }
-    PGresult *res = PQexecParams(r->conn,
-                                 "SELECT key, value FROM tally_aux WHERE starts_with(key, $1) ORDER BY key", 1, NULL,
-                                 p, NULL, NULL, 1);
+    PGresult *res = PQexecParams(r->conn, "SELECT key, value FROM tally_aux WHERE starts_with(key, $1) ORDER BY key", 1,
+                                 NULL, p, NULL, NULL, 1);
     if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
         rc = pg_result_rc(r->store, r->conn, res, "read-aux");
         PQclear(res);
@@ -198,15 +198,16 @@ int pg_stats(store_t *s_, store_stats_t *st)
         return STORE_UNAVAILABLE;
     int rc;
     /* estimates from the planner's statistics: an exact count(*) would read whole tables */
-    PGresult *res = pg_exec(s, conn, "stats",
-                            "SELECT (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'tally_rows'::regclass),"
-                            " (SELECT count(*) FROM tally_log),"
-                            " pg_total_relation_size('tally_log'),"
-                            " (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'tally_idem'::regclass),"
-                            " pg_database_size(current_database()),"
-                            " (SELECT checkpoint FROM tally_pipeline WHERE id = 1),"
-                            " (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'tally_counts'::regclass)",
-                            0, NULL, &rc);
+    PGresult *res =
+        pg_exec(s, conn, "stats",
+                "SELECT (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'tally_rows'::regclass),"
+                " (SELECT count(*) FROM tally_log),"
+                " pg_total_relation_size('tally_log'),"
+                " (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'tally_idem'::regclass),"
+                " pg_database_size(current_database()),"
+                " (SELECT checkpoint FROM tally_pipeline WHERE id = 1),"
+                " (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'tally_counts'::regclass)",
+                0, NULL, &rc);
     if (res) {
         *st = (store_stats_t){
             .rows = strtoull(PQgetvalue(res, 0, 0), NULL, 10),
@@ -283,8 +284,7 @@ int pg_user_items(store_write_t *w_, span_t user, span_t after, size_t limit, st
                 user, after, limit, 0, fn, arg, visited, last, last_len);
 }
 
-static int count_deleted(pg_write_t *w, const char *what, const char *sql, int n, const char *const *p,
-                         size_t *deleted)
+static int count_deleted(pg_write_t *w, const char *what, const char *sql, int n, const char *const *p, size_t *deleted)
 {
     int rc;
     *deleted = 0;
@@ -339,7 +339,8 @@ int pg_aux_put(store_write_t *w_, span_t key, span_t value)
                                  "INSERT INTO tally_aux VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = "
                                  "excluded.value",
                                  2, NULL, p, lengths, formats, 0);
-    rc = res && PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_result_rc(w->store, w->store->wconn, res, "aux");
+    rc =
+        res && PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_result_rc(w->store, w->store->wconn, res, "aux");
     PQclear(res);
     return rc;
 }

@@ -196,8 +196,7 @@ static int claim(pg_write_t *w, const char *what, const char *claim_sql, const c
     return rc;
 }
 
-int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
-                     size_t nkeys)
+int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys)
 {
     pg_write_t *w = (pg_write_t *)w_;
     /* One order for everything a batch locks: idempotency records, then rows, each in key order;
@@ -218,8 +217,8 @@ bool pg_write_may_fold(store_write_t *w_)
     s->leader_tried_ms = now;
     int rc;
     /* session-level: held while this connection lives, whatever becomes of the transaction */
-    PGresult *res = pg_exec(s, s->wconn, "fold-lock", "SELECT pg_try_advisory_lock(" PG_LOCK_FOLD_SQL ")", 0, NULL,
-                            &rc);
+    PGresult *res =
+        pg_exec(s, s->wconn, "fold-lock", "SELECT pg_try_advisory_lock(" PG_LOCK_FOLD_SQL ")", 0, NULL, &rc);
     s->leader = res && PQgetvalue(res, 0, 0)[0] == 't';
     PQclear(res);
     if (s->leader)
@@ -291,11 +290,11 @@ int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn
     pg_write_t *w = (pg_write_t *)w_;
     char a[NUM_LEN], l[NUM_LEN];
     snprintf(a, sizeof a, "%" PRIu64, after);
-    snprintf(l, sizeof l, "%zu", limit);
+    snprintf(l, sizeof l, "%zu", limit > INT64_MAX ? (size_t)INT64_MAX : limit);
     const char *p[] = {a, l};
     int rc;
-    PGresult *res = pg_wexec(w, "log-scan", "SELECT " PG_LOG_COLUMNS " FROM tally_log WHERE seq > $1 ORDER BY seq LIMIT $2",
-                             2, p, &rc);
+    PGresult *res = pg_wexec(
+        w, "log-scan", "SELECT " PG_LOG_COLUMNS " FROM tally_log WHERE seq > $1 ORDER BY seq LIMIT $2", 2, p, &rc);
     if (!res)
         return rc;
     rc = pg_log_rows(w->store, res, fn, arg);
@@ -467,13 +466,14 @@ static int flush_idem(pg_write_t *w)
         const char *p[NCOL];
         for (int c = 0; c < NCOL; c++)
             p[c] = col[c].buf;
-        rc = pg_wrun(w, "write-keys",
-                     "INSERT INTO tally_idem SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[],"
-                     " $5::int4[], $6::int4[], $7::bool[], $8::int8[], $9::text[]) ON CONFLICT (\"user\", key) DO UPDATE"
-                     " SET expires_ms = excluded.expires_ms, fingerprint = excluded.fingerprint, status = excluded.status,"
-                     " type = excluded.type, has_etag = excluded.has_etag, etag_version = excluded.etag_version,"
-                     " body = excluded.body",
-                     NCOL, p);
+        rc = pg_wrun(
+            w, "write-keys",
+            "INSERT INTO tally_idem SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[],"
+            " $5::int4[], $6::int4[], $7::bool[], $8::int8[], $9::text[]) ON CONFLICT (\"user\", key) DO UPDATE"
+            " SET expires_ms = excluded.expires_ms, fingerprint = excluded.fingerprint, status = excluded.status,"
+            " type = excluded.type, has_etag = excluded.has_etag, etag_version = excluded.etag_version,"
+            " body = excluded.body",
+            NCOL, p);
     }
     for (int c = 0; c < NCOL; c++)
         pg_buf_free(&col[c]);
@@ -550,13 +550,14 @@ static int flush_log(pg_write_t *w)
     /* The head's row lock is held until COMMIT: the next batch takes its positions only after this
      * one is committed and visible, so positions are gap-free and in commit order. */
     if (rc == STORE_OK)
-        rc = pg_wrun(w, "write-log",
-                     "WITH h AS (UPDATE tally_log_head SET seq = seq + $1::bigint WHERE id = 1 RETURNING seq - $1::bigint "
-                     "AS base)"
-                     " INSERT INTO tally_log SELECT h.base + t.n, t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
-                     " unnest($2::text[], $3::text[], $4::int2[], $5::int2[], $6::int8[], $7::int8[])"
-                     " WITH ORDINALITY AS t(item, u, f, t, v, at, n)",
-                     NCOL, p);
+        rc = pg_wrun(
+            w, "write-log",
+            "WITH h AS (UPDATE tally_log_head SET seq = seq + $1::bigint WHERE id = 1 RETURNING seq - $1::bigint "
+            "AS base)"
+            " INSERT INTO tally_log SELECT h.base + t.n, t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
+            " unnest($2::text[], $3::text[], $4::int2[], $5::int2[], $6::int8[], $7::int8[])"
+            " WITH ORDINALITY AS t(item, u, f, t, v, at, n)",
+            NCOL, p);
     for (int c = ITEM; c < NCOL; c++)
         pg_buf_free(&col[c]);
     return rc;
