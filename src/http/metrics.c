@@ -60,7 +60,7 @@ static void gauge(text_t *t, const char *name, const char *help, double v)
     put(t, "%s %.17g\n", name, v);
 }
 
-static void histogram(text_t *t, const char *name, const char *help, histogram_t *h)
+static void histogram(text_t *t, const char *name, const char *help, const histogram_t *h)
 {
     metric_head(t, name, "histogram", help);
     uint64_t cumulative = 0;
@@ -110,7 +110,7 @@ static void render_requests(text_t *t, app_t *app)
 void metrics_get(app_t *app, http_request_t *req)
 {
     writer_stats_t *ws = (writer_stats_t *)writer_stats(app->writer);
-    store_stats_t st;
+    store_stats_t st = {0};
     bool have_store = store_stats(app->store, &st) == STORE_OK;
     text_t t = {0};
     render_requests(&t, app);
@@ -151,6 +151,18 @@ void metrics_get(app_t *app, http_request_t *req)
         gauge(&t, "tally_idempotency_records", "Idempotency records kept.", (double)st.idem_records);
         gauge(&t, "tally_row_filter_ready", "1 when the row filter is filled and answers for missing rows.",
               st.row_filter_ready ? 1 : 0);
+    }
+    if (st.shared) { /* a database server's store */
+        gauge(&t, "tally_db_connected", "1 while the database answers.", st.connected ? 1 : 0);
+        gauge(&t, "tally_fold_leader", "1 while this node folds the log into the counts.",
+              atomic_load(&ws->fold_leader) ? 1 : 0);
+        counter(&t, "tally_db_round_trips_total", "Statements sent to the database.", st.round_trips);
+        counter(&t, "tally_db_transactions_total", "Writer transactions committed in the database.", st.transactions);
+        counter(&t, "tally_writer_conflict_retries_total",
+                "Batches run again after a conflict with another node (deadlock, serialization).",
+                atomic_load(&ws->conflict_retries));
+        histogram(&t, "tally_db_commit_seconds", "Duration of the writer's COMMIT (the server's durable sync).",
+                  st.commit_seconds);
     }
     gauge(&t, "tally_store_file_bytes", "Disk space used by the store's data file.",
           (double)store_file_bytes(app->data_dir));

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "core/fingerprint.h"
+#include "core/histogram.h"
 #include "core/ids.h"
 #include "core/kinds.h"
 #include "core/reaction.h"
@@ -160,6 +161,10 @@ int store_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn 
 typedef struct {
     uint64_t rows, items, log_entries, log_bytes, idem_records, used_bytes, checkpoint;
     bool row_filter_ready; /* the row filter is filled and in use */
+    /* a database server's store (shared): estimates for the counts above, and the connection */
+    bool shared, connected;
+    uint64_t round_trips, transactions;
+    const histogram_t *commit_seconds; /* the COMMIT statement's duration (the server's sync) */
 } store_stats_t;
 int store_stats(store_t *store, store_stats_t *st);
 

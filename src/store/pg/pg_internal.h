@@ -88,7 +88,9 @@ struct pg_store {
     pthread_mutex_t pool_lock; /* idle reader connections */
     PGconn *pool[PG_POOL_MAX];
     size_t pool_count;
-    atomic_bool up;                     /* the last contact with the server succeeded */
+    atomic_bool up; /* the last contact with the server succeeded */
+    atomic_uint_fast64_t round_trips, transactions;
+    histogram_t commit_seconds;
     atomic_uint_fast64_t down_since_ms; /* monotonic; 0 when up */
 };
 

@@ -81,6 +81,7 @@ int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *w
 PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
                   int *rc)
 {
+    atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
     PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
@@ -531,6 +532,8 @@ int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, s
         return STORE_ERROR;
     }
     pthread_mutex_init(&s->pool_lock, NULL);
+    static const double commit_bounds[] = {0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1};
+    histogram_init(&s->commit_seconds, commit_bounds, sizeof commit_bounds / sizeof commit_bounds[0]);
     s->base.ops = &pg_store_ops;
     s->write.base.ops = &pg_store_ops;
     s->write.store = s;

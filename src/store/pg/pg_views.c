@@ -194,8 +194,10 @@ int pg_stats(store_t *s_, store_stats_t *st)
 {
     pg_store_t *s = (pg_store_t *)s_;
     PGconn *conn = pg_pool_take(s);
-    if (!conn)
+    if (!conn) {
+        *st = (store_stats_t){.shared = true, .commit_seconds = &s->commit_seconds};
         return STORE_UNAVAILABLE;
+    }
     int rc;
     /* estimates from the planner's statistics: an exact count(*) would read whole tables */
     PGresult *res =
@@ -218,6 +220,13 @@ int pg_stats(store_t *s_, store_stats_t *st)
             .checkpoint = strtoull(PQgetvalue(res, 0, 5), NULL, 10),
             .items = strtoull(PQgetvalue(res, 0, 6), NULL, 10),
         };
+    }
+    st->shared = true;
+    st->connected = atomic_load(&s->up);
+    st->round_trips = atomic_load(&s->round_trips);
+    st->transactions = atomic_load(&s->transactions);
+    st->commit_seconds = &s->commit_seconds;
+    if (res) {
         PQclear(res);
     }
     pg_pool_give(s, conn);

@@ -585,7 +585,11 @@ int pg_write_commit(store_write_t *w_)
         return rc;
     }
     if (w->began) {
+        uint64_t started = mono_ns();
+        atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
         PGresult *res = PQexec(s->wconn, "COMMIT");
+        histogram_observe(&s->commit_seconds, (double)(mono_ns() - started) / 1e9);
+        atomic_fetch_add_explicit(&s->transactions, 1, memory_order_relaxed);
         if (!res || PQresultStatus(res) != PGRES_COMMAND_OK)
             rc = pg_result_rc(s, s->wconn, res, "commit"); /* a lost connection: the outcome is unknown */
         else
