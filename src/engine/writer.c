@@ -16,6 +16,7 @@
 #define IDLE_WAIT_MS 1000
 #define COMMIT_RETRY_MS 100
 #define SHARED_FOLD_POLL_MS 50 /* a shared store: how often the fold looks for other nodes' entries */
+#define STOP_FAILURES_MAX 3 /* a store that keeps failing must not keep the process from exiting */
 #define CONFLICT_RETRIES 8     /* a batch that lost a conflict with another node is run again */
 
 struct writer {
@@ -34,6 +35,7 @@ struct writer {
     uint64_t last_sweep_ms;
     uint64_t backoff_until_ms;           /* after a failed commit: no fold or sweep before then */
     bool shared;                         /* other processes write to the store too */
+    unsigned stop_failures; /* commits failed while stopping: past STOP_FAILURES_MAX, stop anyway */
     store_pair_t *prep_rows, *prep_keys; /* batch_max each: what a batch names to store_write_prepare */
     char (*resume_saved)[ID_MAX_LEN];    /* batch_max each: the commands' resume points before an attempt */
     size_t *resume_saved_len;
@@ -403,6 +405,7 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         atomic_fetch_add_explicit(&w->stats.commit_failures, 1, memory_order_relaxed);
         atomic_store_explicit(&w->stats.transitions, transitions_before, memory_order_relaxed);
         w->backoff_until_ms = mono_now + COMMIT_RETRY_MS; /* a full disk must not become a busy loop */
+        w->stop_failures += w->stopping;
     } else if (w->opt.on_commit &&
                atomic_load_explicit(&w->stats.transitions, memory_order_relaxed) != transitions_before) {
         w->opt.on_commit(w->opt.on_commit_arg);
@@ -435,6 +438,11 @@ static void *writer_main(void *arg)
         bool poll_now = w->shared && mono_now - w->last_fold_ms >= SHARED_FOLD_POLL_MS; /* other nodes' entries */
         bool fold_now = !backing_off && (w->fold_backlog || poll_now || (unfolded && fold_due(w, mono_now)));
         bool sweep_now = !backing_off && !w->stopping && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
+        if (w->stopping && !w->head && w->stop_failures >= STOP_FAILURES_MAX) {
+            fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the "
+                            "next start folds what is left\"\n");
+            break;
+        }
         if (!w->head && !fold_now && !sweep_now) {
             if (w->stopping)
                 break;

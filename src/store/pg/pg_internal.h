@@ -17,6 +17,8 @@
 #define PG_FOLD_TRY_MS 1000                /* a node that does not fold tries to become the leader this often */
 #define PG_RECONNECT_MS 1000               /* after a failed connection, wait this long before the next try */
 #define PG_POOL_MAX 64                     /* idle reader connections kept at most */
+#define PG_PIPE_WAIT_MS 30000 /* a pipeline waits this long at most for the socket */
+#define PG_PIPE_DRAIN_MAX 64  /* results read at most when leaving a pipeline */
 
 typedef struct pg_store pg_store_t;
 typedef struct pg_read pg_read_t;
@@ -59,6 +61,8 @@ struct pg_write {
     store_write_t base;
     pg_store_t *store;
     bool active, began;
+    bool piped; /* pg_wrun sends into a pipeline (at commit) instead of waiting for each result */
+    size_t piped_count;
     pg_cache_t rows, idem;
     pg_logged_t *log;
     size_t log_count, log_cap;
@@ -89,7 +93,7 @@ struct pg_store {
     PGconn *pool[PG_POOL_MAX];
     size_t pool_count;
     atomic_bool up; /* the last contact with the server succeeded */
-    atomic_uint_fast64_t round_trips, transactions;
+    atomic_uint_fast64_t round_trips, statements, transactions;
     histogram_t commit_seconds;
     atomic_uint_fast64_t down_since_ms; /* monotonic; 0 when up */
 };
@@ -117,6 +121,13 @@ PGconn *pg_pool_take(pg_store_t *s);
 void pg_pool_give(pg_store_t *s, PGconn *conn);
 
 void pg_mark_up(pg_store_t *s);
+
+/* Pipelines: statements sent together and their results read in order, in one round trip. */
+int pg_pipe_enter(pg_store_t *s, PGconn *conn);
+int pg_pipe_send(pg_store_t *s, PGconn *conn, const char *sql, int n, const char *const *params);
+int pg_pipe_sync(pg_store_t *s, PGconn *conn);
+PGresult *pg_pipe_result(pg_store_t *s, PGconn *conn, const char *what, int *rc); /* the next statement's */
+int pg_pipe_leave(pg_store_t *s, PGconn *conn); /* after the last result: back to one statement at a time */
 
 /* Array literals of text ("{\"a\",\"b\"}") and of integers, for unnest() parameters. */
 void pg_buf_add(pg_buf_t *b, const char *p, size_t n);

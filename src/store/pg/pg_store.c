@@ -5,6 +5,7 @@
 #include "store/pg/pg_internal.h"
 
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,7 @@ PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql
                   int *rc)
 {
     atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
     PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
@@ -98,6 +100,70 @@ int pg_run(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n
     int rc;
     PQclear(pg_exec(s, conn, what, sql, n, params, &rc));
     return rc;
+}
+
+/* --- pipelines: several statements in one round trip (libpq's pipeline mode) --- */
+
+int pg_pipe_enter(pg_store_t *s, PGconn *conn)
+{
+    /* non-blocking while sending, so that a large batch and the server's answers cannot both wait
+     * on full socket buffers (pg_pipe_sync reads while it sends) */
+    if (PQenterPipelineMode(conn) != 1 || PQsetnonblocking(conn, 1) != 0)
+        return pg_result_rc(s, conn, NULL, "pipeline");
+    return STORE_OK;
+}
+
+int pg_pipe_send(pg_store_t *s, PGconn *conn, const char *sql, int n, const char *const *params)
+{
+    atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
+    return PQsendQueryParams(conn, sql, n, NULL, params, NULL, NULL, 0) == 1 ? STORE_OK
+                                                                              : pg_result_rc(s, conn, NULL, "send");
+}
+
+int pg_pipe_sync(pg_store_t *s, PGconn *conn)
+{
+    atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
+    if (PQpipelineSync(conn) != 1)
+        return pg_result_rc(s, conn, NULL, "sync");
+    int r;
+    while ((r = PQflush(conn)) == 1) {
+        struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN | POLLOUT};
+        if (poll(&pfd, 1, PG_PIPE_WAIT_MS) <= 0) /* keepalives end a dead peer sooner; this bounds the rest */
+            break;
+        if ((pfd.revents & POLLIN) && PQconsumeInput(conn) != 1)
+            break;
+    }
+    return r == 0 ? STORE_OK : pg_result_rc(s, conn, NULL, "flush");
+}
+
+PGresult *pg_pipe_result(pg_store_t *s, PGconn *conn, const char *what, int *rc)
+{
+    PGresult *res = PQgetResult(conn);
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (res)
+        PQclear(PQgetResult(conn)); /* the NULL that ends this statement's results */
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        *rc = STORE_OK;
+        return res;
+    }
+    /* an earlier statement's error aborted this one: that error is the one to report */
+    *rc = st == PGRES_PIPELINE_ABORTED ? STORE_ERROR : pg_result_rc(s, conn, res, what);
+    PQclear(res);
+    return NULL;
+}
+
+int pg_pipe_leave(pg_store_t *s, PGconn *conn)
+{
+    for (int i = 0; i < PG_PIPE_DRAIN_MAX && PQstatus(conn) == CONNECTION_OK; i++) {
+        PGresult *res = PQgetResult(conn);
+        bool synced = res && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+        PQclear(res);
+        if (synced)
+            break;
+    }
+    if (PQexitPipelineMode(conn) != 1 || PQsetnonblocking(conn, 0) != 0)
+        return pg_result_rc(s, conn, NULL, "pipeline-end");
+    return STORE_OK;
 }
 
 /* While the server is known to be down, a new connection is tried at most every PG_RECONNECT_MS:

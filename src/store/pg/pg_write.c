@@ -28,6 +28,18 @@ PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, cons
 int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params)
 {
     int rc;
+    if (w->piped) { /* results are read after the pipeline's sync (pg_write_commit) */
+        pg_store_t *s = w->store;
+        if (!w->began) {
+            if ((rc = pg_pipe_send(s, s->wconn, "BEGIN", 0, NULL)) != STORE_OK)
+                return rc;
+            w->began = true;
+            w->piped_count++;
+        }
+        rc = pg_pipe_send(s, s->wconn, sql, n, params);
+        w->piped_count += rc == STORE_OK;
+        return rc;
+    }
     PQclear(pg_wexec(w, what, sql, n, params, &rc));
     return rc;
 }
@@ -150,60 +162,107 @@ static const char LOCK_ROWS_SQL[] =
     "SELECT item, \"user\", kind, version FROM tally_rows WHERE (item, \"user\") IN (SELECT * FROM unnest($1::text[], "
     "$2::text[])) ORDER BY 1, 2 FOR UPDATE";
 
-/* Claims and locks pairs; the pairs that were neither claimed nor locked go through lock_sql. */
-static int claim(pg_write_t *w, const char *what, const char *claim_sql, const char *lock_sql, pg_cache_t *cache,
-                 const store_pair_t *pairs, size_t n, bool rows)
+/* Fills the cache from a claim's or a lock's rows. */
+static int claim_read(pg_write_t *w, const PGresult *res, bool rows)
 {
-    pg_buf_t a = {0}, b = {0};
     int rc = STORE_OK;
-    store_pair_t *missing = NULL;
-    for (int pass = 0; pass < 2 && n && rc == STORE_OK; pass++) {
-        pairs_arrays(pairs, n, &a, &b);
-        if (a.failed || b.failed) {
-            rc = STORE_ERROR;
-            break;
-        }
-        const char *p[] = {a.buf, b.buf};
-        PGresult *res = pg_wexec(w, what, pass == 0 ? claim_sql : lock_sql, 2, p, &rc);
-        if (!res)
-            break;
-        for (int i = 0; rc == STORE_OK && i < PQntuples(res); i++) {
-            if (rows)
-                row_entry_fill(w, res, i, 0);
-            else
-                rc = idem_entry_fill(w, res, i);
-        }
-        PQclear(res);
-        /* what is still unknown: claimed by a batch that committed after this statement began */
-        size_t m = 0;
-        for (size_t i = 0; i < n; i++) {
-            pg_entry_t *e = pg_cache_find(cache, pairs[i].a, pairs[i].b);
-            if (!e && (missing || (missing = malloc(n * sizeof *missing))))
-                missing[m++] = pairs[i];
-            else if (!e)
-                rc = STORE_ERROR;
-        }
-        pairs = missing;
-        n = m;
+    for (int i = 0; rc == STORE_OK && i < PQntuples(res); i++) {
+        if (rows)
+            row_entry_fill(w, res, i, 0);
+        else
+            rc = idem_entry_fill(w, res, i);
     }
-    /* still unknown after the second pass (deleted meanwhile): absent, written at commit if at all */
-    for (size_t i = 0; rc == STORE_OK && i < n; i++)
-        if (!pg_cache_put(cache, pairs[i].a, pairs[i].b))
-            rc = STORE_ERROR;
-    free(missing);
-    pg_buf_free(&a);
-    pg_buf_free(&b);
     return rc;
 }
 
-int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys)
+/* Locks the pairs the cache does not know yet (claimed by a batch that committed after the claim
+ * began, or never prepared); what is still unknown then is absent (written at commit if at all). */
+static int lock_missing(pg_write_t *w, const char *what, const char *lock_sql, pg_cache_t *cache,
+                        const store_pair_t *pairs, size_t n, bool rows)
+{
+    store_pair_t *missing = NULL;
+    size_t m = 0;
+    int rc = STORE_OK;
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        if (pg_cache_find(cache, pairs[i].a, pairs[i].b))
+            continue;
+        if (!missing && !(missing = malloc(n * sizeof *missing)))
+            rc = STORE_ERROR;
+        else
+            missing[m++] = pairs[i];
+    }
+    if (rc == STORE_OK && m) {
+        pg_buf_t a = {0}, b = {0};
+        pairs_arrays(missing, m, &a, &b);
+        const char *p[] = {a.buf, b.buf};
+        PGresult *res = a.failed || b.failed ? NULL : pg_wexec(w, what, lock_sql, 2, p, &rc);
+        if (res)
+            rc = claim_read(w, res, rows);
+        else if (rc == STORE_OK)
+            rc = STORE_ERROR;
+        PQclear(res);
+        pg_buf_free(&a);
+        pg_buf_free(&b);
+    }
+    for (size_t i = 0; rc == STORE_OK && i < m; i++)
+        if (!pg_cache_put(cache, missing[i].a, missing[i].b))
+            rc = STORE_ERROR;
+    free(missing);
+    return rc;
+}
+
+int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
+                     size_t nkeys)
 {
     pg_write_t *w = (pg_write_t *)w_;
+    pg_store_t *s = w->store;
+    if (!nrows && !nkeys)
+        return STORE_OK;
     /* One order for everything a batch locks: idempotency records, then rows, each in key order;
-     * then (at commit) counts in key order and the log's head last. */
-    int rc = claim(w, "claim-keys", CLAIM_IDEM_SQL, LOCK_IDEM_SQL, &w->idem, keys, nkeys, false);
+     * then (at commit) counts in key order and the log's head last. BEGIN and both claims go in
+     * one round trip. */
+    pg_buf_t ka = {0}, kb = {0}, ra = {0}, rb = {0};
+    pairs_arrays(keys, nkeys, &ka, &kb);
+    pairs_arrays(rows, nrows, &ra, &rb);
+    if (ka.failed || kb.failed || ra.failed || rb.failed) {
+        pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
+        return STORE_ERROR;
+    }
+    const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf};
+    bool send_begin = !w->began;
+    int rc = pg_pipe_enter(s, s->wconn);
+    bool entered = rc == STORE_OK;
+    if (rc == STORE_OK && send_begin)
+        rc = pg_pipe_send(s, s->wconn, "BEGIN", 0, NULL);
+    if (rc == STORE_OK && nkeys)
+        rc = pg_pipe_send(s, s->wconn, CLAIM_IDEM_SQL, 2, kp);
+    if (rc == STORE_OK && nrows)
+        rc = pg_pipe_send(s, s->wconn, CLAIM_ROWS_SQL, 2, rp);
+    pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
     if (rc == STORE_OK)
-        rc = claim(w, "claim-rows", CLAIM_ROWS_SQL, LOCK_ROWS_SQL, &w->rows, rows, nrows, true);
+        rc = pg_pipe_sync(s, s->wconn);
+    if (rc == STORE_OK && send_begin) {
+        PQclear(pg_pipe_result(s, s->wconn, "begin", &rc));
+        w->began = rc == STORE_OK;
+    }
+    for (int part = 0; part < 2 && rc == STORE_OK; part++) {
+        if (part == 0 ? !nkeys : !nrows)
+            continue;
+        PGresult *res = pg_pipe_result(s, s->wconn, part == 0 ? "claim-keys" : "claim-rows", &rc);
+        if (res)
+            rc = claim_read(w, res, part == 1);
+        PQclear(res);
+    }
+    if (entered) {
+        int left = pg_pipe_leave(s, s->wconn);
+        if (rc == STORE_OK)
+            rc = left;
+    }
+    w->began = w->began || (send_begin && PQtransactionStatus(s->wconn) != PQTRANS_IDLE);
+    if (rc == STORE_OK)
+        rc = lock_missing(w, "lock-keys", LOCK_IDEM_SQL, &w->idem, keys, nkeys, false);
+    if (rc == STORE_OK)
+        rc = lock_missing(w, "lock-rows", LOCK_ROWS_SQL, &w->rows, rows, nrows, true);
     return rc;
 }
 
@@ -237,7 +296,7 @@ int pg_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *row)
         return STORE_OK;
     }
     store_pair_t pair = {item, user}; /* not prepared: lock it now */
-    int rc = claim(w, "lock-row", LOCK_ROWS_SQL, LOCK_ROWS_SQL, &w->rows, &pair, 1, true);
+    int rc = lock_missing(w, "lock-row", LOCK_ROWS_SQL, &w->rows, &pair, 1, true);
     if (rc != STORE_OK)
         return rc;
     e = pg_cache_find(&w->rows, item, user);
@@ -352,7 +411,7 @@ int pg_idem_get(store_write_t *w_, span_t user, span_t key, store_idem_t *rec)
     pg_entry_t *e = pg_cache_find(&w->idem, user, key);
     if (!e) {
         store_pair_t pair = {user, key};
-        int rc = claim(w, "lock-key", LOCK_IDEM_SQL, LOCK_IDEM_SQL, &w->idem, &pair, 1, false);
+        int rc = lock_missing(w, "lock-key", LOCK_IDEM_SQL, &w->idem, &pair, 1, false);
         if (rc != STORE_OK)
             return rc;
         e = pg_cache_find(&w->idem, user, key);
@@ -500,20 +559,15 @@ static int flush_counts(pg_write_t *w)
     int rc = items.failed || kinds.failed || deltas.failed ? STORE_ERROR : STORE_OK;
     if (rc == STORE_OK && n) {
         const char *p[] = {items.buf, kinds.buf, deltas.buf};
-        /* in key order, like every other lock; a count that would go negative is a bug or bad data:
-         * the transaction is void rather than the count wrong */
-        PGresult *res = pg_wexec(w, "write-counts",
-                                 "INSERT INTO tally_counts SELECT * FROM unnest($1::text[], $2::int2[], $3::int8[])"
-                                 " AS t(item, kind, n) ORDER BY item COLLATE \"C\", kind ON CONFLICT (item, kind)"
-                                 " DO UPDATE SET n = tally_counts.n + excluded.n RETURNING n < 0",
-                                 3, p, &rc);
-        for (int i = 0; res && i < PQntuples(res); i++)
-            if (PQgetvalue(res, i, 0)[0] == 't') {
-                fprintf(stderr, "level=error event=count-negative error=\"a count would go below zero\"\n");
-                rc = STORE_ERROR;
-                break;
-            }
-        PQclear(res);
+        /* In key order, like every other lock. A count that went negative (a bug, or bad data) fails
+         * the statement, so the pipelined COMMIT after it cannot commit: the cast of a text to int
+         * is an error only when such a row exists (NULL casts to NULL). */
+        rc = pg_wrun(w, "write-counts",
+                     "WITH up AS (INSERT INTO tally_counts SELECT * FROM unnest($1::text[], $2::int2[], $3::int8[])"
+                     " AS t(item, kind, n) ORDER BY item COLLATE \"C\", kind ON CONFLICT (item, kind)"
+                     " DO UPDATE SET n = tally_counts.n + excluded.n RETURNING item, n)"
+                     " SELECT (SELECT 'count-below-zero:' || item FROM up WHERE n < 0 LIMIT 1)::int",
+                     3, p);
     }
     pg_buf_free(&items), pg_buf_free(&kinds), pg_buf_free(&deltas);
     return rc;
@@ -567,7 +621,24 @@ int pg_write_commit(store_write_t *w_)
 {
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
-    int rc = flush_rows(w);
+    bool dirty = w->log_count || w->checkpoint_dirty || w->counts.count;
+    for (size_t i = 0; !dirty && i < w->rows.count; i++)
+        dirty = w->rows.entries[i].dirty;
+    for (size_t i = 0; !dirty && i < w->idem.count; i++)
+        dirty = w->idem.entries[i].dirty;
+    if (!dirty && !w->began) { /* nothing was read or written */
+        w->active = false;
+        return STORE_OK;
+    }
+    /* Every write of the batch and the COMMIT in one round trip; the results are read in order. */
+    int rc = pg_pipe_enter(s, s->wconn);
+    if (rc != STORE_OK) {
+        pg_write_abort(w_);
+        return rc;
+    }
+    w->piped = true;
+    w->piped_count = 0;
+    rc = flush_rows(w);
     if (rc == STORE_OK)
         rc = flush_idem(w);
     if (rc == STORE_OK)
@@ -580,22 +651,36 @@ int pg_write_commit(store_write_t *w_)
     }
     if (rc == STORE_OK)
         rc = flush_log(w);
-    if (rc != STORE_OK) {
-        pg_write_abort(w_);
-        return rc;
+    w->piped = false;
+    uint64_t started = mono_ns();
+    bool committing = rc == STORE_OK;
+    if (committing)
+        rc = pg_pipe_send(s, s->wconn, "COMMIT", 0, NULL);
+    size_t expect = w->piped_count + (rc == STORE_OK);
+    int sent = rc;
+    if (w->piped_count || committing)
+        rc = pg_pipe_sync(s, s->wconn);
+    for (size_t i = 0; i < expect && PQstatus(s->wconn) == CONNECTION_OK; i++) {
+        int one;
+        PQclear(pg_pipe_result(s, s->wconn, i + 1 == expect && sent == STORE_OK ? "commit" : "write", &one));
+        if (rc == STORE_OK && one != STORE_OK)
+            rc = one; /* the first failure: the rest were aborted by it */
     }
-    if (w->began) {
-        uint64_t started = mono_ns();
-        atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
-        PGresult *res = PQexec(s->wconn, "COMMIT");
+    int left = pg_pipe_leave(s, s->wconn);
+    if (rc == STORE_OK)
+        rc = left;
+    if (rc == STORE_OK && sent == STORE_OK) {
         histogram_observe(&s->commit_seconds, (double)(mono_ns() - started) / 1e9);
         atomic_fetch_add_explicit(&s->transactions, 1, memory_order_relaxed);
-        if (!res || PQresultStatus(res) != PGRES_COMMAND_OK)
-            rc = pg_result_rc(s, s->wconn, res, "commit"); /* a lost connection: the outcome is unknown */
-        else
-            pg_mark_up(s);
-        PQclear(res);
+        pg_mark_up(s);
+        w->active = w->began = false;
+        return STORE_OK;
     }
+    if (rc == STORE_OK)
+        rc = sent;
+    /* A lost connection leaves the outcome of a sent COMMIT unknown: STORE_UNAVAILABLE says so. */
+    if (PQstatus(s->wconn) == CONNECTION_OK && PQtransactionStatus(s->wconn) != PQTRANS_IDLE)
+        PQclear(PQexec(s->wconn, "ROLLBACK"));
     w->active = w->began = false;
     return rc;
 }
