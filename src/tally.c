@@ -257,15 +257,15 @@ static int cmd_erase_user(int argc, char **argv)
     if (!store)
         return EXIT_FAILED;
     write_cmd_t cmd = {.type = WRITE_CLEAR_USER};
-    memcpy(cmd.user, user.ptr, user.len);
-    cmd.user_len = user.len;
+    memcpy(cmd.clear.name, user.ptr, user.len);
+    cmd.clear.name_len = user.len;
     uint64_t changed = 0;
     int rc = 0;
     do {
         answer_free(&cmd.answer);
         rc = writer_call(writer, &cmd) == 0 && cmd.answer.status == 200 ? 0 : -1;
-        changed += cmd.changed;
-    } while (rc == 0 && cmd.more);
+        changed += cmd.clear.changed;
+    } while (rc == 0 && cmd.clear.more);
     answer_free(&cmd.answer);
     writer_stop(writer);
     store_close(store);

@@ -126,9 +126,9 @@ static int corrections_apply(writer_t *writer, const itemmap_t *fixes, recount_r
             break;
         }
         cmd->type = WRITE_COUNTS_ADJUST;
-        memcpy(cmd->item, e->item, e->item_len);
-        cmd->item_len = e->item_len;
-        memcpy(cmd->deltas, e->deltas, sizeof cmd->deltas);
+        memcpy(cmd->counts_adjust.item, e->item, e->item_len);
+        cmd->counts_adjust.item_len = e->item_len;
+        memcpy(cmd->counts_adjust.deltas, e->deltas, sizeof cmd->counts_adjust.deltas);
         if (writer_group_submit(writer, &g, cmd) != 0) {
             free(cmd);
             rc = STORE_ERROR;
