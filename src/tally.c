@@ -373,8 +373,9 @@ static int cmd_token(int argc, char **argv)
         len = (size_t)snprintf(text, sizeof text, "%s", getenv("TALLY_JWT_SECRET"));
     }
     span_t secrets[JWT_SECRETS_MAX];
-    if (jwt_secrets_parse((span_t){text, len}, secrets) <= 0)
-        return usage_error("no secret: set TALLY_JWT_SECRET or give --jwt-secret-file");
+    char err[256];
+    if (jwt_secrets_parse((span_t){text, len}, secrets, err, sizeof err) <= 0)
+        return usage_error(len ? err : "no secret: set TALLY_JWT_SECRET or give --jwt-secret-file");
     char token[JWT_MAX_LEN];
     int n = jwt_sign(f.user, f.admin, (uint64_t)time(NULL) + ttl_ms / 1000, secrets[0], token, sizeof token);
     if (n < 0) {

@@ -22,7 +22,7 @@ import time
 import unittest
 
 from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
-                     server_without_rate_limit, tail, uid)
+                     secret as new_secret, server_without_rate_limit, tail, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
 CORRUPT_COUNT = os.path.join(REPO_ROOT, "build", "corrupt_count")
@@ -835,7 +835,7 @@ class ToolTest(TallyTestCase):
 class TokenTest(TallyTestCase):
 
     def test_token(self):
-        secret = "s3cr3t-" + uid("k")
+        secret = new_secret("s3cr3t")
         env = child_env({"TALLY_JWT_SECRET": secret})
         now = time.time()
         for args, role, ttl in ((["--user", "alice"], None, 3600),
