@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lmdb.h> /* only to build a store of schema version 1 */
@@ -330,6 +331,130 @@ static void test_recount_unsummable_log(const char *dir)
     store_close(s);
 }
 
+static bool file_exists(const char *dir, const char *name)
+{
+    char path[700];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
+static void file_put(const char *dir, const char *name, const char *text, size_t len)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(fwrite(text, 1, len, f) == len);
+        fclose(f);
+    }
+}
+
+/* The whole file, or NULL; *len its size. */
+static char *file_get(const char *dir, const char *name, size_t *len)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    char *buf = malloc(1 << 16);
+    *len = f && buf ? fread(buf, 1, 1 << 16, f) : 0;
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* --data only opens an empty directory or a tally store: another program's LMDB environment, a
+ * garbage data.mdb, or a directory of other files is refused before anything is written into it;
+ * a store of an earlier version (no marker) still opens, and gets its marker. */
+static void test_foreign_dirs(const char *base)
+{
+    char dir[600];
+    /* another program's LMDB environment: no tally tables appear in it */
+    snprintf(dir, sizeof dir, "%s/foreign-env", base);
+    mkdir(dir, 0750);
+    MDB_env *env = raw_env(dir, 0);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    CHECK(env != NULL);
+    if (!env)
+        return;
+    MDB_val k = {3, "key"}, v = {5, "value"};
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "theirs", MDB_CREATE, &dbi) == 0 &&
+          mdb_put(txn, dbi, &k, &v, 0) == 0 && mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+    size_t before_len, after_len;
+    char *before = file_get(dir, "data.mdb", &before_len);
+    CHECK(open_with(dir, "like", 1ull << 30) == NULL);
+    char *after = file_get(dir, "data.mdb", &after_len);
+    CHECK(before_len > 0 && before_len == after_len && memcmp(before, after, before_len) == 0);
+    free(before);
+    free(after);
+    CHECK(!file_exists(dir, "TALLY_STORE") && !file_exists(dir, "tallyd.lock"));
+    CHECK((env = raw_env(dir, MDB_RDONLY)) != NULL);
+    if (env) {
+        CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0);
+        CHECK(mdb_dbi_open(txn, "meta", 0, &dbi) == MDB_NOTFOUND && mdb_dbi_open(txn, "rows", 0, &dbi) == MDB_NOTFOUND);
+        mdb_txn_abort(txn);
+        mdb_env_close(env);
+    }
+    char err[512] = "";
+    CHECK(store_lock_dir(dir, err, sizeof err) >= 0 && !file_exists(dir, "tallyd.lock")); /* the lock writes nothing */
+
+    /* a data.mdb that is not LMDB: it and lock.mdb keep their bytes */
+    snprintf(dir, sizeof dir, "%s/garbage", base);
+    mkdir(dir, 0750);
+    char junk[8192];
+    memset(junk, 'x', sizeof junk);
+    file_put(dir, "data.mdb", junk, sizeof junk);
+    memset(junk, 'y', sizeof junk);
+    file_put(dir, "lock.mdb", junk, 100);
+    CHECK(open_with(dir, "like", 1ull << 30) == NULL);
+    char *data = file_get(dir, "data.mdb", &after_len), *lock;
+    CHECK(after_len == sizeof junk && data[0] == 'x' && data[sizeof junk - 1] == 'x');
+    free(data);
+    lock = file_get(dir, "lock.mdb", &after_len);
+    CHECK(after_len == 100 && memcmp(lock, junk, 100) == 0);
+    free(lock);
+    CHECK(!file_exists(dir, "TALLY_STORE"));
+
+    /* other files and no marker */
+    snprintf(dir, sizeof dir, "%s/other-files", base);
+    mkdir(dir, 0750);
+    file_put(dir, "notes.txt", "mine", 4);
+    CHECK(open_with(dir, "like", 1ull << 30) == NULL);
+    CHECK(!file_exists(dir, "TALLY_STORE") && !file_exists(dir, "data.mdb") && !file_exists(dir, "lock.mdb"));
+    store_options_t opt = {.map_size_bytes = 1ull << 30};
+    store_t *s = NULL;
+    kinds_t kinds;
+    kinds_parse(&kinds, "like", err, sizeof err);
+    CHECK(store_open(dir, &kinds, &opt, &s, err, sizeof err) != STORE_OK && strstr(err, "notes.txt") &&
+          strstr(err, "not a tally store"));
+
+    /* a marker of another format */
+    snprintf(dir, sizeof dir, "%s/other-format", base);
+    mkdir(dir, 0750);
+    file_put(dir, "TALLY_STORE", "tally store: lmdb, format 9\n", 28);
+    CHECK(open_with(dir, "like", 1ull << 30) == NULL && !file_exists(dir, "data.mdb"));
+
+    /* an empty directory gets its marker; a store of an earlier version (no marker, a tallyd.lock) opens */
+    snprintf(dir, sizeof dir, "%s/legacy", base);
+    mkdir(dir, 0750);
+    CHECK((s = open_with(dir, "like", 1ull << 30)) != NULL);
+    store_close(s);
+    CHECK(file_exists(dir, "TALLY_STORE"));
+    char path[700];
+    snprintf(path, sizeof path, "%s/TALLY_STORE", dir);
+    CHECK(unlink(path) == 0);
+    file_put(dir, "tallyd.lock", "", 0);
+    CHECK((s = open_with(dir, "like", 1ull << 30)) != NULL);
+    store_close(s);
+    CHECK(file_exists(dir, "TALLY_STORE"));
+    file_put(dir, "TALLY_STORE", "", 0); /* a crash while the marker was written */
+    CHECK((s = open_with(dir, "like", 1ull << 30)) != NULL);
+    store_close(s);
+}
+
 void test_store(void)
 {
     char base[] = "/tmp/tally-unit-XXXXXX";
@@ -350,5 +475,6 @@ void test_store(void)
     test_schema_upgrade(dir);
     snprintf(dir, sizeof dir, "%s/f", base);
     test_recount_unsummable_log(dir);
+    test_foreign_dirs(base);
     rm_dir(base);
 }

@@ -257,6 +257,8 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
         goto fail;
     }
+    if (lmdb_dir_claim(dir, err, errlen) != 0)
+        goto fail;
     if ((rc = mdb_env_create(&s->env)) != MDB_SUCCESS || (rc = mdb_env_set_maxdbs(s->env, MAX_DBS)) != MDB_SUCCESS ||
         (rc = mdb_env_set_maxreaders(s->env, MAX_READERS)) != MDB_SUCCESS ||
         (rc = mdb_env_set_mapsize(s->env, opt->map_size_bytes)) != MDB_SUCCESS) {
