@@ -118,11 +118,20 @@ static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, ui
     return store_idem_put(tx, (span_t){r->user, r->user_len}, (span_t){r->key, r->key_len}, &rec);
 }
 
-/* Applies one real change: the row at version+1, its transition in the log. */
+/* Applies one real change: the row at version+1, its transition in the log. The caller decided
+ * that target differs from the row's kind (invariant 2: a transition is a real change). */
 static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t user, reaction_row_t *row, int target,
                              uint64_t now_ms)
 {
+    assert(target != row->kind && "a transition changes the kind");
+    assert(target >= KIND_NONE && target <= w->kinds->count && row->kind >= KIND_NONE && row->kind <= w->kinds->count);
+    if (row->version == UINT64_MAX) { /* read from the disk: no row reaches it by counting */
+        fprintf(stderr, "level=error event=store-corrupt table=rows item=\"%.*s\" error=\"version at its maximum\"\n",
+                (int)item.len, item.ptr);
+        return STORE_ERROR;
+    }
     reaction_row_t next = {target, row->version + 1};
+    assert(next.version == row->version + 1 && next.version > row->version && "a version rises by exactly one");
     transition_t t = {item, user, row->kind, target, next.version, now_ms};
     uint64_t seq, none = 0;
     int rc = store_row_put(tx, item, user, &next);
@@ -187,6 +196,7 @@ static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         rc = store_idem_delete_user(tx, fixed, WRITER_CLEAR_CHUNK, &deleted);
     if (rc != STORE_OK)
         return rc;
+    assert(cl->changed <= visited && visited <= WRITER_CLEAR_CHUNK);
     cl->more = visited == WRITER_CLEAR_CHUNK || deleted == WRITER_CLEAR_CHUNK;
     answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
     return STORE_OK;
@@ -209,6 +219,7 @@ static int writer_aux(store_write_t *tx, write_cmd_t *cmd)
 static int writer_adjust(store_write_t *tx, write_cmd_t *cmd)
 {
     const write_counts_adjust_t *adj = &cmd->counts_adjust;
+    assert(adj->deltas[KIND_NONE] == 0 && "none is not counted");
     int rc = store_counts_add(tx, (span_t){adj->item, adj->item_len}, adj->deltas);
     if (rc == STORE_OK)
         answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
@@ -233,10 +244,14 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         answer_version_mismatch(&cmd->answer, w->kinds, row.kind, row.version);
     } else {
         int previous = row.kind;
+        uint64_t version_before = row.version;
         int target = reaction_target(r->op, r->kind, previous);
         if (target != previous && (rc = writer_transition(w, tx, item, user, &row, target, now_ms)) != STORE_OK)
             return rc;
         r->changed = target != previous;
+        /* invariant 1: the version rises by exactly one on a real change and never otherwise */
+        assert(r->changed ? row.version == version_before + 1 && row.kind == target
+                          : row.version == version_before && row.kind == previous);
         answer_write_result(&cmd->answer, w->kinds, item, row.kind, previous, row.version, target != previous);
     }
     return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;

@@ -331,6 +331,54 @@ static void test_recount_unsummable_log(const char *dir)
     store_close(s);
 }
 
+/* Counts on the disk that the program did not write (a record of a wrong size, a fold that would
+ * leave a count negative) are STORE_ERROR with the transaction void, not an abort. */
+static void test_corrupt_counts(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    int64_t deltas[KINDS_MAX + 1] = {0}, counts[KINDS_MAX + 1];
+    deltas[1] = 2;
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_counts_add(w, SPAN_LIT("i"), deltas) == STORE_OK &&
+          store_write_commit(w) == STORE_OK);
+    deltas[1] = -3; /* 2 - 3 */
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_counts_add(w, SPAN_LIT("i"), deltas) == STORE_ERROR);
+    store_write_abort(w);
+    deltas[1] = INT64_MAX; /* an overflow is no count either */
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_counts_add(w, SPAN_LIT("i"), deltas) == STORE_ERROR);
+    store_write_abort(w);
+    store_read_t *r;
+    CHECK(store_read_begin(s, &r) == STORE_OK && store_read_counts(r, SPAN_LIT("i"), counts) == STORE_OK &&
+          counts[1] == 2);
+    store_read_end(r);
+    store_close(s);
+
+    MDB_env *env = raw_env(dir, 0);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    CHECK(env != NULL);
+    if (!env)
+        return;
+    MDB_val k = {2, "\x01j"}, v = {5, "12345"}; /* the counts record of item "j", 5 bytes */
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "counts", 0, &dbi) == 0 &&
+          mdb_put(txn, dbi, &k, &v, 0) == 0 && mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+    CHECK((s = open_with(dir, "like,dislike", 1ull << 30)) != NULL);
+    if (!s)
+        return;
+    CHECK(store_read_begin(s, &r) == STORE_OK && store_read_counts(r, SPAN_LIT("j"), counts) == STORE_ERROR);
+    store_read_end(r);
+    deltas[1] = 1;
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_counts_add(w, SPAN_LIT("j"), deltas) == STORE_ERROR);
+    store_write_abort(w);
+    store_close(s);
+}
+
 static bool file_exists(const char *dir, const char *name)
 {
     char path[700];
@@ -476,5 +524,7 @@ void test_store(void)
     snprintf(dir, sizeof dir, "%s/f", base);
     test_recount_unsummable_log(dir);
     test_foreign_dirs(base);
+    snprintf(dir, sizeof dir, "%s/g", base);
+    test_corrupt_counts(dir);
     rm_dir(base);
 }
