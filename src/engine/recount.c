@@ -273,6 +273,7 @@ static void sampler_pass(recount_sampler_t *r)
 static void *sampler_main(void *arg)
 {
     recount_sampler_t *r = arg;
+    thread_set_name("tally-recount");
     pthread_mutex_lock(&r->lock);
     while (!r->stopping) {
         struct timespec until = clock_deadline(CLOCK_MONOTONIC, r->interval_ms);

@@ -285,6 +285,7 @@ static bool follow(trending_t *t)
 static void *trending_main(void *arg)
 {
     trending_t *t = arg;
+    thread_set_name("tally-trending");
     for (;;) {
         while (follow(t))
             ;

@@ -385,6 +385,7 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
 static void *writer_main(void *arg)
 {
     writer_t *w = arg;
+    thread_set_name("tally-writer");
     pthread_mutex_lock(&w->lock);
     for (;;) {
         uint64_t mono_now = clock_ms(CLOCK_MONOTONIC);

@@ -50,6 +50,7 @@ static void answer_json(answer_t *a, json_t *body, int status)
 static void *job_thread(void *arg)
 {
     admin_job_t *job = arg;
+    pthread_setname_np(pthread_self(), "tally-admin-job");
     job->run(job);
     atomic_store(&job->app->admin_busy, false);
     http_pending_respond(job->pending, &job->answer, job_free, job);

@@ -200,6 +200,21 @@ class StartupTest(TmpDirCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_engine_threads_are_named(self):
+        """ps -L, top -H and gdb tell the engine's threads apart: /proc/PID/task/*/comm."""
+        with Server() as s:
+            self.assertEqual(s.put(uid("item"), uid("user"), "like")[0], 200)
+            names = []
+            task_dir = "/proc/%d/task" % s.pid
+            for tid in os.listdir(task_dir):
+                try:
+                    with open(os.path.join(task_dir, tid, "comm")) as f:
+                        names.append(f.read().strip())
+                except OSError:
+                    pass  # a thread that ended meanwhile (the row filter's fill)
+            for want in ("tally-writer", "tally-feed", "tally-trending", "tally-recount"):
+                self.assertEqual(names.count(want), 1, "%s among %r" % (want, sorted(names)))
+
     def test_development_mode_refuses_non_loopback(self):
         env = child_env()
         self.assertNotIn("TALLY_JWT_SECRET", env)
