@@ -35,6 +35,7 @@ int main(void)
         {"itemjson", test_itemjson},
         {"pairfilter", test_pairfilter},
         {"ratelimit", test_ratelimit},
+        {"trending", test_trending},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

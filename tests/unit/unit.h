@@ -32,5 +32,6 @@ void test_spacesaving(void);
 void test_itemjson(void);
 void test_pairfilter(void);
 void test_ratelimit(void);
+void test_trending(void);
 
 #endif
