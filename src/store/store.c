@@ -155,12 +155,14 @@ int store_backup(store_t *store, const char *dir)
     return store->ops->backup(store, dir);
 }
 
-int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited)
+int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                     size_t *visited)
 {
     return w->ops->item_users(w, item, after, limit, fn, arg, visited);
 }
 
-int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
+int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                     size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
 {
     return w->ops->user_items(w, user, after, limit, fn, arg, visited, last, last_len);
 }

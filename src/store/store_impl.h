@@ -36,8 +36,10 @@ typedef struct store_ops {
     int (*read_items)(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited);
     int (*stats)(store_t *store, store_stats_t *st);
     int (*backup)(store_t *store, const char *dir);
-    int (*item_users)(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited);
-    int (*user_items)(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
+    int (*item_users)(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                      size_t *visited);
+    int (*user_items)(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                      size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
     int (*idem_delete_user)(store_write_t *w, span_t user, size_t limit, size_t *deleted);
     int (*read_rows)(store_read_t *r, store_row_fn fn, void *arg);
     int (*read_log_seek)(store_read_t *r, uint64_t at_ms, uint64_t *seq);
