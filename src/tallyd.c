@@ -448,8 +448,11 @@ int main(int argc, char **argv)
     app.kinds = &kinds;
     app.store = store;
     app.data_dir = o.store ? NULL : o.data;
-    app.write_limit = ratelimit_new(o.write_rule, RATE_TABLE_CAPACITY);
-    app.read_limit = ratelimit_new(o.read_rule, RATE_TABLE_CAPACITY);
+    if (ratelimit_new(o.write_rule, RATE_TABLE_CAPACITY, &app.write_limit) != 0 ||
+        ratelimit_new(o.read_rule, RATE_TABLE_CAPACITY, &app.read_limit) != 0) {
+        fprintf(stderr, "tallyd: out of memory for the rate limits\n");
+        return 1;
+    }
     for (int i = 0; i < o.ncors; i++)
         app.cors_origins[i] = o.cors[i];
     app.ncors = o.ncors;

@@ -74,6 +74,7 @@ static uint64_t feed_last_seq(store_t *store)
 static void *feed_main(void *arg)
 {
     feed_t *f = arg;
+    thread_set_name("tally-feed");
     pthread_mutex_lock(&f->lock);
     for (;;) {
         uint64_t now = mono_ms(), next_deadline = now + FEED_IDLE_MS;

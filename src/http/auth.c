@@ -41,10 +41,9 @@ int auth_keys_load(auth_keys_t *keys, const char *file, const char *secret, char
         memcpy(text, secret, len);
     }
     span_t secrets[JWT_SECRETS_MAX];
-    int n = jwt_secrets_parse((span_t){text, len}, secrets);
+    int n = jwt_secrets_parse((span_t){text, len}, secrets, err, errlen);
     if (n <= 0) {
         free(text);
-        snprintf(err, errlen, n == 0 ? "no JWT secret given" : "at most %d JWT secrets", JWT_SECRETS_MAX);
         return -1;
     }
     pthread_rwlock_wrlock(&keys->lock);

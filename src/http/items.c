@@ -192,21 +192,21 @@ static bool write_headers_or_reply(http_request_t *req, write_cmd_t *cmd, bool k
         return false;
     }
     if (n > 0) {
-        int len = n == 1 ? parse_idempotency_key(value, cmd->key) : -1;
+        int len = n == 1 ? parse_idempotency_key(value, cmd->react.key) : -1;
         if (len < 0) {
             reply_problem(req, 400, "invalid-idempotency-key",
                           "an Idempotency-Key is 1-255 printable ASCII characters, given once");
             return false;
         }
-        cmd->key_len = (size_t)len;
+        cmd->react.key_len = (size_t)len;
     }
     n = http_req_header(req, HEADER_IF_MATCH, &value);
     if (n > 0) {
-        if (n > 1 || parse_if_match(value, &cmd->if_match) != 0) {
+        if (n > 1 || parse_if_match(value, &cmd->react.if_match) != 0) {
             reply_problem(req, 400, "invalid-if-match", "If-Match takes a version ETag such as \"3\"");
             return false;
         }
-        cmd->has_if_match = true;
+        cmd->react.has_if_match = true;
     }
     return true;
 }
@@ -216,20 +216,20 @@ static bool write_op_or_reply(const app_t *app, http_request_t *req, span_t acti
 {
     bool put = span_eq_str(http_req_method(req), "PUT");
     if (span_eq_str(action, "reaction")) {
-        cmd->op = REACT_SET;
-        cmd->kind = KIND_NONE;
-        return !put || body_reaction_or_reply(app, req, body, true, &cmd->kind);
+        cmd->react.op = REACT_SET;
+        cmd->react.kind = KIND_NONE;
+        return !put || body_reaction_or_reply(app, req, body, true, &cmd->react.kind);
     }
     if (span_eq_str(action, "reaction:toggle")) {
-        cmd->op = REACT_TOGGLE;
-        return body_reaction_or_reply(app, req, body, false, &cmd->kind);
+        cmd->react.op = REACT_TOGGLE;
+        return body_reaction_or_reply(app, req, body, false, &cmd->react.kind);
     }
-    cmd->kind = kinds_find(app->kinds, action, false);
-    if (cmd->kind < 0) {
+    cmd->react.kind = kinds_find(app->kinds, action, false);
+    if (cmd->react.kind < 0) {
         reply_problem(req, 400, "invalid-reaction", "the path names no configured reaction kind");
         return false;
     }
-    cmd->op = put ? REACT_SET : REACT_CLEAR_IF;
+    cmd->react.op = put ? REACT_SET : REACT_CLEAR_IF;
     return true;
 }
 
@@ -263,11 +263,12 @@ void items_write(app_t *app, http_request_t *req, span_t item, span_t action)
         free(cmd);
         return;
     }
-    memcpy(cmd->item, item.ptr, item.len);
-    cmd->item_len = item.len;
-    memcpy(cmd->user, who.user.ptr, who.user.len);
-    cmd->user_len = who.user.len;
-    if (cmd->key_len && fingerprint_request(http_req_method(req), http_req_target(req), body, cmd->fingerprint) != 0) {
+    memcpy(cmd->react.item, item.ptr, item.len);
+    cmd->react.item_len = item.len;
+    memcpy(cmd->react.user, who.user.ptr, who.user.len);
+    cmd->react.user_len = who.user.len;
+    if (cmd->react.key_len &&
+        fingerprint_request(http_req_method(req), http_req_target(req), body, cmd->react.fingerprint) != 0) {
         free(cmd);
         reply_problem(req, 500, "internal", "fingerprinting the request failed");
         return;

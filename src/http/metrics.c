@@ -171,6 +171,8 @@ void metrics_get(app_t *app, http_request_t *req)
           (double)trending_hot(app->trending, 100, hot));
     gauge(&t, "tally_trending_behind_entries", "Log entries the trending follower has yet to read.",
           (double)trending_behind(app->trending));
+    counter(&t, "tally_trending_errors_total", "Failed store reads and persists of trending.",
+            trending_errors(app->trending));
     gauge(&t, "tally_http_connections", "Open HTTP connections.", (double)http_server_connections());
     counter(&t, "tally_http_connections_refused_total", "Connections refused at --max-connections.",
             http_server_refused());

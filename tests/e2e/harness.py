@@ -86,6 +86,13 @@ def uid(prefix="x"):
     return "%s-%s-%d" % (prefix, _uid_salt, next(_uid_counter))
 
 
+def secret(prefix="secret"):
+    """A fresh JWT secret: tallyd refuses one shorter than 32 bytes (RFC 7518 §3.2)."""
+    s = "%s-%s-%032x" % (prefix, uid("k"), random.getrandbits(128))
+    assert len(s) >= 32
+    return s
+
+
 class Proc:
     """A tallyd child process: stdout collected by a thread, stderr into a file."""
 

@@ -17,7 +17,7 @@ import threading
 import time
 import unittest
 
-from harness import (SLOW, Server, TallyTestCase, child_env, run_tallyd, uid, metric)
+from harness import (SLOW, Server, TallyTestCase, child_env, run_tallyd, secret as new_secret, uid, metric)
 
 ZERO = {"like": 0, "dislike": 0}
 ADMIN = {"X-User-Id": "admin"}
@@ -394,7 +394,7 @@ class CorsConfigTest(TallyTestCase):
             self.assertFalse([k for k in resp[1] if k.startswith("access-control-")], resp[1])
 
     def test_preflight_in_jwt_mode_needs_no_token(self):
-        env = child_env({"TALLY_JWT_SECRET": "e2e-cors-" + uid("s")})
+        env = child_env({"TALLY_JWT_SECRET": new_secret("e2e-cors")})
         with Server(args=["--cors-origin", APP], env=env) as s:
             st, hdrs, body = s.request("OPTIONS", "/v1/items/x/reaction", headers={
                 "Origin": APP, "Access-Control-Request-Method": "PUT",

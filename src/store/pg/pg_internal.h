@@ -17,8 +17,8 @@
 #define PG_FOLD_TRY_MS 1000                /* a node that does not fold tries to become the leader this often */
 #define PG_RECONNECT_MS 1000               /* after a failed connection, wait this long before the next try */
 #define PG_POOL_MAX 64                     /* idle reader connections kept at most */
-#define PG_PIPE_WAIT_MS 30000 /* a pipeline waits this long at most for the socket */
-#define PG_PIPE_DRAIN_MAX 64  /* results read at most when leaving a pipeline */
+#define PG_PIPE_WAIT_MS 30000              /* a pipeline waits this long at most for the socket */
+#define PG_PIPE_DRAIN_MAX 64               /* results read at most when leaving a pipeline */
 
 typedef struct pg_store pg_store_t;
 typedef struct pg_read pg_read_t;

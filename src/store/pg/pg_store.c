@@ -117,7 +117,7 @@ int pg_pipe_send(pg_store_t *s, PGconn *conn, const char *sql, int n, const char
 {
     atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
     return PQsendQueryParams(conn, sql, n, NULL, params, NULL, NULL, 0) == 1 ? STORE_OK
-                                                                              : pg_result_rc(s, conn, NULL, "send");
+                                                                             : pg_result_rc(s, conn, NULL, "send");
 }
 
 int pg_pipe_sync(pg_store_t *s, PGconn *conn)

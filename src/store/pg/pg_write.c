@@ -211,8 +211,7 @@ static int lock_missing(pg_write_t *w, const char *what, const char *lock_sql, p
     return rc;
 }
 
-int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
-                     size_t nkeys)
+int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys)
 {
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
