@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,11 +26,17 @@
 #define SHUTDOWN_FLUSH_MS 200
 #define RECOUNT_SAMPLE_ITEMS 100
 #define ADMIN_JOB_WAIT_MS 60000
-#define RATE_TABLE_CAPACITY (1u << 20)       /* buckets per limiter: ~24 MiB, whatever the number of users */
-#define HTTP_BODY_LIMIT_MIN_BYTES (1u << 20) /* h2o's own cap; handlers enforce the contract's 4 KiB */
+#define RATE_TABLE_CAPACITY (1u << 20)      /* buckets per limiter: ~24 MiB, whatever the number of users */
+#define HTTP_SMALL_BODY_BYTES (8u << 10)    /* h2o's cap for everyone; handlers enforce the contract's 4 KiB */
+#define RECOUNT_BODY_MAX_BYTES (256u << 10) /* an admin recount's item list (admin.c) */
+#define LARGE_BODIES_IN_FLIGHT 2            /* admitted admin bodies of --import-max-size at once */
+#define HEALTH_RESERVED_CONNECTIONS 16      /* past --max-connections, for /healthz and /readyz only */
+#define ADMIN_MAX_CONNECTIONS 256           /* the admin listener's own slots */
+#define FD_OVERHEAD 128                     /* descriptors besides connections: store, log, threads' queues */
 
 typedef struct {
     const char *listen;
+    const char *admin_listen;
     const char *data;
     const char *reactions;
     const char *jwt_secret_file;
@@ -45,6 +52,7 @@ typedef struct {
     uint64_t log_max_bytes;
     uint64_t import_max_bytes;
     uint64_t max_connections;
+    bool max_connections_given;
     uint64_t max_header_bytes;
     ratelimit_rule_t write_rule, read_rule;
     double hot_threshold;
@@ -59,6 +67,8 @@ static const char usage_text[] =
     "usage: tallyd [flags]\n"
     "\n"
     "  --listen HOST:PORT         address to serve HTTP on; port 0 picks a free port (default 127.0.0.1:8080)\n"
+    "  --admin-listen HOST:PORT   a second listener for /v1/admin/..., /v1/changes, /metrics and health;\n"
+    "                             the public one then refuses bodies over 8K (default: none)\n"
     "  --data DIR                 the embedded store's directory, created if needed (default ./data)\n"
     "  --reactions LIST           reaction kinds, comma-separated, a-z 0-9 _ (default like,dislike)\n"
     "  --jwt-secret-file FILE     HS256 secrets, one per line (the first signs; all verify); re-read on\n"
@@ -74,8 +84,8 @@ static const char usage_text[] =
     "                             missing row (most viewers on most items) skips the B-tree; about\n"
     "                             10 bits a row; 0 turns it off (default 64M)\n"
     "  --log-retention DUR        keep folded transitions (the change feed) this long (default 24h)\n"
-    "  --import-max-size SIZE     largest body POST /v1/admin/import takes; h2o buffers a body whole\n"
-    "                             before any handler runs, so this bounds every request (default 16M)\n"
+    "  --import-max-size SIZE     largest body POST /v1/admin/import takes, from an admin, as the first\n"
+    "                             request of a connection; every other body is refused over 8K (default 16M)\n"
     "  --rate-limit RATE/s[:BURST]  writes per user; burst defaults to twice the rate; off disables it\n"
     "                             (default 20/s:40)\n"
     "  --read-rate-limit RATE/s[:BURST]  reads without a user, per client address (default 200/s:400)\n"
@@ -143,6 +153,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         F_RECOUNT,
         F_ACCESSLOG,
         F_TRENDCAP,
+        F_ADMIN_LISTEN,
         F_HELP
     };
     static const struct option flags[] = {
@@ -170,6 +181,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
         {"recount-interval", required_argument, NULL, F_RECOUNT},
         {"access-log", required_argument, NULL, F_ACCESSLOG},
         {"trending-capacity", required_argument, NULL, F_TRENDCAP},
+        {"admin-listen", required_argument, NULL, F_ADMIN_LISTEN},
         {"help", no_argument, NULL, F_HELP},
         {NULL, 0, NULL, 0},
     };
@@ -180,6 +192,9 @@ static void parse_flags(int argc, char **argv, options_t *o)
         switch (c) {
         case F_LISTEN:
             o->listen = optarg;
+            break;
+        case F_ADMIN_LISTEN:
+            o->admin_listen = optarg;
             break;
         case F_DATA:
             o->data = optarg;
@@ -241,6 +256,7 @@ static void parse_flags(int argc, char **argv, options_t *o)
             break;
         case F_MAXCONN:
             o->max_connections = flag_uint("--max-connections", optarg, 1, 1000000);
+            o->max_connections_given = true;
             break;
         case F_CORS:
             if (o->ncors == CORS_ORIGINS_MAX)
@@ -290,17 +306,17 @@ static bool addr_is_loopback(const struct sockaddr *sa)
 }
 
 /* Binds the listening socket; prints nothing. Returns the fd, or -1 with a message on stderr. */
-static int listen_on(const char *spec, bool loopback_only, char *shown, size_t shown_len)
+static int listen_on(const char *flag, const char *spec, bool loopback_only, char *shown, size_t shown_len)
 {
     char host[LISTEN_HOST_MAX + 1], port_text[8];
     uint16_t port;
     if (parse_listen(spec, host, &port) != 0)
-        die_usage("--listen", "expected HOST:PORT");
+        die_usage(flag, "expected HOST:PORT");
     snprintf(port_text, sizeof port_text, "%u", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res;
     int rc = getaddrinfo(host, port_text, &hints, &res);
     if (rc != 0) {
-        fprintf(stderr, "tallyd: --listen %s: %s\n", spec, gai_strerror(rc));
+        fprintf(stderr, "tallyd: %s %s: %s\n", flag, spec, gai_strerror(rc));
         return -1;
     }
     if (loopback_only && !addr_is_loopback(res->ai_addr)) {
@@ -336,6 +352,38 @@ static int listen_on(const char *spec, bool loopback_only, char *shown, size_t s
         snprintf(shown, shown_len, "%s:%u", addr, ntohs(a->sin_port));
     }
     return fd;
+}
+
+/* Every connection is a file descriptor: raise the soft RLIMIT_NOFILE as far as needed (up to the
+ * hard limit). When even the hard limit is too low, an explicit --max-connections is refused (exit
+ * 2); the default is lowered to fit, with a warning. Returns 0, or -1 having said why. */
+static int fd_limit_or_exit(options_t *o)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    rlim_t extra = HEALTH_RESERVED_CONNECTIONS + (o->admin_listen ? ADMIN_MAX_CONNECTIONS : 0) + FD_OVERHEAD;
+    rlim_t need = (rlim_t)o->max_connections + extra;
+    if (rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur >= need)
+        return 0;
+    if (rl.rlim_cur <= extra + 1 || o->max_connections_given) {
+        fprintf(stderr,
+                "tallyd: --max-connections: %llu connections need %llu file descriptors, but RLIMIT_NOFILE allows "
+                "%llu (raise it with ulimit -n or LimitNOFILE=, or lower --max-connections)\n",
+                (unsigned long long)o->max_connections, (unsigned long long)need, (unsigned long long)rl.rlim_cur);
+        return -1;
+    }
+    o->max_connections = (uint64_t)(rl.rlim_cur - extra);
+    fprintf(stderr,
+            "level=warn event=max-connections-lowered max_connections=%llu msg=\"RLIMIT_NOFILE is %llu; raise it to "
+            "serve more\"\n",
+            (unsigned long long)o->max_connections, (unsigned long long)rl.rlim_cur);
+    return 0;
 }
 
 /* The writer committed transitions: wake the change feed's long polls and the trending follower. */
@@ -405,10 +453,17 @@ int main(int argc, char **argv)
         fprintf(stderr, "tallyd: %s\n", err);
         return 1;
     }
-    char shown[LISTEN_HOST_MAX + 16];
-    int listen_fd = listen_on(o.listen, app.dev_mode, shown, sizeof shown);
+    char shown[LISTEN_HOST_MAX + 16], admin_shown[LISTEN_HOST_MAX + 16];
+    if (fd_limit_or_exit(&o) != 0)
+        return EXIT_USAGE;
+    int listen_fd = listen_on("--listen", o.listen, app.dev_mode, shown, sizeof shown);
     if (listen_fd < 0)
         return 1;
+    int admin_fd = -1;
+    if (o.admin_listen &&
+        (admin_fd = listen_on("--admin-listen", o.admin_listen, app.dev_mode, admin_shown, sizeof admin_shown)) < 0)
+        return 1;
+    app.admin_listen = o.admin_listen != NULL;
     store_t *store;
     store_options_t sopt = {.map_size_bytes = o.map_size, .row_filter_bytes = o.row_filter};
     if (store_open(o.data, &kinds, &sopt, &store, err, sizeof err) != STORE_OK) {
@@ -462,15 +517,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "tallyd: cannot start the periodic recount\n");
         return 1;
     }
+    size_t large_limit = o.import_max_bytes > RECOUNT_BODY_MAX_BYTES ? o.import_max_bytes : RECOUNT_BODY_MAX_BYTES;
     http_server_config_t hcfg = {
         .listen_fd = listen_fd,
+        .admin_listen = admin_fd >= 0,
+        .admin_fd = admin_fd,
         .threads = o.threads,
-        .max_body_bytes =
-            o.import_max_bytes > HTTP_BODY_LIMIT_MIN_BYTES ? o.import_max_bytes : HTTP_BODY_LIMIT_MIN_BYTES,
+        .small_body_bytes = HTTP_SMALL_BODY_BYTES,
+        .max_body_bytes = large_limit,
+        .large_body_budget = LARGE_BODIES_IN_FLIGHT * large_limit,
         .request_timeout_ms = o.request_timeout_ms,
         .handler = app_handle,
         .on_respond = app_on_respond,
+        .admits_large_body = app_admits_large_body,
         .max_connections = o.max_connections,
+        .health_reserve = HEALTH_RESERVED_CONNECTIONS,
+        .admin_max_connections = ADMIN_MAX_CONNECTIONS,
         .app = &app,
     };
     if (http_server_start(&hcfg) != 0) {
@@ -478,6 +540,8 @@ int main(int argc, char **argv)
         return 1;
     }
     atomic_store(&app.ready, true);
+    if (admin_fd >= 0)
+        printf("tallyd: admin listening on http://%s\n", admin_shown);
     printf("tallyd: listening on http://%s\n", shown);
     fflush(stdout);
 
@@ -517,5 +581,7 @@ int main(int argc, char **argv)
     feed_free(app.feed);
     store_close(store);
     close(listen_fd);
+    if (admin_fd >= 0)
+        close(admin_fd);
     return 0;
 }
