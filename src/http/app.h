@@ -13,6 +13,7 @@
 #include "engine/feed.h"
 #include "engine/trending.h"
 #include "engine/writer.h"
+#include "http/auth.h"
 #include "http/request.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -24,17 +25,10 @@
 
 #define RECOUNT_ITEMS_MAX 10000
 
-/* The JWT secrets in force; replaced as a whole on reload (SIGHUP). */
-typedef struct {
-    pthread_rwlock_t lock;
-    char *text; /* the file's bytes, or the environment's secret */
-    span_t secrets[JWT_SECRETS_MAX];
-    int count;
-} auth_keys_t;
 #define STATUS_CODES 600 /* per-route counters are indexed by status code */
 #define CORS_ORIGINS_MAX 16
 
-typedef struct {
+typedef struct app {
     const kinds_t *kinds;
     store_t *store;
     writer_t *writer;
@@ -55,9 +49,9 @@ typedef struct {
     size_t max_header_bytes; /* larger header sections are refused with 431 */
     FILE *access_log;        /* one line per answer, when set */
     bool admin_listen;       /* a second listener serves the admin routes (and the public one not) */
-    /* When reaction writes last committed and last failed to (wall ms), seen as their answers come
-     * back: /readyz and tally_writes_failing say "writes failing" for a while after a failure. */
-    atomic_uint_fast64_t last_write_ok_ms, last_write_failed_ms;
+    /* When a reaction write last failed to commit (wall ms), seen as its answer comes back:
+     * /readyz and tally_writes_failing say "writes failing" for a while after it. */
+    atomic_uint_fast64_t last_write_failed_ms;
 } app_t;
 
 /* The request handler (HTTP threads): routes, checks methods, dispatches. */
@@ -76,33 +70,12 @@ void reply_json(http_request_t *req, int status, json_t *body); /* takes the ref
 void reply_body(http_request_t *req, int status, answer_type_t type, char *body,
                 size_t len); /* takes body (malloc'd) */
 
-/* Who is asking. */
-typedef struct {
-    bool known; /* a user was given */
-    span_t user;
-    bool admin;
-} auth_t;
-
-/* Identifies the user. With required, a request without a user is answered 401. Returns true, or
- * false having replied (401, 400 invalid-user-id). */
-bool auth_user_or_reply(const app_t *app, http_request_t *req, bool required, auth_t *who);
-
-/* Loads the secrets: from the file when given (one per line), else from secret. Returns 0, or -1
- * with a message in err (the keys in force are kept). */
-int auth_keys_load(auth_keys_t *keys, const char *file, const char *secret, char *err, size_t errlen);
-
-/* Admin rights, or a 401/403 answer. */
-bool auth_admin_or_reply(const app_t *app, http_request_t *req);
-
 /* Called by the server before each answer goes out: CORS headers, the metrics. */
 void app_on_respond(void *app, http_request_t *req, int status, size_t body_bytes);
 
 /* Whether a connection's first request may send a body past the small limit: a POST to import or
  * recount from an admin (server.c's admits_large_body). */
 bool app_admits_large_body(void *app, const http_head_t *head);
-
-/* Admin rights from the raw header values (Authorization, X-User-Id) of a head. */
-bool auth_head_is_admin(const app_t *app, span_t authorization, size_t n_authorization, span_t user, size_t n_user);
 
 /* True while a reaction write failed to commit less than WRITES_FAILING_HOLD_MS ago. */
 #define WRITES_FAILING_HOLD_MS 10000

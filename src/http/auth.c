@@ -5,6 +5,8 @@
 #include <time.h>
 
 #include "core/ids.h"
+#include "http/auth.h"
+
 #include "http/app.h"
 
 #define BEARER_PREFIX "Bearer "

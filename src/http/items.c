@@ -246,12 +246,13 @@ typedef struct {
     app_t *app;
 } item_write_t;
 
-/* Writer thread: the answer is final; note whether the commit held (/readyz), and hand it to the
- * request's HTTP thread. The writer answers 503 only when the commit failed. */
+/* Writer thread: the answer is final; note a failed commit (/readyz), and hand it to the request's
+ * HTTP thread. The writer answers 503 only when the commit failed. */
 static void write_done(write_cmd_t *cmd)
 {
     app_t *app = ((item_write_t *)cmd)->app;
-    atomic_store(cmd->answer.status == 503 ? &app->last_write_failed_ms : &app->last_write_ok_ms, wall_ms());
+    if (cmd->answer.status == 503)
+        atomic_store(&app->last_write_failed_ms, wall_ms());
     http_pending_respond(cmd->done_arg, &cmd->answer, write_release, cmd);
 }
 
