@@ -333,3 +333,32 @@ class ConnectionCapTest(TallyTestCase):
                     s.close()
             self.assertOk(srv.json("GET", "/v1/items/x"))
             self.assertGreater(metric(srv, "tally_http_connections_refused_total"), 0)
+
+
+class ShutdownTest(TallyTestCase):
+
+    def test_writes_refused_during_shutdown_say_so(self):
+        """A write on a kept-alive connection after SIGTERM (the loops answer for a moment more)
+        is refused with 503 naming the shutdown, not "too many writes"."""
+        import signal
+        got = None
+        for attempt in range(3):
+            with Server(args=["--rate-limit", "off"]) as srv:
+                c = srv.client()
+                try:
+                    self.assertEqual(c.json("GET", "/healthz")[0], 200)
+                    srv.proc.popen.send_signal(signal.SIGTERM)
+                    time.sleep(0.03)
+                    try:
+                        got = c.json("PUT", "/v1/items/sd/like", headers={"X-User-Id": "u"})
+                    except OSError:
+                        got = None  # missed the moment: the connection was already closed
+                finally:
+                    c.close()
+                srv.proc.wait(20)
+                srv._retire()
+            if got is not None and got[0] == 503:
+                break
+        self.assertIsNotNone(got, "no answer on the kept-alive connection after SIGTERM")
+        self.assertProblem(got, 503, "unavailable")
+        self.assertIn("shutting down", got[2]["detail"])
