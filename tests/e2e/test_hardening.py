@@ -153,6 +153,13 @@ class FileDescriptorTest(TallyTestCase):
             resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
         return set_limit
 
+    def tmpdir(self):
+        import shutil
+        import tempfile
+        tmp = tempfile.mkdtemp(prefix="tally-e2e-fd-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        return tmp
+
     def start_limited(self, args, n, tmp):
         p = subprocess.Popen([TALLYD, "--listen", "127.0.0.1:0", "--data", os.path.join(tmp, "data")] + args,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), cwd=REPO_ROOT,
@@ -160,8 +167,7 @@ class FileDescriptorTest(TallyTestCase):
         return p
 
     def test_explicit_max_connections_over_the_limit_is_refused(self):
-        import tempfile
-        tmp = tempfile.mkdtemp(prefix="tally-e2e-fd-")
+        tmp = self.tmpdir()
         p = self.start_limited(["--max-connections", "2000"], 1024, tmp)
         try:
             out, err = p.communicate(timeout=20)
@@ -173,16 +179,40 @@ class FileDescriptorTest(TallyTestCase):
         self.assertIn(b"RLIMIT_NOFILE", err)
 
     def test_default_max_connections_is_lowered_to_fit(self):
-        import tempfile
-        tmp = tempfile.mkdtemp(prefix="tally-e2e-fd-")
+        tmp = self.tmpdir()
         p = self.start_limited([], 1024, tmp)
+        socks = []
         try:
-            line = p.stdout.readline()
-            self.assertIn(b"listening on", line)
+            line = p.stdout.readline().decode()
+            self.assertIn("listening on", line)
+            host, port = line.rsplit("http://", 1)[1].strip().rsplit(":", 1)
+            port = int(port)
+            # The case: 1100 idle connections under ulimit -n 1024. Past the (lowered) cap
+            # they are refused, health checks are still answered, nothing spins.
+            for _ in range(1100):
+                try:
+                    socks.append(socket.create_connection((host, port), timeout=5))
+                except OSError:
+                    break
+            time.sleep(1.5)  # the refused ones without a health check get their 503 after 1 s
+            before = cpu_ticks(p.pid)
+            time.sleep(1)
+            self.assertLess(cpu_ticks(p.pid) - before, 0.3 * os.sysconf("SC_CLK_TCK"), "tallyd spins")
+            probe = Http(host, port)
+            self.assertEqual(probe.json("GET", "/healthz")[0], 200)
+            for s in socks:
+                s.close()
+            socks = []
+            st, _, _, body = probe.json("GET", "/metrics")
+            refused = [l for l in body.decode().splitlines() if l.startswith("tally_http_connections_refused_total ")]
+            self.assertGreater(float(refused[0].split()[1]), 0)
         finally:
+            for s in socks:
+                s.close()
             p.terminate()
             _, err = p.communicate(timeout=20)
         self.assertIn(b"event=max-connections-lowered", err)
+        self.assertNotIn(b"event=accept-failed", err)
 
     def test_out_of_descriptors_does_not_spin(self):
         with Server(args=["--max-connections", "500"]) as srv:
