@@ -481,8 +481,13 @@ static void on_refusal_written(h2o_socket_t *sock, const char *err)
     h2o_socket_close(sock);
 }
 
+/* Writes response and closes; a connection still being peeked stops its head timer first, so that
+ * the timer cannot close the socket under the pending write. */
 static void refuse(h2o_socket_t *sock, const char *response, size_t len)
 {
+    conn_slot_t *slot = sock->on_close.data;
+    if (slot && h2o_timeout_is_linked(&slot->peek_timeout))
+        h2o_timeout_unlink(&slot->peek_timeout);
     h2o_socket_read_stop(sock);
     h2o_iovec_t buf = h2o_iovec_init(response, len);
     h2o_socket_write(sock, &buf, 1, on_refusal_written);
