@@ -7,7 +7,7 @@
 #include "core/ids.h"
 #include "engine/import.h"
 #include "engine/recount.h"
-#include "http/app.h"
+#include "http/admin.h"
 
 #define IMPORT_BODY_TYPES "application/x-ndjson or text/csv"
 

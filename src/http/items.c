@@ -3,11 +3,12 @@
  * error), then act. */
 #include <stdlib.h>
 
+#include "core/clock.h"
 #include "core/fingerprint.h"
 #include "core/ids.h"
 #include "core/itemjson.h"
 #include "core/parse.h"
-#include "http/app.h"
+#include "http/items.h"
 
 #define HEADER_IDEMPOTENCY_KEY "idempotency-key"
 #define HEADER_IF_MATCH "if-match"
@@ -212,19 +213,22 @@ static bool write_headers_or_reply(http_request_t *req, write_cmd_t *cmd, bool k
 }
 
 /* Decides what the route asks for: op and kind. */
-static bool write_op_or_reply(const app_t *app, http_request_t *req, span_t action, span_t body, write_cmd_t *cmd)
+static bool write_op_or_reply(const app_t *app, http_request_t *req, item_action_t action, span_t kind_segment,
+                              span_t body, write_cmd_t *cmd)
 {
     bool put = span_eq_str(http_req_method(req), "PUT");
-    if (span_eq_str(action, "reaction")) {
+    switch (action) {
+    case ITEM_ACTION_REACTION:
         cmd->react.op = REACT_SET;
         cmd->react.kind = KIND_NONE;
         return !put || body_reaction_or_reply(app, req, body, true, &cmd->react.kind);
-    }
-    if (span_eq_str(action, "reaction:toggle")) {
+    case ITEM_ACTION_TOGGLE:
         cmd->react.op = REACT_TOGGLE;
         return body_reaction_or_reply(app, req, body, false, &cmd->react.kind);
+    case ITEM_ACTION_KIND:
+        break;
     }
-    cmd->react.kind = kinds_find(app->kinds, action, false);
+    cmd->react.kind = kinds_find(app->kinds, kind_segment, false);
     if (cmd->react.kind < 0) {
         reply_problem(req, 400, "invalid-reaction", "the path names no configured reaction kind");
         return false;
@@ -240,27 +244,38 @@ static void write_release(void *arg)
     free(cmd);
 }
 
-/* Writer thread: the answer is final; hand it to the request's HTTP thread. */
+typedef struct {
+    write_cmd_t cmd;
+    app_t *app;
+} item_write_t;
+
+/* Writer thread: the answer is final; note a failed commit (/readyz), and hand it to the request's
+ * HTTP thread. The writer answers 503 only when the commit failed. */
 static void write_done(write_cmd_t *cmd)
 {
+    app_t *app = ((item_write_t *)cmd)->app;
+    if (cmd->answer.status == 503)
+        atomic_store(&app->last_write_failed_ms, wall_ms());
     http_pending_respond(cmd->done_arg, &cmd->answer, write_release, cmd);
 }
 
-void items_write(app_t *app, http_request_t *req, span_t item, span_t action)
+void items_write(app_t *app, http_request_t *req, span_t item, item_action_t action, span_t kind)
 {
     auth_t who;
     span_t body;
     if (!auth_user_or_reply(app, req, true, &who) || !rate_or_reply(app, app->write_limit, req, who.user) ||
         !item_or_reply(req, item) || !body_or_reply(req, &body))
         return;
-    write_cmd_t *cmd = calloc(1, sizeof *cmd);
-    if (!cmd) {
+    item_write_t *w = calloc(1, sizeof *w);
+    if (!w) {
         reply_problem(req, 503, "overloaded", "out of memory");
         return;
     }
-    bool toggle = span_eq_str(action, "reaction:toggle");
-    if (!write_headers_or_reply(req, cmd, toggle) || !write_op_or_reply(app, req, action, body, cmd)) {
-        free(cmd);
+    write_cmd_t *cmd = &w->cmd; /* first member: write_release frees w through it */
+    w->app = app;
+    if (!write_headers_or_reply(req, cmd, action == ITEM_ACTION_TOGGLE) ||
+        !write_op_or_reply(app, req, action, kind, body, cmd)) {
+        free(w);
         return;
     }
     memcpy(cmd->react.item, item.ptr, item.len);
@@ -269,18 +284,23 @@ void items_write(app_t *app, http_request_t *req, span_t item, span_t action)
     cmd->react.user_len = who.user.len;
     if (cmd->react.key_len &&
         fingerprint_request(http_req_method(req), http_req_target(req), body, cmd->react.fingerprint) != 0) {
-        free(cmd);
+        free(w);
         reply_problem(req, 500, "internal", "fingerprinting the request failed");
         return;
     }
     cmd->done = write_done;
     cmd->done_arg = http_defer(req);
     /* Deferred first, then the check: a shutdown that has seen no deferred request left also sees
-     * this one, or this one sees the shutdown (both atomics are sequentially consistent). */
-    if (!cmd->done_arg || atomic_load(&app->draining) || writer_submit(app->writer, cmd) != 0) {
+     * this one, or this one sees the shutdown (both atomics are sequentially consistent). The writer
+     * refuses only when its queue is full or it is stopping, which comes after draining is set. */
+    bool draining = atomic_load(&app->draining);
+    if (!cmd->done_arg || draining || writer_submit(app->writer, cmd) != 0) {
         if (cmd->done_arg)
             http_pending_cancel(cmd->done_arg);
-        free(cmd);
-        reply_problem(req, 503, "overloaded", "too many writes are waiting; retry shortly");
+        free(w);
+        if (draining)
+            reply_problem(req, 503, "unavailable", "the server is shutting down; retry on another node or shortly");
+        else
+            reply_problem(req, 503, "overloaded", "too many writes are waiting; retry shortly");
     }
 }

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "engine/recount.h"
-#include "http/app.h"
+#include "http/metrics.h"
 #include "http/router.h"
 #include "http/server.h"
 
@@ -173,9 +173,21 @@ void metrics_get(app_t *app, http_request_t *req)
           (double)trending_behind(app->trending));
     counter(&t, "tally_trending_errors_total", "Failed store reads and persists of trending.",
             trending_errors(app->trending));
-    gauge(&t, "tally_http_connections", "Open HTTP connections.", (double)http_server_connections());
-    counter(&t, "tally_http_connections_refused_total", "Connections refused at --max-connections.",
-            http_server_refused());
+    http_server_stats_t hs;
+    http_server_stats(&hs);
+    gauge(&t, "tally_http_connections", "Open HTTP connections.", (double)hs.connections);
+    gauge(&t, "tally_http_admin_connections", "Open connections on the --admin-listen listener.",
+          (double)hs.admin_connections);
+    counter(&t, "tally_http_connections_refused_total", "Connections refused at --max-connections.", hs.refused);
+    counter(&t, "tally_http_accept_errors_total",
+            "Connections that could not be accepted (out of file descriptors or memory); accepting pauses.",
+            hs.accept_errors);
+    counter(&t, "tally_http_large_bodies_refused_total",
+            "Admin request bodies refused because the large-body budget was in use.", hs.large_bodies_refused);
+    gauge(&t, "tally_http_large_body_bytes", "Bytes reserved by admitted large request bodies in flight.",
+          (double)hs.large_body_bytes);
+    gauge(&t, "tally_writes_failing", "1 for 10 s after a reaction write failed to commit (disk full?).",
+          app_writes_failing(app) ? 1 : 0);
     gauge(&t, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)resident_bytes());
     if (t.failed) {
         free(t.buf);

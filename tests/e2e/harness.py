@@ -38,7 +38,8 @@ STOP_TIMEOUT_S = 20.0
 HTTP_TIMEOUT_S = 30.0
 KEEP_TMP = bool(os.environ.get("TALLY_E2E_KEEP"))
 
-LISTEN_RE = re.compile(r"listening on http://(\[[^\]]+\]|[^\s/:]+):(\d+)")
+# The public listener's line (an --admin-listen line, "admin listening on …", comes first).
+LISTEN_RE = re.compile(r"(?<!admin )listening on http://(\[[^\]]+\]|[^\s/:]+):(\d+)")
 SANITIZER_RE = re.compile(
     r"ERROR: (AddressSanitizer|LeakSanitizer|ThreadSanitizer)|: runtime error: ")
 
