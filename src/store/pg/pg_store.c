@@ -321,6 +321,28 @@ void pg_buf_free(pg_buf_t *b)
     *b = (pg_buf_t){0};
 }
 
+/* --- fingerprints are kept as hex text --- */
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int pg_hex_fingerprint(const char *hex, size_t len, uint8_t out[FINGERPRINT_LEN])
+{
+    for (size_t k = 0; len == 2 * FINGERPRINT_LEN && k < FINGERPRINT_LEN; k++) {
+        int hi = hexval(hex[2 * k]), lo = hexval(hex[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            break;
+        out[k] = (uint8_t)(hi << 4 | lo);
+        if (k + 1 == FINGERPRINT_LEN)
+            return 0;
+    }
+    fprintf(stderr, "level=error event=store-corrupt table=tally_idem error=\"a fingerprint is not %d hex digits\"\n",
+            2 * FINGERPRINT_LEN);
+    return -1;
+}
+
 /* --- the write transaction's cache --- */
 
 static size_t pg_pair_hash(span_t a, span_t b)
@@ -851,6 +873,7 @@ const store_ops_t pg_store_ops = {
     .row_get = pg_row_get,
     .row_put = pg_row_put,
     .log_append = pg_log_append,
+    .log_put = pg_log_put,
     .log_scan = pg_log_scan,
     .counts_add = pg_counts_add,
     .checkpoint_get = pg_checkpoint_get,
@@ -867,6 +890,7 @@ const store_ops_t pg_store_ops = {
     .backup = pg_backup,
     .item_users = pg_item_users,
     .user_items = pg_user_items,
+    .read_idem = pg_read_idem,
     .idem_delete_user = pg_idem_delete_user,
     .read_rows = pg_read_rows,
     .read_log_seek = pg_read_log_seek,
