@@ -10,7 +10,7 @@
 
 #include "core/clock.h"
 
-#define MOVE_BATCH 5000      /* records per transaction of the destination */
+#define MOVE_BATCH 5000       /* records per transaction of the destination */
 #define MOVE_ITEMS_CHUNK 1000 /* items whose counts are read at a time */
 
 typedef struct {
@@ -146,24 +146,28 @@ int move_store(store_t *from, store_t *to, move_result_t *res, char *err, size_t
     }
     mover_t m = {.to = to, .now_ms = clock_ms(CLOCK_REALTIME), .res = res};
     uint64_t checkpoint = 0;
+    const char *step = "beginning";
     m.rc = store_write_begin(to, &m.tx);
     if (m.rc == STORE_OK && (rc = store_read_rows(snap, move_row, &m)) != STORE_OK)
         m.rc = rc;
-    if (m.rc == STORE_OK && (rc = store_read_idem(snap, move_key, &m)) != STORE_OK)
+    if (m.rc == STORE_OK && (step = "idempotency records", rc = store_read_idem(snap, move_key, &m)) != STORE_OK)
         m.rc = rc;
-    if (m.rc == STORE_OK && (rc = store_read_log(snap, 0, SIZE_MAX, move_entry, &m)) != STORE_OK)
+    if (m.rc == STORE_OK && (step = "the log", rc = store_read_log(snap, 0, SIZE_MAX, move_entry, &m)) != STORE_OK)
         m.rc = rc;
-    if (m.rc == STORE_OK && (rc = store_read_aux(snap, (span_t){"", 0}, move_aux, &m)) != STORE_OK)
+    if (m.rc == STORE_OK &&
+        (step = "auxiliary records", rc = store_read_aux(snap, (span_t){"", 0}, move_aux, &m)) != STORE_OK)
         m.rc = rc;
-    if (m.rc == STORE_OK)
+    if (m.rc == STORE_OK && (step = "counts"))
         move_counts(&m, snap);
-    if (m.rc == STORE_OK && (m.rc = store_read_checkpoint(snap, &checkpoint)) == STORE_OK)
+    if (m.rc == STORE_OK && (step = "the checkpoint", m.rc = store_read_checkpoint(snap, &checkpoint)) == STORE_OK)
         m.rc = store_checkpoint_put(m.tx, checkpoint); /* the counts are the fold up to here */
+    if (m.rc == STORE_OK)
+        step = "committing";
     store_read_end(snap);
     if (m.tx)
         m.rc = m.rc == STORE_OK ? store_write_commit(m.tx) : (store_write_abort(m.tx), m.rc);
     if (m.rc != STORE_OK)
-        snprintf(err, errlen, "copying failed after %llu rows, %llu keys, %llu log entries, %llu items",
+        snprintf(err, errlen, "copying %s failed (after %llu rows, %llu keys, %llu log entries, %llu items)", step,
                  (unsigned long long)res->rows, (unsigned long long)res->keys, (unsigned long long)res->log_entries,
                  (unsigned long long)res->items);
     res->checkpoint = checkpoint;
