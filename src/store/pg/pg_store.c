@@ -572,15 +572,25 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
             goto fail;
         fprintf(stderr, "level=info event=pg-schema-created version=%d\n", PG_SCHEMA_VERSION);
     } else {
-        res =
-            pg_exec(s, s->wconn, "schema", "SELECT value FROM tally_meta WHERE name = 'schema_version'", 0, NULL, &rc);
+        /* A newer schema says down to which version its nodes can run beside it (a rolling upgrade:
+         * old and new nodes share the database until the last old one is replaced). */
+        res = pg_exec(s, s->wconn, "schema",
+                      "SELECT (SELECT value FROM tally_meta WHERE name = 'schema_version'),"
+                      " coalesce((SELECT value FROM tally_meta WHERE name = 'schema_compatible_from'), '0')",
+                      0, NULL, &rc);
         long stored = res && PQntuples(res) == 1 ? strtol(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+        long compatible_from = res && PQntuples(res) == 1 ? strtol(PQgetvalue(res, 0, 1), NULL, 10) : 0;
         PQclear(res);
-        if (stored > PG_SCHEMA_VERSION) {
-            snprintf(err, errlen, "the database's schema is version %ld, newer than this tallyd's (%d): upgrade tallyd",
-                     stored, PG_SCHEMA_VERSION);
+        if (stored > PG_SCHEMA_VERSION && (compatible_from == 0 || compatible_from > PG_SCHEMA_VERSION)) {
+            snprintf(err, errlen,
+                     "the database's schema is version %ld, newer than this tallyd's (%d), and its nodes do not run "
+                     "beside version %d ones: upgrade tallyd",
+                     stored, PG_SCHEMA_VERSION, PG_SCHEMA_VERSION);
             goto fail_quiet;
         }
+        if (stored > PG_SCHEMA_VERSION)
+            fprintf(stderr, "level=warn event=pg-schema-newer version=%ld this=%d msg=\"running beside newer nodes\"\n",
+                    stored, PG_SCHEMA_VERSION);
         if (stored < 1) {
             snprintf(err, errlen, "the database's tally_meta has no schema version");
             goto fail_quiet;
