@@ -26,8 +26,10 @@ PGconn *pg_connect(const pg_store_t *s, char *err, size_t errlen)
                           "application_name", "options",
                           "dbname",           NULL};
     const char *values[] = {
-        "3",         "1",    "5",      "2",
-        "2",         "5000", "tallyd", "-c idle_in_transaction_session_timeout=60000 -c lock_timeout=30000",
+        "3",         "1",
+        "5",         "2",
+        "2",         "5000",
+        "tallyd",    "-c idle_in_transaction_session_timeout=60000 -c lock_timeout=30000 -c statement_timeout=60000",
         s->conninfo, NULL};
     PGconn *conn = PQconnectdbParams(keys, values, 1);
     if (!conn || PQstatus(conn) != CONNECTION_OK) {
