@@ -107,7 +107,8 @@ static void render_requests(text_t *t, app_t *app)
         }
 }
 
-void metrics_get(app_t *app, http_request_t *req)
+/* The whole exposition into a; any thread. */
+static void metrics_render(app_t *app, answer_t *a)
 {
     writer_stats_t *ws = (writer_stats_t *)writer_stats(app->writer);
     store_stats_t st = {0};
@@ -191,8 +192,52 @@ void metrics_get(app_t *app, http_request_t *req)
     gauge(&t, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)resident_bytes());
     if (t.failed) {
         free(t.buf);
+        answer_problem(a, 500, "internal", "out of memory");
+        return;
+    }
+    answer_set_body(a, 200, ANSWER_TEXT, t.buf, t.len);
+}
+
+typedef struct {
+    read_job_t job; /* first */
+    app_t *app;
+    http_pending_t *pending;
+    answer_t answer;
+} metrics_job_t;
+
+static void metrics_release(void *arg)
+{
+    metrics_job_t *m = arg;
+    answer_free(&m->answer);
+    free(m);
+}
+
+static void metrics_run(read_job_t *job)
+{
+    metrics_job_t *m = (metrics_job_t *)job;
+    metrics_render(m->app, &m->answer);
+    http_pending_respond(m->pending, &m->answer, metrics_release, m);
+}
+
+void metrics_get(app_t *app, http_request_t *req)
+{
+    metrics_job_t *m = calloc(1, sizeof *m);
+    if (!m) {
         reply_problem(req, 500, "internal", "out of memory");
         return;
     }
-    reply_body(req, 200, ANSWER_TEXT, t.buf, t.len);
+    m->app = app;
+    if (!app->readers) { /* the store's statistics are read from memory and its own pages */
+        metrics_render(app, &m->answer);
+        http_respond(req, &m->answer);
+        metrics_release(m);
+        return;
+    }
+    m->job.run = metrics_run; /* the database's statistics are a round trip: not on this loop */
+    if ((m->pending = http_defer(req)) && readers_submit(app->readers, &m->job) == 0)
+        return;
+    if (m->pending)
+        http_pending_cancel(m->pending);
+    free(m);
+    reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
 }
