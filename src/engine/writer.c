@@ -33,11 +33,12 @@ struct writer {
     bool fold_backlog;     /* entries remain after the last fold (or unknown, at start) */
     uint64_t last_fold_ms; /* monotonic */
     uint64_t last_sweep_ms;
-    uint64_t backoff_until_ms;           /* after a failed commit: no fold or sweep before then */
-    bool shared;                         /* other processes write to the store too */
-    unsigned stop_failures;              /* commits failed while stopping: past STOP_FAILURES_MAX, stop anyway */
-    store_pair_t *prep_rows, *prep_keys; /* batch_max each: what a batch names to store_write_prepare */
-    char (*resume_saved)[ID_MAX_LEN];    /* batch_max each: the commands' resume points before an attempt */
+    uint64_t backoff_until_ms; /* after a failed commit: no fold or sweep before then */
+    bool shared;               /* other processes write to the store too */
+    unsigned stop_failures;
+    bool failing; /* the last commit failed */ /* commits failed while stopping: past STOP_FAILURES_MAX, stop anyway */
+    store_pair_t *prep_rows, *prep_keys;       /* batch_max each: what a batch names to store_write_prepare */
+    char (*resume_saved)[ID_MAX_LEN];          /* batch_max each: the commands' resume points before an attempt */
     size_t *resume_saved_len;
     writer_stats_t stats;
 };
@@ -448,7 +449,9 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded);
     }
     if (rc != STORE_OK) {
-        fprintf(stderr, "level=error event=commit-failed commands=%zu error=\"%s\"\n", n, store_error_detail(rc));
+        if (n || !w->failing) /* an empty batch (a fold, a poll) failing again says nothing new */
+            fprintf(stderr, "level=error event=commit-failed commands=%zu error=\"%s\"\n", n, store_error_detail(rc));
+        w->failing = true;
         atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
         if (folded)
             w->fold_backlog = true;
@@ -457,9 +460,10 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         atomic_store_explicit(&w->stats.transitions, transitions_before, memory_order_relaxed);
         w->backoff_until_ms = mono_now + COMMIT_RETRY_MS; /* a full disk must not become a busy loop */
         w->stop_failures += w->stopping;
-    } else if (w->opt.on_commit &&
-               atomic_load_explicit(&w->stats.transitions, memory_order_relaxed) != transitions_before) {
-        w->opt.on_commit(w->opt.on_commit_arg);
+    } else {
+        w->failing = false;
+        if (w->opt.on_commit && atomic_load_explicit(&w->stats.transitions, memory_order_relaxed) != transitions_before)
+            w->opt.on_commit(w->opt.on_commit_arg);
     }
     if (n)
         histogram_observe(&w->stats.batch_commands, (double)n);

@@ -76,6 +76,7 @@ struct pg_read {
     store_read_t base;
     pg_store_t *store;
     PGconn *conn;
+    uint64_t epoch;
     bool began;
 };
 
@@ -92,8 +93,10 @@ struct pg_store {
     uint64_t leader_tried_ms;  /* monotonic */
     pthread_mutex_t pool_lock; /* idle reader connections */
     PGconn *pool[PG_POOL_MAX];
+    uint64_t pool_epoch[PG_POOL_MAX]; /* the epoch each idle connection was made in */
     size_t pool_count;
-    atomic_bool up; /* the last contact with the server succeeded */
+    atomic_uint_fast64_t epoch; /* rises when the server was found gone: older connections are stale */
+    atomic_bool up;             /* the last contact with the server succeeded */
     atomic_uint_fast64_t round_trips, statements, transactions;
     histogram_t commit_seconds;
     atomic_uint_fast64_t down_since_ms; /* monotonic; 0 when up */
@@ -118,8 +121,9 @@ int pg_run(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n
 PGconn *pg_writer_conn(pg_store_t *s);
 
 /* A reader connection from the pool (or a new one), and its return. */
-PGconn *pg_pool_take(pg_store_t *s);
-void pg_pool_give(pg_store_t *s, PGconn *conn);
+/* *epoch: when the connection was made, to give back with it. */
+PGconn *pg_pool_take(pg_store_t *s, uint64_t *epoch);
+void pg_pool_give(pg_store_t *s, PGconn *conn, uint64_t epoch);
 
 void pg_mark_up(pg_store_t *s);
 

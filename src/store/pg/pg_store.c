@@ -52,7 +52,8 @@ void pg_mark_up(pg_store_t *s)
 static void pg_mark_down(pg_store_t *s)
 {
     uint_fast64_t zero = 0;
-    atomic_store(&s->up, false);
+    if (atomic_exchange(&s->up, false))
+        atomic_fetch_add(&s->epoch, 1); /* after a failover the idle readers' connections are stale */
     atomic_compare_exchange_strong(&s->down_since_ms, &zero, clock_ms(CLOCK_MONOTONIC));
 }
 
@@ -213,12 +214,19 @@ static bool pg_drain(PGconn *conn)
     return ok && PQtransactionStatus(conn) == PQTRANS_IDLE;
 }
 
-PGconn *pg_pool_take(pg_store_t *s)
+PGconn *pg_pool_take(pg_store_t *s, uint64_t *made)
 {
     PGconn *conn = NULL;
+    uint64_t epoch = atomic_load(&s->epoch);
+    *made = epoch;
     pthread_mutex_lock(&s->pool_lock);
-    if (s->pool_count)
+    while (s->pool_count && !conn) {
         conn = s->pool[--s->pool_count];
+        if (s->pool_epoch[s->pool_count] != epoch) { /* made before the server was last lost */
+            PQfinish(conn);
+            conn = NULL;
+        }
+    }
     pthread_mutex_unlock(&s->pool_lock);
     if (conn && PQstatus(conn) == CONNECTION_OK && pg_drain(conn))
         return conn;
@@ -233,7 +241,7 @@ PGconn *pg_pool_take(pg_store_t *s)
     return conn;
 }
 
-void pg_pool_give(pg_store_t *s, PGconn *conn)
+void pg_pool_give(pg_store_t *s, PGconn *conn, uint64_t epoch)
 {
     if (!conn)
         return;
@@ -241,6 +249,7 @@ void pg_pool_give(pg_store_t *s, PGconn *conn)
     if (PQstatus(conn) == CONNECTION_OK && (ts == PQTRANS_IDLE || ts == PQTRANS_ACTIVE)) { /* ACTIVE: a COMMIT sent */
         pthread_mutex_lock(&s->pool_lock);
         if (s->pool_count < PG_POOL_MAX) {
+            s->pool_epoch[s->pool_count] = epoch;
             s->pool[s->pool_count++] = conn;
             conn = NULL;
         }
@@ -705,7 +714,7 @@ int pg_read_begin(store_t *s_, store_read_t **out)
         return STORE_ERROR;
     r->base.ops = &pg_store_ops;
     r->store = s;
-    if (!(r->conn = pg_pool_take(s))) {
+    if (!(r->conn = pg_pool_take(s, &r->epoch))) {
         free(r);
         return STORE_UNAVAILABLE;
     }
@@ -722,7 +731,7 @@ void pg_read_end(store_read_t *r_)
         PQfinish(r->conn);
         r->conn = NULL;
     }
-    pg_pool_give(r->store, r->conn);
+    pg_pool_give(r->store, r->conn, r->epoch);
     free(r);
 }
 

@@ -193,7 +193,8 @@ int pg_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
 int pg_stats(store_t *s_, store_stats_t *st)
 {
     pg_store_t *s = (pg_store_t *)s_;
-    PGconn *conn = pg_pool_take(s);
+    uint64_t epoch;
+    PGconn *conn = pg_pool_take(s, &epoch);
     if (!conn) {
         *st = (store_stats_t){.shared = true, .commit_seconds = &s->commit_seconds};
         return STORE_UNAVAILABLE;
@@ -229,7 +230,7 @@ int pg_stats(store_t *s_, store_stats_t *st)
     if (res) {
         PQclear(res);
     }
-    pg_pool_give(s, conn);
+    pg_pool_give(s, conn, epoch);
     return rc;
 }
 
