@@ -16,7 +16,7 @@ import time
 import unittest
 
 from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
-                     run_tallyd, uid)
+                     run_tallyd, store_args, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
 SECRET = "e2e-secret-" + uid("s")
@@ -237,8 +237,8 @@ class DevelopmentModeTest(TallyTestCase):
     def test_refuses_non_loopback_without_secret(self):
         tmp = tempfile.mkdtemp(prefix="tally-e2e-auth-")
         try:
-            rc, out, err = run_tallyd(["--listen", "0.0.0.0:0", "--data",
-                                       os.path.join(tmp, "data")])
+            rc, out, err = run_tallyd(["--listen", "0.0.0.0:0"] +
+                                      store_args(os.path.join(tmp, "data")))
             self.assertEqual(rc, 1, "development mode on 0.0.0.0\n" + err)
             self.assertNotIn("listening on", out)
             self.assertTrue(err.strip(), "no message")
