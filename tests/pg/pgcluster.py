@@ -413,7 +413,7 @@ def start_sync_standby(primary, name="standby", wait_sync_s=30):
                            "-R", "-X", "stream", "-c", "fast", "--no-sync"]),
              START_TIMEOUT_S * 2, "pg_basebackup")
         s.start()
-        primary.sql("ALTER SYSTEM SET synchronous_standby_names = '%s'" % name)
+        primary.sql("""ALTER SYSTEM SET synchronous_standby_names = '"%s"'""" % name)
         primary.sql("SELECT pg_reload_conf()")
         deadline = time.monotonic() + wait_sync_s
         while True:
