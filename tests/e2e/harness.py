@@ -24,10 +24,10 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
