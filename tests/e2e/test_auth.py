@@ -110,6 +110,7 @@ class BearerTest(SharedServerTestCase, AuthCase):
         self.assertWrite(self.put(s, item, "like", bearer(tok)), item, "like", "none", 1, True)
         self.assertEqual(self.reaction_of(s, item, tok),
                          {"item": item, "reaction": "like", "version": 1})
+        s.wait_counts(item, {"like": 1, "dislike": 0})  # counts may lag the write a moment
         doc = self.assertOk(s.json("GET", "/v1/items/" + item, headers=bearer(tok)))
         self.assertEqual(doc, {"item": item, "counts": {"like": 1, "dislike": 0},
                                "viewer": {"reaction": "like", "version": 1}})
@@ -221,6 +222,7 @@ class BearerTest(SharedServerTestCase, AuthCase):
         s, item, user = self.srv, uid("item"), uid("user")
         self.assertWrite(self.put(s, item, "dislike", bearer(token(user))),
                          item, "dislike", "none", 1, True)
+        s.wait_counts(item, {"like": 0, "dislike": 1})  # counts may lag the write a moment
         doc = self.assertOk(s.json("GET", "/v1/items/" + item))
         self.assertEqual(doc, {"item": item, "counts": {"like": 0, "dislike": 1}})
         doc = self.assertOk(s.json("GET", "/v1/items?ids=%s,%s" % (item, uid("item"))))

@@ -185,6 +185,9 @@ class ReadTest(SharedServerTestCase):
 
 class CustomKindsTest(TallyTestCase):
 
+    @embedded_only("restarts with a kind added; on PostgreSQL the kinds are a setting the "
+                   "nodes share, and a node with others refuses to start (API.md § Running on "
+                   "PostgreSQL; test_pg_nodes)")
     def test_custom_kinds_order_and_restart(self):
         with Server(args=["--reactions", "like,love,haha"]) as s:
             item, u1, u2, u3 = uid("item"), uid("user"), uid("user"), uid("user")
