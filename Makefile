@@ -3,14 +3,14 @@
 CC      ?= cc
 CLANG   ?= clang
 BUILD   := build
-CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -DH2O_USE_LIBUV=0 -Isrc -Wall -Wextra -Werror -pthread -MMD -MP
+CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -DH2O_USE_LIBUV=0 -Isrc -I/usr/include/postgresql -Wall -Wextra -Werror -pthread -MMD -MP
 CFLAGS  ?= -O2 -g
-LDLIBS  := -lm -lh2o-evloop -llmdb -ljansson -lssl -lcrypto -lpthread
+LDLIBS  := -lm -lh2o-evloop -llmdb -lpq -ljansson -lssl -lcrypto -lpthread
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Debian packages the build, the tests and the tools need (one place; `make deps` installs what is missing).
-DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libjansson-dev libssl-dev \
-                python3 clang clang-format libclang-rt-14-dev curl postgresql-15 libpq-dev
+DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq-dev postgresql-15 libjansson-dev libssl-dev \
+                python3 clang clang-format libclang-rt-14-dev curl
 
 CORE_SRC   := $(wildcard src/core/*.c)
 LIB_SRC    := $(CORE_SRC) $(wildcard src/store/*.c) $(wildcard src/store/*/*.c) $(wildcard src/engine/*.c)

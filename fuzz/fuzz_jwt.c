@@ -23,7 +23,8 @@ enum {
 #define B64_LEN(n) (((n) + 2) / 3 * 4)
 #define TOKEN_CAP (2 * B64_LEN(JWT_MAX_LEN) + SIG_TEXT_LEN + 2) /* two parts of up to JWT_MAX_LEN bytes, signed */
 
-static const span_t secrets[] = {SPAN_LIT("s3cret-one"), SPAN_LIT("rotated-two")};
+static const span_t secrets[] = {SPAN_LIT("s3cret-one-of-32-bytes-at-least.."),
+                                 SPAN_LIT("rotated-two-of-32-bytes-at-least")};
 #define NSECRETS (sizeof secrets / sizeof secrets[0])
 
 static const char b64url_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
@@ -42,8 +43,8 @@ static size_t b64url_encode(const unsigned char *in, size_t len, char *out)
     return n;
 }
 
-/* Decodes base64url without padding, ignoring the unused low bits of the last character (as decoders
- * commonly do). Returns the length, or -1. */
+/* Decodes canonical base64url without padding: the unused low bits of the last character must be
+ * zero (else four texts would decode to one signature). Returns the length, or -1. */
 static int b64url_decode(span_t in, unsigned char *out, size_t cap)
 {
     uint32_t acc = 0;
@@ -65,7 +66,7 @@ static int b64url_decode(span_t in, unsigned char *out, size_t cap)
             acc &= (1u << bits) - 1;
         }
     }
-    return (int)n;
+    return acc == 0 ? (int)n : -1; /* what is left are the unused bits */
 }
 
 static void hs256(span_t secret, span_t data, unsigned char mac[SIG_LEN])
@@ -161,6 +162,12 @@ static void check_signed(span_t input)
             FUZZ_ASSERT(got.exp == (uint64_t)exp_value);
         /* The same token under other secrets, or with its signature changed, is refused. */
         FUZZ_ASSERT(verify(tok, secrets + 1, NSECRETS - 1, &got) == -1);
+        /* The last character carries 2 unused bits: setting one gives the same bytes to a lax decoder. */
+        char last = token[n - 1];
+        const char *at = memchr(b64url_alphabet, last, 64);
+        token[n - 1] = b64url_alphabet[(at - b64url_alphabet) ^ 1];
+        FUZZ_ASSERT(verify(tok, secrets, NSECRETS, &got) == -1);
+        token[n - 1] = last;
         token[n - SIG_TEXT_LEN] = token[n - SIG_TEXT_LEN] == 'A' ? 'B' : 'A';
         FUZZ_ASSERT(verify(tok, secrets, NSECRETS, &got) == -1);
     }
@@ -203,26 +210,33 @@ static void check_sign(span_t input)
 static void check_secrets(span_t text)
 {
     span_t got[JWT_SECRETS_MAX];
-    int n = jwt_secrets_parse(text, got);
-    /* Reference: the non-empty lines, one trailing newline taken off first. */
-    span_t body = text;
-    if (body.len && body.ptr[body.len - 1] == '\n')
-        body.len--;
+    char err[256] = "";
+    int n = jwt_secrets_parse(text, got, err, sizeof err);
+    /* Reference: the lines without their \n or \r\n; empty ones skipped; each at least
+     * JWT_SECRET_MIN_LEN bytes, at most JWT_SECRETS_MAX of them, at least one. */
     int want = 0;
+    bool refused = false;
     size_t start = 0;
-    for (size_t i = 0; i <= body.len; i++) {
-        if (i < body.len && body.ptr[i] != '\n')
+    for (size_t i = 0; i <= text.len && !refused; i++) {
+        if (i < text.len && text.ptr[i] != '\n')
             continue;
-        if (i > start) {
-            if (want < JWT_SECRETS_MAX && n >= 0) {
+        size_t len = i - start;
+        if (len && text.ptr[start + len - 1] == '\r')
+            len--;
+        if (len) {
+            refused = want == JWT_SECRETS_MAX || len < JWT_SECRET_MIN_LEN;
+            if (!refused && n >= 0) {
                 FUZZ_ASSERT(want < n);
-                FUZZ_ASSERT(got[want].ptr == body.ptr + start && got[want].len == i - start);
+                FUZZ_ASSERT(got[want].ptr == text.ptr + start && got[want].len == len);
+                FUZZ_ASSERT(memchr(got[want].ptr, '\n', got[want].len) == NULL);
             }
-            want++;
+            want += !refused;
         }
         start = i + 1;
     }
-    FUZZ_ASSERT(n == (want > JWT_SECRETS_MAX ? -1 : want));
+    FUZZ_ASSERT(n == (refused || want == 0 ? -1 : want));
+    if (n < 0)
+        FUZZ_ASSERT(err[0] != '\0');
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

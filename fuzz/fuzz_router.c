@@ -147,6 +147,28 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(!memchr(r.kind.ptr, '/', r.kind.len));
     }
 
+    /* The origin form is the target itself or a suffix of it starting with '/' (or the literal "/"). */
+    span_t origin = route_origin_form(target);
+    FUZZ_ASSERT(span_eq(origin, target) || span_eq_str(origin, "/") ||
+                (fuzz_span_within(origin, target.ptr, target.len) && origin.len && origin.ptr[0] == '/' &&
+                 origin.ptr + origin.len == target.ptr + target.len));
+
+    /* A repeated name is one of the query's names, and names said to repeat occur twice. */
+    span_t repeated;
+    if (route_query_repeats(r.query, &repeated)) {
+        FUZZ_ASSERT(repeated.len > 0 && fuzz_span_within(repeated, r.query.ptr, r.query.len));
+        size_t seen = 0;
+        for (size_t pos = 0; pos <= r.query.len;) {
+            const char *amp = pos < r.query.len ? memchr(r.query.ptr + pos, '&', r.query.len - pos) : NULL;
+            size_t n = amp ? (size_t)(amp - r.query.ptr - pos) : r.query.len - pos;
+            const char *eq = n ? memchr(r.query.ptr + pos, '=', n) : NULL;
+            span_t key = {r.query.ptr + pos, eq ? (size_t)(eq - r.query.ptr - pos) : n};
+            seen += span_eq(key, repeated);
+            pos += n + 1;
+        }
+        FUZZ_ASSERT(seen >= 2);
+    }
+
     /* route_allows says yes exactly to the methods API.md gives the route. */
     for (size_t i = 0; i < ROUTE_COUNT; i++)
         FUZZ_ASSERT(route_allows(spec[i].id, method) == has_word(spec[i].methods, method));

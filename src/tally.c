@@ -257,15 +257,15 @@ static int cmd_erase_user(int argc, char **argv)
     if (!store)
         return EXIT_FAILED;
     write_cmd_t cmd = {.type = WRITE_CLEAR_USER};
-    memcpy(cmd.user, user.ptr, user.len);
-    cmd.user_len = user.len;
+    memcpy(cmd.clear.name, user.ptr, user.len);
+    cmd.clear.name_len = user.len;
     uint64_t changed = 0;
     int rc = 0;
     do {
         answer_free(&cmd.answer);
         rc = writer_call(writer, &cmd) == 0 && cmd.answer.status == 200 ? 0 : -1;
-        changed += cmd.changed;
-    } while (rc == 0 && cmd.more);
+        changed += cmd.clear.changed;
+    } while (rc == 0 && cmd.clear.more);
     answer_free(&cmd.answer);
     writer_stop(writer);
     store_close(store);
@@ -373,8 +373,9 @@ static int cmd_token(int argc, char **argv)
         len = (size_t)snprintf(text, sizeof text, "%s", getenv("TALLY_JWT_SECRET"));
     }
     span_t secrets[JWT_SECRETS_MAX];
-    if (jwt_secrets_parse((span_t){text, len}, secrets) <= 0)
-        return usage_error("no secret: set TALLY_JWT_SECRET or give --jwt-secret-file");
+    char err[256];
+    if (jwt_secrets_parse((span_t){text, len}, secrets, err, sizeof err) <= 0)
+        return usage_error(len ? err : "no secret: set TALLY_JWT_SECRET or give --jwt-secret-file");
     char token[JWT_MAX_LEN];
     int n = jwt_sign(f.user, f.admin, (uint64_t)time(NULL) + ttl_ms / 1000, secrets[0], token, sizeof token);
     if (n < 0) {

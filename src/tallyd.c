@@ -5,8 +5,10 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,15 +27,26 @@
 #define SHUTDOWN_FLUSH_MS 200
 #define RECOUNT_SAMPLE_ITEMS 100
 #define ADMIN_JOB_WAIT_MS 60000
-#define RATE_TABLE_CAPACITY (1u << 20)       /* buckets per limiter: ~24 MiB, whatever the number of users */
-#define HTTP_BODY_LIMIT_MIN_BYTES (1u << 20) /* h2o's own cap; handlers enforce the contract's 4 KiB */
+#define RATE_TABLE_CAPACITY (1u << 20)      /* buckets per limiter: ~24 MiB, whatever the number of users */
+#define HTTP_SMALL_BODY_BYTES (8u << 10)    /* h2o's cap for everyone; handlers enforce the contract's 4 KiB */
+#define RECOUNT_BODY_MAX_BYTES (256u << 10) /* an admin recount's item list (admin.c) */
+#define LARGE_BODIES_IN_FLIGHT 2            /* admitted admin bodies of --import-max-size at once */
+#define HEALTH_RESERVED_CONNECTIONS 16      /* past --max-connections, for /healthz and /readyz only */
+#define ADMIN_MAX_CONNECTIONS 256           /* the admin listener's own slots */
+#define FD_OVERHEAD 128                     /* descriptors besides connections: store, log, threads' queues */
+#define HELP_COLUMN 29                      /* where a flag's help text starts in --help */
+#define STR(x) STR_(x)
+#define STR_(x) #x
 
+/* Every flag's value, filled from the defaults of the flag table, then from the command line. */
 typedef struct {
     const char *listen;
+    const char *admin_listen;
     const char *data;
+    const char *store; /* --store URI; NULL: the embedded store in data */
     const char *reactions;
     const char *jwt_secret_file;
-    int threads;
+    uint64_t threads; /* 0: the number of CPUs */
     uint64_t idem_ttl_ms;
     uint64_t fold_window_ms;
     uint64_t request_timeout_ms;
@@ -45,9 +58,10 @@ typedef struct {
     uint64_t log_max_bytes;
     uint64_t import_max_bytes;
     uint64_t max_connections;
+    bool max_connections_given;
     uint64_t max_header_bytes;
     ratelimit_rule_t write_rule, read_rule;
-    double hot_threshold;
+    uint64_t hot_threshold;
     uint64_t trending_capacity;
     uint64_t recount_interval_ms;
     const char *access_log;
@@ -55,44 +69,175 @@ typedef struct {
     int ncors;
 } options_t;
 
-static const char usage_text[] =
-    "usage: tallyd [flags]\n"
-    "\n"
-    "  --listen HOST:PORT         address to serve HTTP on; port 0 picks a free port (default 127.0.0.1:8080)\n"
-    "  --data DIR                 the embedded store's directory, created if needed (default ./data)\n"
-    "  --reactions LIST           reaction kinds, comma-separated, a-z 0-9 _ (default like,dislike)\n"
-    "  --jwt-secret-file FILE     HS256 secrets, one per line (the first signs; all verify); re-read on\n"
-    "                             SIGHUP (default: the TALLY_JWT_SECRET environment variable)\n"
-    "  --threads N                HTTP threads (default: the number of CPUs)\n"
-    "  --idempotency-ttl DUR      how long Idempotency-Key answers are kept: 90s, 15m, 24h (default 24h)\n"
-    "  --fold-window DUR          minimum interval between folds of the log into counts (default 0)\n"
-    "  --request-timeout DUR      time to read a request and idle keep-alive limit (default 10s)\n"
-    "  --queue-max N              writes waiting for the writer at most; past it 503 (default 8192)\n"
-    "  --batch-max N              writes per commit at most (default 1024)\n"
-    "  --map-size SIZE            virtual size of the store's map, e.g. 256G (default 256G)\n"
-    "  --row-filter SIZE          memory for the filter of which (item, user) pairs have a row, so a\n"
-    "                             missing row (most viewers on most items) skips the B-tree; about\n"
-    "                             10 bits a row; 0 turns it off (default 64M)\n"
-    "  --log-retention DUR        keep folded transitions (the change feed) this long (default 24h)\n"
-    "  --import-max-size SIZE     largest body POST /v1/admin/import takes; h2o buffers a body whole\n"
-    "                             before any handler runs, so this bounds every request (default 16M)\n"
-    "  --rate-limit RATE/s[:BURST]  writes per user; burst defaults to twice the rate; off disables it\n"
-    "                             (default 20/s:40)\n"
-    "  --read-rate-limit RATE/s[:BURST]  reads without a user, per client address (default 200/s:400)\n"
-    "  --max-header-size SIZE     request header section at most; past it 431 (default 16K; h2o itself\n"
-    "                             refuses more than 100 headers or ~400 KiB)\n"
-    "  --max-connections N        open connections at most; past it 503 and close (default 10000)\n"
-    "  --cors-origin ORIGIN       allow browser calls from ORIGIN (repeatable; * for any; default none)\n"
-    "  --access-log FILE          one line per answer (key=value), appended to FILE; - for stderr (default off)\n"
-    "  --recount-interval DUR     recount the 100 most recently written items this often, correcting and\n"
-    "                             logging any drift; 0 turns it off (default 5m)\n"
-    "  --hot-threshold RATE       transitions per second that make an item hot (default 50)\n"
-    "  --trending-capacity K      counters per trending summary; the error bound is events/K (default 512)\n"
-    "  --log-max-size SIZE        prune the oldest folded transitions past this size (default 4GiB)\n"
-    "  --help                     this text\n"
-    "\n"
-    "Without TALLY_JWT_SECRET the server runs in development mode: the user is the X-User-Id header,\n"
-    "and it only listens on loopback addresses.\n";
+typedef struct flag flag_t;
+
+/* Parses value into dest (a field of options_t) within the flag's bounds. Returns NULL, or why the
+ * value is refused (a static or flag-owned string). */
+typedef const char *(*flag_set_fn)(const flag_t *f, const char *value, void *dest);
+
+/* One flag: adding a flag is one line of flags[] below (and its field in options_t). */
+struct flag {
+    const char *name; /* "--listen" */
+    const char *arg;  /* what --help shows for the value ("HOST:PORT"); NULL: the flag takes none */
+    const char *def;  /* the default, parsed by set like a given value; NULL: none (or said in help) */
+    const char *help; /* lines separated by \n; --help appends the default */
+    flag_set_fn set;
+    size_t offset;     /* of the value in options_t */
+    uint64_t min, max; /* bounds of numbers, sizes and durations */
+    const char *why;   /* the message for a refused value (the setters' own when NULL) */
+};
+
+static const char *set_string(const flag_t *f, const char *value, void *dest)
+{
+    (void)f;
+    *(const char **)dest = value;
+    return NULL;
+}
+
+static const char *set_listen(const flag_t *f, const char *value, void *dest)
+{
+    char host[LISTEN_HOST_MAX + 1];
+    uint16_t port;
+    if (parse_listen(value, host, &port) != 0)
+        return f->why ? f->why : "expected HOST:PORT";
+    *(const char **)dest = value;
+    return NULL;
+}
+
+static const char *set_uint(const flag_t *f, const char *value, void *dest)
+{
+    uint64_t n;
+    if (parse_uint(span_of(value), f->max, &n) != 0 || n < f->min)
+        return f->why ? f->why : "expected a whole number in range";
+    *(uint64_t *)dest = n;
+    return NULL;
+}
+
+static const char *set_duration(const flag_t *f, const char *value, void *dest)
+{
+    uint64_t ms;
+    if (parse_duration_ms(value, &ms) != 0)
+        return "expected a duration such as 250ms, 90s, 15m or 24h";
+    if (ms < f->min)
+        return f->why;
+    *(uint64_t *)dest = ms;
+    return NULL;
+}
+
+static const char *set_size(const flag_t *f, const char *value, void *dest)
+{
+    uint64_t bytes;
+    if (parse_size_bytes(value, &bytes) != 0 || bytes < f->min || bytes > f->max)
+        return f->why;
+    *(uint64_t *)dest = bytes;
+    return NULL;
+}
+
+static const char *set_rate(const flag_t *f, const char *value, void *dest)
+{
+    return ratelimit_parse(value, dest) == 0 ? NULL : f->why;
+}
+
+static const char *set_store(const flag_t *f, const char *value, void *dest)
+{
+    (void)f;
+    if (!store_location_is_url(value))
+        return "expected a postgresql:// (or postgres://) URI";
+    *(const char **)dest = value;
+    return NULL;
+}
+
+static const char *set_cors(const flag_t *f, const char *value, void *dest)
+{
+    (void)f;
+    options_t *o = (options_t *)((char *)dest - offsetof(options_t, cors));
+    if (o->ncors == CORS_ORIGINS_MAX)
+        return "given too many times";
+    if (strcmp(value, "*") != 0 && strncmp(value, "http://", 7) != 0 && strncmp(value, "https://", 8) != 0)
+        return "expected * or an origin such as https://app.example";
+    o->cors[o->ncors++] = value;
+    return NULL;
+}
+
+#define OPT(field) offsetof(options_t, field)
+#define DATA_DIR_DEFAULT "./data"
+#define DAY_MS (24ull * 3600 * 1000)
+
+/* Fields left out of a line are zero (no bounds, the setter's own message). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+static const flag_t flags[] = {
+    {"--listen", "HOST:PORT", "127.0.0.1:8080", "address to serve HTTP on; port 0 picks a free port", set_listen,
+     OPT(listen)},
+    {"--admin-listen", "HOST:PORT", NULL,
+     "a second listener for /v1/admin/..., /v1/changes, /metrics and health;\n"
+     "the public one then refuses bodies over 8K (default: none)",
+     set_listen, OPT(admin_listen)},
+    {"--data", "DIR", NULL, "the embedded store's directory, created if needed (default ./data)", set_string,
+     OPT(data)},
+    {"--store", "URI", NULL,
+     "keep everything in PostgreSQL instead: postgresql://user@host/db?...\n"
+     "(libpq's URI; PG* variables and ~/.pgpass apply; not with --data)",
+     set_store, OPT(store)},
+    {"--reactions", "LIST", KINDS_DEFAULT, "reaction kinds, comma-separated, a-z 0-9 _", set_string, OPT(reactions)},
+    {"--jwt-secret-file", "FILE", NULL,
+     "HS256 secrets, one per line (the first signs; all verify); re-read on\n"
+     "SIGHUP (default: the TALLY_JWT_SECRET environment variable)",
+     set_string, OPT(jwt_secret_file)},
+    {"--threads", "N", NULL, "HTTP threads (default: the number of CPUs)", set_uint, OPT(threads), 1, 64},
+    {"--idempotency-ttl", "DUR", "24h", "how long Idempotency-Key answers are kept: 90s, 15m, 24h", set_duration,
+     OPT(idem_ttl_ms), 1000, 0, "must be at least 1s"},
+    {"--fold-window", "DUR", "0", "minimum interval between folds of the log into counts", set_duration,
+     OPT(fold_window_ms)},
+    {"--request-timeout", "DUR", "10s", "time to read a request and idle keep-alive limit", set_duration,
+     OPT(request_timeout_ms), 100, 0, "must be at least 100ms"},
+    {"--queue-max", "N", STR(WRITER_QUEUE_MAX_DEFAULT), "writes waiting for the writer at most; past it 503", set_uint,
+     OPT(queue_max), 1, 1u << 24},
+    {"--batch-max", "N", STR(WRITER_BATCH_MAX_DEFAULT), "writes per commit at most", set_uint, OPT(batch_max), 1,
+     1u << 20},
+    {"--map-size", "SIZE", "256G", "virtual size of the store's map, e.g. 256G", set_size, OPT(map_size), 1u << 24,
+     UINT64_MAX, "expected a size of at least 16M, such as 256G"},
+    {"--row-filter", "SIZE", "64M",
+     "memory for the filter of which (item, user) pairs have a row, so a\n"
+     "missing row (most viewers on most items) skips the B-tree; about\n"
+     "10 bits a row; 0 turns it off",
+     set_size, OPT(row_filter), 0, 64ull << 30, "expected a size up to 64G, such as 64M, or 0"},
+    {"--log-retention", "DUR", "24h", "keep folded transitions (the change feed) this long", set_duration,
+     OPT(log_retention_ms)},
+    {"--log-max-size", "SIZE", "4GiB", "prune the oldest folded transitions past this size", set_size,
+     OPT(log_max_bytes), 1, UINT64_MAX, "expected a size such as 4GiB"},
+    {"--import-max-size", "SIZE", "16M",
+     "largest body POST /v1/admin/import takes, from an admin, as the first\n"
+     "request of a connection; every other body is refused over 8K",
+     set_size, OPT(import_max_bytes), 0, 1ull << 32, "expected a size up to 4G, such as 16M"},
+    {"--rate-limit", "RATE/s[:BURST]", "20/s:40", "writes per user; burst defaults to twice the rate; off disables it",
+     set_rate, OPT(write_rule), 0, 0, "expected RATE/s[:BURST] such as 20/s:40, or off"},
+    {"--read-rate-limit", "RATE/s[:BURST]", "200/s:400", "reads without a user, per client address", set_rate,
+     OPT(read_rule), 0, 0, "expected RATE/s[:BURST] such as 200/s:400, or off"},
+    {"--max-header-size", "SIZE", "16K",
+     "request header section at most; past it 431 (h2o itself refuses\n"
+     "more than 100 headers or ~400 KiB)",
+     set_size, OPT(max_header_bytes), 1024, 1u << 20, "expected a size from 1K to 1M, such as 16K"},
+    {"--max-connections", "N", "10000",
+     "open connections at most; past it 503 and close (16 more for health\n"
+     "checks); lowered to fit RLIMIT_NOFILE when not given",
+     set_uint, OPT(max_connections), 1, 1000000},
+    {"--cors-origin", "ORIGIN", NULL, "allow browser calls from ORIGIN (repeatable; * for any; default none)", set_cors,
+     OPT(cors)},
+    {"--access-log", "FILE", NULL, "one line per answer (key=value), appended to FILE; - for stderr (default off)",
+     set_string, OPT(access_log)},
+    {"--recount-interval", "DUR", "5m",
+     "recount the 100 most recently written items this often, correcting and\n"
+     "logging any drift; 0 turns it off",
+     set_duration, OPT(recount_interval_ms)},
+    {"--hot-threshold", "RATE", "50", "transitions per second that make an item hot", set_uint, OPT(hot_threshold), 1,
+     10000000},
+    {"--trending-capacity", "K", STR(TRENDING_CAPACITY_DEFAULT),
+     "counters per trending summary; the error bound is events/K", set_uint, OPT(trending_capacity), 16, 65536},
+    {"--help", NULL, NULL, "this text", NULL, 0},
+};
+#pragma GCC diagnostic pop
+#define NFLAGS (sizeof flags / sizeof flags[0])
 
 static void die_usage(const char *flag, const char *why)
 {
@@ -100,184 +245,74 @@ static void die_usage(const char *flag, const char *why)
     exit(EXIT_USAGE);
 }
 
-static uint64_t flag_duration(const char *flag, const char *value)
+/* --help: every flag of the table with its help text and default. */
+static void print_help(FILE *out)
 {
-    uint64_t ms;
-    if (parse_duration_ms(value, &ms) != 0)
-        die_usage(flag, "expected a duration such as 250ms, 90s, 15m or 24h");
-    return ms;
+    fputs("usage: tallyd [flags]\n\n", out);
+    for (size_t i = 0; i < NFLAGS; i++) {
+        const flag_t *f = &flags[i];
+        int n = fprintf(out, "  %s%s%s", f->name, f->arg ? " " : "", f->arg ? f->arg : "");
+        for (const char *line = f->help; line;) {
+            const char *nl = strchr(line, '\n');
+            int len = nl ? (int)(nl - line) : (int)strlen(line);
+            if (n >= HELP_COLUMN - 1) {
+                fputc('\n', out);
+                n = 0;
+            }
+            fprintf(out, "%*s%.*s", HELP_COLUMN - n, "", len, line);
+            if (!nl && f->def)
+                fprintf(out, " (default %s)", f->def);
+            fputc('\n', out);
+            n = 0;
+            line = nl ? nl + 1 : NULL;
+        }
+    }
+    fputs("\nWithout TALLY_JWT_SECRET the server runs in development mode: the user is the X-User-Id header,\n"
+          "and it only listens on loopback addresses.\n",
+          out);
 }
 
-static uint64_t flag_uint(const char *flag, const char *value, uint64_t min, uint64_t max)
+static void set_or_die(const flag_t *f, const char *value, options_t *o)
 {
-    uint64_t n;
-    if (parse_uint(span_of(value), max, &n) != 0 || n < min)
-        die_usage(flag, "expected a whole number in range");
-    return n;
+    const char *why = f->set(f, value, (char *)o + f->offset);
+    if (why)
+        die_usage(f->name, why);
 }
 
+/* Defaults first (from the table), then the command line; a bad value exits 2 naming the flag. */
 static void parse_flags(int argc, char **argv, options_t *o)
 {
-    enum {
-        F_LISTEN = 1,
-        F_DATA,
-        F_REACTIONS,
-        F_THREADS,
-        F_TTL,
-        F_FOLD,
-        F_TIMEOUT,
-        F_QUEUE,
-        F_BATCH,
-        F_MAP,
-        F_ROW_FILTER,
-        F_RETENTION,
-        F_LOGMAX,
-        F_JWT,
-        F_IMPORTMAX,
-        F_RATE,
-        F_READRATE,
-        F_MAXCONN,
-        F_CORS,
-        F_HOT,
-        F_MAXHDR,
-        F_RECOUNT,
-        F_ACCESSLOG,
-        F_TRENDCAP,
-        F_HELP
-    };
-    static const struct option flags[] = {
-        {"listen", required_argument, NULL, F_LISTEN},
-        {"data", required_argument, NULL, F_DATA},
-        {"reactions", required_argument, NULL, F_REACTIONS},
-        {"threads", required_argument, NULL, F_THREADS},
-        {"jwt-secret-file", required_argument, NULL, F_JWT},
-        {"idempotency-ttl", required_argument, NULL, F_TTL},
-        {"fold-window", required_argument, NULL, F_FOLD},
-        {"request-timeout", required_argument, NULL, F_TIMEOUT},
-        {"queue-max", required_argument, NULL, F_QUEUE},
-        {"batch-max", required_argument, NULL, F_BATCH},
-        {"map-size", required_argument, NULL, F_MAP},
-        {"row-filter", required_argument, NULL, F_ROW_FILTER},
-        {"log-retention", required_argument, NULL, F_RETENTION},
-        {"log-max-size", required_argument, NULL, F_LOGMAX},
-        {"import-max-size", required_argument, NULL, F_IMPORTMAX},
-        {"rate-limit", required_argument, NULL, F_RATE},
-        {"read-rate-limit", required_argument, NULL, F_READRATE},
-        {"max-connections", required_argument, NULL, F_MAXCONN},
-        {"cors-origin", required_argument, NULL, F_CORS},
-        {"hot-threshold", required_argument, NULL, F_HOT},
-        {"max-header-size", required_argument, NULL, F_MAXHDR},
-        {"recount-interval", required_argument, NULL, F_RECOUNT},
-        {"access-log", required_argument, NULL, F_ACCESSLOG},
-        {"trending-capacity", required_argument, NULL, F_TRENDCAP},
-        {"help", no_argument, NULL, F_HELP},
-        {NULL, 0, NULL, 0},
-    };
+    struct option longopts[NFLAGS + 1];
+    for (size_t i = 0; i < NFLAGS; i++) {
+        longopts[i] =
+            (struct option){flags[i].name + 2, flags[i].arg ? required_argument : no_argument, NULL, (int)i + 1};
+        if (flags[i].def)
+            set_or_die(&flags[i], flags[i].def, o);
+    }
+    longopts[NFLAGS] = (struct option){NULL, 0, NULL, 0};
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", flags, NULL)) != -1) {
-        const char *flag = argv[optind - 1];
-        switch (c) {
-        case F_LISTEN:
-            o->listen = optarg;
-            break;
-        case F_DATA:
-            o->data = optarg;
-            break;
-        case F_REACTIONS:
-            o->reactions = optarg;
-            break;
-        case F_JWT:
-            o->jwt_secret_file = optarg;
-            break;
-        case F_THREADS:
-            o->threads = (int)flag_uint("--threads", optarg, 1, 64);
-            break;
-        case F_TTL:
-            o->idem_ttl_ms = flag_duration("--idempotency-ttl", optarg);
-            if (o->idem_ttl_ms < 1000)
-                die_usage("--idempotency-ttl", "must be at least 1s");
-            break;
-        case F_FOLD:
-            o->fold_window_ms = flag_duration("--fold-window", optarg);
-            break;
-        case F_TIMEOUT:
-            o->request_timeout_ms = flag_duration("--request-timeout", optarg);
-            if (o->request_timeout_ms < 100)
-                die_usage("--request-timeout", "must be at least 100ms");
-            break;
-        case F_QUEUE:
-            o->queue_max = flag_uint("--queue-max", optarg, 1, 1u << 24);
-            break;
-        case F_BATCH:
-            o->batch_max = flag_uint("--batch-max", optarg, 1, 1u << 20);
-            break;
-        case F_MAP:
-            if (parse_size_bytes(optarg, &o->map_size) != 0 || o->map_size < (1u << 24))
-                die_usage("--map-size", "expected a size of at least 16M, such as 256G");
-            break;
-        case F_ROW_FILTER:
-            if (parse_size_bytes(optarg, &o->row_filter) != 0 || o->row_filter > (64ull << 30))
-                die_usage("--row-filter", "expected a size up to 64G, such as 64M, or 0");
-            break;
-        case F_RETENTION:
-            o->log_retention_ms = flag_duration("--log-retention", optarg);
-            break;
-        case F_LOGMAX:
-            if (parse_size_bytes(optarg, &o->log_max_bytes) != 0 || o->log_max_bytes == 0)
-                die_usage("--log-max-size", "expected a size such as 4GiB");
-            break;
-        case F_IMPORTMAX:
-            if (parse_size_bytes(optarg, &o->import_max_bytes) != 0 || o->import_max_bytes > (1ull << 32))
-                die_usage("--import-max-size", "expected a size up to 4G, such as 16M");
-            break;
-        case F_RATE:
-            if (ratelimit_parse(optarg, &o->write_rule) != 0)
-                die_usage("--rate-limit", "expected RATE/s[:BURST] such as 20/s:40, or off");
-            break;
-        case F_READRATE:
-            if (ratelimit_parse(optarg, &o->read_rule) != 0)
-                die_usage("--read-rate-limit", "expected RATE/s[:BURST] such as 200/s:400, or off");
-            break;
-        case F_MAXCONN:
-            o->max_connections = flag_uint("--max-connections", optarg, 1, 1000000);
-            break;
-        case F_CORS:
-            if (o->ncors == CORS_ORIGINS_MAX)
-                die_usage("--cors-origin", "given too many times");
-            if (strcmp(optarg, "*") != 0 && strncmp(optarg, "http://", 7) != 0 && strncmp(optarg, "https://", 8) != 0)
-                die_usage("--cors-origin", "expected * or an origin such as https://app.example");
-            o->cors[o->ncors++] = optarg;
-            break;
-        case F_MAXHDR:
-            if (parse_size_bytes(optarg, &o->max_header_bytes) != 0 || o->max_header_bytes < 1024 ||
-                o->max_header_bytes > (1u << 20))
-                die_usage("--max-header-size", "expected a size from 1K to 1M, such as 16K");
-            break;
-        case F_ACCESSLOG:
-            o->access_log = optarg;
-            break;
-        case F_RECOUNT:
-            o->recount_interval_ms = flag_duration("--recount-interval", optarg);
-            break;
-        case F_HOT:
-            o->hot_threshold = (double)flag_uint("--hot-threshold", optarg, 1, 10000000);
-            break;
-        case F_TRENDCAP:
-            o->trending_capacity = flag_uint("--trending-capacity", optarg, 16, 65536);
-            break;
-        case F_HELP:
-            fputs(usage_text, stdout);
+    while ((c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
+        const char *given = argv[optind - 1];
+        if (c == ':')
+            die_usage(given, "needs a value");
+        if (c < 1 || c > (int)NFLAGS)
+            die_usage(given, "unknown flag");
+        const flag_t *f = &flags[c - 1];
+        if (!f->set) { /* --help */
+            print_help(stdout);
             exit(0);
-        case ':':
-            die_usage(flag, "needs a value");
-            break;
-        default:
-            die_usage(flag, "unknown flag");
         }
+        set_or_die(f, optarg, o);
+        if (f->offset == OPT(max_connections))
+            o->max_connections_given = true;
     }
     if (optind < argc)
         die_usage(argv[optind], "unexpected argument");
+    if (o->threads == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        o->threads = cpus > 0 ? (uint64_t)cpus : 1;
+    }
 }
 
 static bool addr_is_loopback(const struct sockaddr *sa)
@@ -290,17 +325,17 @@ static bool addr_is_loopback(const struct sockaddr *sa)
 }
 
 /* Binds the listening socket; prints nothing. Returns the fd, or -1 with a message on stderr. */
-static int listen_on(const char *spec, bool loopback_only, char *shown, size_t shown_len)
+static int listen_on(const char *flag, const char *spec, bool loopback_only, char *shown, size_t shown_len)
 {
     char host[LISTEN_HOST_MAX + 1], port_text[8];
     uint16_t port;
-    if (parse_listen(spec, host, &port) != 0)
-        die_usage("--listen", "expected HOST:PORT");
+    if (parse_listen(spec, host, &port) != 0) /* checked with the flags already */
+        die_usage(flag, "expected HOST:PORT");
     snprintf(port_text, sizeof port_text, "%u", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV}, *res;
     int rc = getaddrinfo(host, port_text, &hints, &res);
     if (rc != 0) {
-        fprintf(stderr, "tallyd: --listen %s: %s\n", spec, gai_strerror(rc));
+        fprintf(stderr, "tallyd: %s %s: %s\n", flag, spec, gai_strerror(rc));
         return -1;
     }
     if (loopback_only && !addr_is_loopback(res->ai_addr)) {
@@ -338,6 +373,38 @@ static int listen_on(const char *spec, bool loopback_only, char *shown, size_t s
     return fd;
 }
 
+/* Every connection is a file descriptor: raise the soft RLIMIT_NOFILE as far as needed (up to the
+ * hard limit). When even the hard limit is too low, an explicit --max-connections is refused (exit
+ * 2); the default is lowered to fit, with a warning. Returns 0, or -1 having said why. */
+static int fd_limit_or_exit(options_t *o)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return 0;
+    rlim_t extra = HEALTH_RESERVED_CONNECTIONS + (o->admin_listen ? ADMIN_MAX_CONNECTIONS : 0) + FD_OVERHEAD;
+    rlim_t need = (rlim_t)o->max_connections + extra;
+    if (rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur >= need)
+        return 0;
+    if (rl.rlim_cur <= extra + 1 || o->max_connections_given) {
+        fprintf(stderr,
+                "tallyd: --max-connections: %llu connections need %llu file descriptors, but RLIMIT_NOFILE allows "
+                "%llu (raise it with ulimit -n or LimitNOFILE=, or lower --max-connections)\n",
+                (unsigned long long)o->max_connections, (unsigned long long)need, (unsigned long long)rl.rlim_cur);
+        return -1;
+    }
+    o->max_connections = (uint64_t)(rl.rlim_cur - extra);
+    fprintf(stderr,
+            "level=warn event=max-connections-lowered max_connections=%llu msg=\"RLIMIT_NOFILE is %llu; raise it to "
+            "serve more\"\n",
+            (unsigned long long)o->max_connections, (unsigned long long)rl.rlim_cur);
+    return 0;
+}
+
 /* The writer committed transitions: wake the change feed's long polls and the trending follower. */
 static void on_commit(void *arg)
 {
@@ -347,50 +414,170 @@ static void on_commit(void *arg)
         trending_notify(app->trending);
 }
 
-int main(int argc, char **argv)
+/* Development mode, or the JWT secrets. Returns 0, or the exit status having said why. */
+static int auth_setup(app_t *app, auth_keys_t *keys, const options_t *o)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    options_t o = {
-        .listen = "127.0.0.1:8080",
-        .data = "./data",
-        .reactions = KINDS_DEFAULT,
-        .threads = cpus > 0 ? (int)cpus : 1,
-        .idem_ttl_ms = 24ull * 3600 * 1000,
-        .request_timeout_ms = 10000,
-        .map_size = STORE_MAP_SIZE_DEFAULT,
-        .row_filter = 64ull << 20,
-        .queue_max = WRITER_QUEUE_MAX_DEFAULT,
-        .batch_max = WRITER_BATCH_MAX_DEFAULT,
-        .log_retention_ms = 24ull * 3600 * 1000,
-        .log_max_bytes = 4ull << 30,
-        .import_max_bytes = 16u << 20,
-        .max_connections = 10000,
-        .max_header_bytes = 16u << 10,
-        .write_rule = {20, 40},
-        .read_rule = {200, 400},
-        .hot_threshold = 50,
-        .trending_capacity = TRENDING_CAPACITY_DEFAULT,
-        .recount_interval_ms = 5 * 60 * 1000,
-    };
-    parse_flags(argc, argv, &o);
-    kinds_t kinds;
     char err[512];
-    if (kinds_parse(&kinds, o.reactions, err, sizeof err) != 0)
-        die_usage("--reactions", err);
-    static app_t app;
-    static auth_keys_t keys = {.lock = PTHREAD_RWLOCK_INITIALIZER};
     const char *secret = getenv("TALLY_JWT_SECRET");
-    app.dev_mode = !o.jwt_secret_file && !(secret && *secret);
-    if (!app.dev_mode) {
-        if (auth_keys_load(&keys, o.jwt_secret_file, secret, err, sizeof err) != 0) {
-            fprintf(stderr, "tallyd: %s: %s\n", o.jwt_secret_file ? "--jwt-secret-file" : "TALLY_JWT_SECRET", err);
-            return o.jwt_secret_file ? EXIT_USAGE : 1;
-        }
-        app.keys = &keys;
-    } else {
+    app->dev_mode = !o->jwt_secret_file && !(secret && *secret);
+    if (app->dev_mode) {
         fprintf(stderr, "level=warn event=development-mode msg=\"no TALLY_JWT_SECRET: the user is the X-User-Id "
                         "header; listening on loopback only\"\n");
+        return 0;
     }
+    if (auth_keys_load(keys, o->jwt_secret_file, secret, err, sizeof err) != 0) {
+        fprintf(stderr, "tallyd: %s: %s\n", o->jwt_secret_file ? "--jwt-secret-file" : "TALLY_JWT_SECRET", err);
+        return o->jwt_secret_file ? EXIT_USAGE : 1;
+    }
+    app->keys = keys;
+    return 0;
+}
+
+/* The app's settings from the flags. Returns 0, or -1 having said why. */
+static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store_t *store)
+{
+    app->kinds = kinds;
+    app->store = store;
+    app->data_dir = o->store ? NULL : o->data;
+    if (ratelimit_new(o->write_rule, RATE_TABLE_CAPACITY, &app->write_limit) != 0 ||
+        ratelimit_new(o->read_rule, RATE_TABLE_CAPACITY, &app->read_limit) != 0) {
+        fprintf(stderr, "tallyd: out of memory for the rate limits\n");
+        return -1;
+    }
+    for (int i = 0; i < o->ncors; i++)
+        app->cors_origins[i] = o->cors[i];
+    app->ncors = o->ncors;
+    app->max_header_bytes = o->max_header_bytes;
+    if (o->access_log) {
+        app->access_log = strcmp(o->access_log, "-") == 0 ? stderr : fopen(o->access_log, "a");
+        if (!app->access_log) {
+            fprintf(stderr, "tallyd: --access-log %s: %s\n", o->access_log, strerror(errno));
+            return -1;
+        }
+        setvbuf(app->access_log, NULL, _IOLBF, 0);
+    }
+    return 0;
+}
+
+/* The feed, the writer, trending and the periodic recount. Returns 0, or -1 having said why. */
+static int engine_start(app_t *app, const options_t *o, recount_sampler_t **sampler)
+{
+    writer_options_t wopt = {
+        .queue_max = o->queue_max,
+        .batch_max = o->batch_max,
+        .fold_max = WRITER_FOLD_MAX_DEFAULT,
+        .fold_window_ms = o->fold_window_ms,
+        .idem_ttl_ms = o->idem_ttl_ms,
+        .sweep_max = WRITER_SWEEP_MAX_DEFAULT,
+        .log_retention_ms = o->log_retention_ms,
+        .log_max_bytes = o->log_max_bytes,
+        .on_commit = on_commit,
+        .on_commit_arg = app,
+    };
+    trending_options_t topt = {.capacity = o->trending_capacity, .hot_threshold = (double)o->hot_threshold};
+    const char *what = NULL;
+    if (feed_start(app->store, &app->feed) != 0)
+        what = "the change feed thread";
+    else if (writer_start(app->store, app->kinds, &wopt, &app->writer) != 0)
+        what = "the writer thread";
+    else if (trending_start(app->store, app->writer, app->kinds, &topt, &app->trending) != 0)
+        what = "trending";
+    else if (recount_sampler_start(app->store, app->writer, o->recount_interval_ms, RECOUNT_SAMPLE_ITEMS, sampler) != 0)
+        what = "the periodic recount";
+    if (what)
+        fprintf(stderr, "tallyd: cannot start %s\n", what);
+    return what ? -1 : 0;
+}
+
+static int http_start(app_t *app, const options_t *o, int listen_fd, int admin_fd)
+{
+    size_t large_limit = o->import_max_bytes > RECOUNT_BODY_MAX_BYTES ? o->import_max_bytes : RECOUNT_BODY_MAX_BYTES;
+    http_server_config_t hcfg = {
+        .listen_fd = listen_fd,
+        .admin_listen = admin_fd >= 0,
+        .admin_fd = admin_fd,
+        .threads = (int)o->threads,
+        .small_body_bytes = HTTP_SMALL_BODY_BYTES,
+        .max_body_bytes = large_limit,
+        .large_body_budget = LARGE_BODIES_IN_FLIGHT * large_limit,
+        .request_timeout_ms = o->request_timeout_ms,
+        .handler = app_handle,
+        .on_respond = app_on_respond,
+        .admits_large_body = app_admits_large_body,
+        .max_connections = o->max_connections,
+        .health_reserve = HEALTH_RESERVED_CONNECTIONS,
+        .admin_max_connections = ADMIN_MAX_CONNECTIONS,
+        .app = app,
+    };
+    if (http_server_start(&hcfg) != 0) {
+        fprintf(stderr, "tallyd: cannot start the HTTP threads\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Waits for SIGTERM or SIGINT, re-reading the secrets on each SIGHUP. Returns the signal. */
+static int wait_for_stop(const sigset_t *stop_signals, const options_t *o, auth_keys_t *keys)
+{
+    char err[512];
+    int sig = 0;
+    for (;;) {
+        sigwait(stop_signals, &sig);
+        if (sig != SIGHUP)
+            return sig;
+        if (!o->jwt_secret_file)
+            fprintf(stderr, "level=info event=sighup msg=\"nothing to reload\"\n");
+        else if (auth_keys_load(keys, o->jwt_secret_file, NULL, err, sizeof err) != 0)
+            fprintf(stderr, "level=error event=secrets-reload error=\"%s\" msg=\"keeping the secrets in force\"\n",
+                    err);
+        else
+            fprintf(stderr, "level=info event=secrets-reloaded count=%d\n", keys->count);
+    }
+}
+
+/* Stop accepting, answer what is in flight, then stop the engine and close the store. */
+static void shut_down(app_t *app, recount_sampler_t *sampler)
+{
+    atomic_store(&app->ready, false);
+    atomic_store(&app->draining, true);
+    http_server_stop_accepting();
+    feed_stop(app->feed); /* long polls are answered at once */
+    size_t left = http_server_drain(DRAIN_TIMEOUT_MS);
+    if (left)
+        fprintf(stderr, "level=warn event=shutdown-drain unanswered=%zu\n", left);
+    const struct timespec flush = {0, SHUTDOWN_FLUSH_MS * 1000000L};
+    nanosleep(&flush, NULL); /* the loops keep running: the last answers leave their sockets */
+    http_server_stop();
+    recount_sampler_stop(sampler);
+    /* A long admin job (import, recount, erase) still needs the writer and the store. */
+    const struct timespec tick = {0, 10 * 1000000L};
+    for (int i = 0; atomic_load(&app->admin_busy) && i < ADMIN_JOB_WAIT_MS / 10; i++)
+        nanosleep(&tick, NULL);
+    if (atomic_load(&app->admin_busy))
+        fprintf(stderr, "level=warn event=shutdown msg=\"an admin job is still running; stopping anyway\"\n");
+    trending_stop(app->trending); /* persists its open buckets through the writer */
+    writer_stop(app->writer);
+    feed_free(app->feed);
+    store_close(app->store);
+}
+
+int main(int argc, char **argv)
+{
+    static options_t o;
+    static app_t app;
+    static auth_keys_t keys = {.lock = PTHREAD_RWLOCK_INITIALIZER};
+    static kinds_t kinds;
+    char err[512];
+    parse_flags(argc, argv, &o);
+    if (o.store && o.data)
+        die_usage("--store", "give either --data or --store, not both");
+    if (!o.store && !o.data)
+        o.data = DATA_DIR_DEFAULT;
+    if (kinds_parse(&kinds, o.reactions, err, sizeof err) != 0)
+        die_usage("--reactions", err);
+    int rc = auth_setup(&app, &keys, &o);
+    if (rc != 0)
+        return rc;
 
     /* Block the stop signals in every thread; main waits for them below. */
     sigset_t stop_signals;
@@ -401,121 +588,45 @@ int main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (store_lock_dir(o.data, err, sizeof err) < 0) {
+    if (!o.store && store_lock_dir(o.data, err, sizeof err) < 0) {
         fprintf(stderr, "tallyd: %s\n", err);
         return 1;
     }
-    char shown[LISTEN_HOST_MAX + 16];
-    int listen_fd = listen_on(o.listen, app.dev_mode, shown, sizeof shown);
-    if (listen_fd < 0)
+    if (fd_limit_or_exit(&o) != 0)
+        return EXIT_USAGE;
+    char shown[LISTEN_HOST_MAX + 16], admin_shown[LISTEN_HOST_MAX + 16];
+    int listen_fd = listen_on("--listen", o.listen, app.dev_mode, shown, sizeof shown), admin_fd = -1;
+    if (listen_fd < 0 || (o.admin_listen && (admin_fd = listen_on("--admin-listen", o.admin_listen, app.dev_mode,
+                                                                  admin_shown, sizeof admin_shown)) < 0))
         return 1;
+    app.admin_listen = admin_fd >= 0;
     store_t *store;
-    store_options_t sopt = {.map_size_bytes = o.map_size, .row_filter_bytes = o.row_filter};
-    if (store_open(o.data, &kinds, &sopt, &store, err, sizeof err) != STORE_OK) {
-        fprintf(stderr, "tallyd: %s\n", err);
-        return 1;
-    }
-    writer_options_t wopt = {
-        .queue_max = o.queue_max,
-        .batch_max = o.batch_max,
-        .fold_max = WRITER_FOLD_MAX_DEFAULT,
-        .fold_window_ms = o.fold_window_ms,
+    store_options_t sopt = {
+        .map_size_bytes = o.map_size,
+        .row_filter_bytes = o.row_filter,
         .idem_ttl_ms = o.idem_ttl_ms,
-        .sweep_max = WRITER_SWEEP_MAX_DEFAULT,
         .log_retention_ms = o.log_retention_ms,
-        .log_max_bytes = o.log_max_bytes,
+        .reaction_mode = "one",
     };
-    app.kinds = &kinds;
-    app.store = store;
-    app.data_dir = o.data;
-    app.write_limit = ratelimit_new(o.write_rule, RATE_TABLE_CAPACITY);
-    app.read_limit = ratelimit_new(o.read_rule, RATE_TABLE_CAPACITY);
-    for (int i = 0; i < o.ncors; i++)
-        app.cors_origins[i] = o.cors[i];
-    app.ncors = o.ncors;
-    app.max_header_bytes = o.max_header_bytes;
-    if (o.access_log) {
-        app.access_log = strcmp(o.access_log, "-") == 0 ? stderr : fopen(o.access_log, "a");
-        if (!app.access_log) {
-            fprintf(stderr, "tallyd: --access-log %s: %s\n", o.access_log, strerror(errno));
-            return 1;
-        }
-        setvbuf(app.access_log, NULL, _IOLBF, 0);
-    }
-    if (feed_start(store, &app.feed) != 0) {
-        fprintf(stderr, "tallyd: cannot start the change feed thread\n");
-        return 1;
-    }
-    wopt.on_commit = on_commit;
-    wopt.on_commit_arg = &app;
-    if (writer_start(store, &kinds, &wopt, &app.writer) != 0) {
-        fprintf(stderr, "tallyd: cannot start the writer thread\n");
-        return 1;
-    }
-    trending_options_t topt = {.capacity = o.trending_capacity, .hot_threshold = o.hot_threshold};
-    if (trending_start(store, app.writer, &kinds, &topt, &app.trending) != 0) {
-        fprintf(stderr, "tallyd: cannot start trending\n");
+    if (store_open(o.store ? o.store : o.data, &kinds, &sopt, &store, err, sizeof err) != STORE_OK) {
+        fprintf(stderr, "tallyd: %s\n", err);
         return 1;
     }
     recount_sampler_t *sampler;
-    if (recount_sampler_start(store, app.writer, o.recount_interval_ms, RECOUNT_SAMPLE_ITEMS, &sampler) != 0) {
-        fprintf(stderr, "tallyd: cannot start the periodic recount\n");
+    if (app_setup(&app, &o, &kinds, store) != 0 || engine_start(&app, &o, &sampler) != 0 ||
+        http_start(&app, &o, listen_fd, admin_fd) != 0)
         return 1;
-    }
-    http_server_config_t hcfg = {
-        .listen_fd = listen_fd,
-        .threads = o.threads,
-        .max_body_bytes =
-            o.import_max_bytes > HTTP_BODY_LIMIT_MIN_BYTES ? o.import_max_bytes : HTTP_BODY_LIMIT_MIN_BYTES,
-        .request_timeout_ms = o.request_timeout_ms,
-        .handler = app_handle,
-        .on_respond = app_on_respond,
-        .max_connections = o.max_connections,
-        .app = &app,
-    };
-    if (http_server_start(&hcfg) != 0) {
-        fprintf(stderr, "tallyd: cannot start the HTTP threads\n");
-        return 1;
-    }
     atomic_store(&app.ready, true);
+    if (admin_fd >= 0)
+        printf("tallyd: admin listening on http://%s\n", admin_shown);
     printf("tallyd: listening on http://%s\n", shown);
     fflush(stdout);
 
-    int sig = 0;
-    for (;;) {
-        sigwait(&stop_signals, &sig);
-        if (sig != SIGHUP)
-            break;
-        if (!o.jwt_secret_file)
-            fprintf(stderr, "level=info event=sighup msg=\"nothing to reload\"\n");
-        else if (auth_keys_load(&keys, o.jwt_secret_file, NULL, err, sizeof err) != 0)
-            fprintf(stderr, "level=error event=secrets-reload error=\"%s\" msg=\"keeping the secrets in force\"\n",
-                    err);
-        else
-            fprintf(stderr, "level=info event=secrets-reloaded count=%d\n", keys.count);
-    }
+    int sig = wait_for_stop(&stop_signals, &o, &keys);
     fprintf(stderr, "level=info event=shutdown signal=%s\n", sig == SIGTERM ? "TERM" : "INT");
-    atomic_store(&app.ready, false);
-    atomic_store(&app.draining, true);
-    http_server_stop_accepting();
-    feed_stop(app.feed); /* long polls are answered at once */
-    size_t left = http_server_drain(DRAIN_TIMEOUT_MS);
-    if (left)
-        fprintf(stderr, "level=warn event=shutdown-drain unanswered=%zu\n", left);
-    const struct timespec flush = {0, SHUTDOWN_FLUSH_MS * 1000000L};
-    nanosleep(&flush, NULL); /* the loops keep running: the last answers leave their sockets */
-    http_server_stop();
-    recount_sampler_stop(sampler);
-    /* A long admin job (import, recount, erase) still needs the writer and the store. */
-    const struct timespec tick = {0, 10 * 1000000L};
-    for (int i = 0; atomic_load(&app.admin_busy) && i < ADMIN_JOB_WAIT_MS / 10; i++)
-        nanosleep(&tick, NULL);
-    if (atomic_load(&app.admin_busy))
-        fprintf(stderr, "level=warn event=shutdown msg=\"an admin job is still running; stopping anyway\"\n");
-    trending_stop(app.trending); /* persists its open buckets through the writer */
-    writer_stop(app.writer);
-    feed_free(app.feed);
-    store_close(store);
+    shut_down(&app, sampler);
     close(listen_fd);
+    if (admin_fd >= 0)
+        close(admin_fd);
     return 0;
 }

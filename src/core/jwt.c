@@ -10,7 +10,22 @@
 
 #define SIG_LEN 32
 
-/* base64url (no padding) → bytes, through OpenSSL's standard base64. Returns the length or -1. */
+/* The 6-bit value of a base64url character, or -1 for anything else (padding, whitespace, + and /). */
+static int b64url_value(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '-' ? 62 : c == '_' ? 63 : -1;
+}
+
+/* base64url (no padding) → bytes, through OpenSSL's standard base64. Only the canonical encoding is
+ * taken: every character from the alphabet (OpenSSL's decoder would skip whitespace) and the bits
+ * that the last character carries beyond the data zero — else four texts decode to one signature,
+ * and a changed token still verifies (RFC 4648 §3.5). Returns the length or -1. */
 static int b64url_decode(span_t in, unsigned char *out, size_t outcap)
 {
     size_t padded = (in.len + 3) / 4 * 4;
@@ -19,14 +34,14 @@ static int b64url_decode(span_t in, unsigned char *out, size_t outcap)
     char buf[JWT_MAX_LEN + 4];
     for (size_t i = 0; i < in.len; i++) {
         char c = in.ptr[i];
-        if (c == '-')
-            c = '+';
-        else if (c == '_')
-            c = '/';
-        else if (c == '+' || c == '/' || c == '=')
+        if (b64url_value(c) < 0)
             return -1; /* not base64url */
-        buf[i] = c;
+        buf[i] = c == '-' ? '+' : c == '_' ? '/' : c;
     }
+    /* 2 characters of a last group carry 8 bits (4 unused), 3 carry 16 (2 unused). */
+    int unused_mask = in.len % 4 == 2 ? 0x0f : in.len % 4 == 3 ? 0x03 : 0;
+    if (in.len && (b64url_value(in.ptr[in.len - 1]) & unused_mask) != 0)
+        return -1;
     for (size_t i = in.len; i < padded; i++)
         buf[i] = '=';
     int n = EVP_DecodeBlock(out, (const unsigned char *)buf, (int)padded);
@@ -160,22 +175,32 @@ done:
     return rc;
 }
 
-int jwt_secrets_parse(span_t text, span_t secrets[JWT_SECRETS_MAX])
+int jwt_secrets_parse(span_t text, span_t secrets[JWT_SECRETS_MAX], char *err, size_t errlen)
 {
-    if (text.len && text.ptr[text.len - 1] == '\n')
-        text.len--;
-    int n = 0;
+    int n = 0, line = 0;
     size_t pos = 0;
-    while (pos <= text.len) {
+    while (pos < text.len) {
         const char *start = text.ptr + pos;
         const char *nl = memchr(start, '\n', text.len - pos);
         size_t len = nl ? (size_t)(nl - start) : text.len - pos;
-        if (len > 0) {
-            if (n == JWT_SECRETS_MAX)
-                return -1;
-            secrets[n++] = (span_t){start, len};
-        }
         pos += len + 1;
+        line++;
+        if (len && start[len - 1] == '\r')
+            len--; /* a file written on Windows: the \r is not part of the secret */
+        if (len == 0)
+            continue;
+        if (n == JWT_SECRETS_MAX) {
+            snprintf(err, errlen, "at most %d JWT secrets", JWT_SECRETS_MAX);
+            return -1;
+        }
+        if (len < JWT_SECRET_MIN_LEN) {
+            snprintf(err, errlen, "the JWT secret on line %d is %zu bytes; HS256 needs at least %d (RFC 7518 §3.2)",
+                     line, len, JWT_SECRET_MIN_LEN);
+            return -1;
+        }
+        secrets[n++] = (span_t){start, len};
     }
-    return n;
+    if (n == 0)
+        snprintf(err, errlen, "no JWT secret given");
+    return n ? n : -1;
 }

@@ -26,9 +26,13 @@ int jwt_verify(span_t token, const span_t *secrets, size_t nsecrets, uint64_t no
 /* Signs {"sub":…,"exp":…[,"role":"admin"]}. Returns the token's length, or -1. */
 int jwt_sign(const char *sub, bool admin, uint64_t exp, span_t secret, char *out, size_t outlen);
 
-/* Splits a secret file's text into secrets: one per line, one trailing newline stripped, empty
- * lines skipped. Returns the count (0..JWT_SECRETS_MAX), or -1 when there are more. The spans
- * point into text. */
-int jwt_secrets_parse(span_t text, span_t secrets[JWT_SECRETS_MAX]);
+/* A shorter HS256 key is refused: RFC 7518 §3.2 asks for a key at least as long as the hash (256 bits). */
+#define JWT_SECRET_MIN_LEN 32
+
+/* Splits a secret file's text (or TALLY_JWT_SECRET) into secrets: one per line, each line's \n or
+ * \r\n stripped, empty lines skipped. Returns the count (1..JWT_SECRETS_MAX), or -1 with err
+ * filled: no secret, more than JWT_SECRETS_MAX, or one shorter than JWT_SECRET_MIN_LEN bytes.
+ * The spans point into text. */
+int jwt_secrets_parse(span_t text, span_t secrets[JWT_SECRETS_MAX], char *err, size_t errlen);
 
 #endif

@@ -51,13 +51,14 @@ static uint64_t key_hash(span_t key)
     return h ? h : 1;
 }
 
-ratelimit_t *ratelimit_new(ratelimit_rule_t rule, size_t capacity)
+int ratelimit_new(ratelimit_rule_t rule, size_t capacity, ratelimit_t **out)
 {
+    *out = NULL;
     if (rule.rate_per_s <= 0)
-        return NULL;
+        return 0; /* off */
     ratelimit_t *rl = calloc(1, sizeof *rl);
     if (!rl)
-        return NULL;
+        return -1;
     rl->rule = rule;
     rl->per_shard = capacity / RATELIMIT_SHARDS + RATELIMIT_PROBE;
     for (int i = 0; i < RATELIMIT_SHARDS; i++) {
@@ -65,10 +66,11 @@ ratelimit_t *ratelimit_new(ratelimit_rule_t rule, size_t capacity)
         rl->shards[i].slots = calloc(rl->per_shard, sizeof(bucket_t));
         if (!rl->shards[i].slots) {
             ratelimit_free(rl);
-            return NULL;
+            return -1;
         }
     }
-    return rl;
+    *out = rl;
+    return 0;
 }
 
 void ratelimit_free(ratelimit_t *rl)

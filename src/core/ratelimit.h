@@ -22,9 +22,11 @@ int ratelimit_parse(const char *text, ratelimit_rule_t *rule);
 
 typedef struct ratelimit ratelimit_t;
 
-/* A table of at most capacity buckets (rounded up to a multiple of the shards). NULL when off
- * (rule.rate_per_s == 0) or out of memory; ratelimit_take on NULL always allows. */
-ratelimit_t *ratelimit_new(ratelimit_rule_t rule, size_t capacity);
+/* A table of at most capacity buckets (rounded up to a multiple of the shards) in *out. Returns 0,
+ * with *out NULL when the rule is off (rule.rate_per_s == 0): ratelimit_take on NULL always
+ * allows. Returns -1 when out of memory (*out NULL): the caller must not run without the limit it
+ * was asked for. */
+int ratelimit_new(ratelimit_rule_t rule, size_t capacity, ratelimit_t **out);
 void ratelimit_free(ratelimit_t *rl);
 
 /* Takes one token from key's bucket at now_ms. Returns 0 when allowed, else the whole seconds

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #define FEED_IDLE_MS 1000
+#define FEED_SHARED_POLL_MS 100 /* a shared store: how often waiters look for other nodes' entries */
 
 struct feed_waiter {
     uint64_t after, deadline_ms;
@@ -73,6 +74,7 @@ static uint64_t feed_last_seq(store_t *store)
 static void *feed_main(void *arg)
 {
     feed_t *f = arg;
+    thread_set_name("tally-feed");
     pthread_mutex_lock(&f->lock);
     for (;;) {
         uint64_t now = mono_ms(), next_deadline = now + FEED_IDLE_MS;
@@ -104,8 +106,13 @@ static void *feed_main(void *arg)
         pthread_mutex_lock(&f->lock);
         if (!f->dirty && !f->stopping) {
             uint64_t wait = next_deadline > mono_ms() ? next_deadline - mono_ms() : 0;
+            bool poll = f->waiters && store_shared(f->store); /* nobody tells this node of the others' commits */
+            if (poll && wait > FEED_SHARED_POLL_MS)
+                wait = FEED_SHARED_POLL_MS;
             struct timespec until = clock_deadline(CLOCK_MONOTONIC, wait);
             pthread_cond_timedwait(&f->cond, &f->lock, &until);
+            if (poll)
+                f->dirty = true;
         }
     }
 }

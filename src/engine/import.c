@@ -82,7 +82,7 @@ static const char *parse_csv(const kinds_t *kinds, span_t line, record_t *rec)
 static void record_done(write_cmd_t *cmd, void *arg)
 {
     import_report_t *rep = arg;
-    if (cmd->answer.status == 200 && cmd->changed)
+    if (cmd->answer.status == 200 && cmd->react.changed)
         atomic_fetch_add(&rep->applied_live, 1);
     else if (cmd->answer.status == 200)
         atomic_fetch_add(&rep->unchanged_live, 1);
@@ -94,12 +94,12 @@ static int record_submit(writer_t *w, writer_group_t *g, const record_t *rec)
     if (!cmd)
         return -1;
     cmd->type = WRITE_REACT;
-    cmd->op = REACT_SET;
-    cmd->kind = rec->kind;
-    memcpy(cmd->item, rec->item.ptr, rec->item.len);
-    cmd->item_len = rec->item.len;
-    memcpy(cmd->user, rec->user.ptr, rec->user.len);
-    cmd->user_len = rec->user.len;
+    cmd->react.op = REACT_SET;
+    cmd->react.kind = rec->kind;
+    memcpy(cmd->react.item, rec->item.ptr, rec->item.len);
+    cmd->react.item_len = rec->item.len;
+    memcpy(cmd->react.user, rec->user.ptr, rec->user.len);
+    cmd->react.user_len = rec->user.len;
     if (writer_group_submit(w, g, cmd) != 0) {
         free(cmd);
         return -1;

@@ -1,6 +1,9 @@
 /* pipeline.c — the fold: many transitions of one item become one counts update. */
 #include "engine/pipeline.h"
 
+#include <assert.h>
+#include <stdio.h>
+
 #include "core/itemmap.h"
 
 typedef struct {
@@ -17,6 +20,13 @@ static int fold_one(void *arg, uint64_t seq, const transition_t *t)
     if (f->seen == f->limit) { /* one past the limit: only look, to report the lag */
         f->result->more = true;
         f->result->oldest_unfolded_ms = t->at_ms;
+        return 1;
+    }
+    if (t->from == t->to) { /* read from the disk: the writer never logs a non-change */
+        fprintf(stderr,
+                "level=error event=store-corrupt table=log seq=%llu error=\"a transition from a kind to itself\"\n",
+                (unsigned long long)seq);
+        f->rc = STORE_ERROR;
         return 1;
     }
     itemmap_entry_t *e = itemmap_get(&f->sums, t->item);
@@ -45,6 +55,12 @@ int pipeline_fold(store_write_t *w, size_t limit, pipeline_result_t *result)
         const itemmap_entry_t *e = &f.sums.entries[i];
         if (itemmap_entry_is_zero(e))
             continue; /* a like taken back within the batch writes nothing */
+        /* Each folded transition moves one item's total by -1, 0 or +1, and never counts none. A
+         * count driven below zero is the disk's data disagreeing, an error of store_counts_add. */
+        int64_t net = 0;
+        for (int k = 0; k <= KINDS_MAX; k++)
+            net += e->deltas[k];
+        assert(e->deltas[KIND_NONE] == 0 && net >= -(int64_t)f.seen && net <= (int64_t)f.seen);
         rc = store_counts_add(w, (span_t){e->item, e->item_len}, e->deltas);
         updates++;
     }

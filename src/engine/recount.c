@@ -44,12 +44,22 @@ typedef struct {
     size_t last_len;
 } chunk_t;
 
+/* The log not yet folded, summed per item. A scan stopped by a failed itemmap_get would leave a
+ * partial map and every later comparison would find false drift: it is an error, as in fold_one. */
+typedef struct {
+    itemmap_t map;
+    int rc;
+} unfolded_t;
+
 static int unfolded_add(void *arg, uint64_t seq, const transition_t *t)
 {
     (void)seq;
-    itemmap_entry_t *e = itemmap_get(arg, t->item);
-    if (!e)
+    unfolded_t *u = arg;
+    itemmap_entry_t *e = itemmap_get(&u->map, t->item);
+    if (!e) {
+        u->rc = STORE_ERROR;
         return 1;
+    }
     reaction_deltas_add(t->from, t->to, e->deltas);
     return 0;
 }
@@ -85,17 +95,24 @@ static int check_item(void *arg, span_t item)
 static int recount_chunk(store_t *store, const span_t *items, size_t nitems, chunk_t *c, bool *more)
 {
     store_read_t *snap;
-    itemmap_t unfolded = {0};
+    unfolded_t unfolded = {.rc = STORE_OK};
     uint64_t checkpoint;
     int rc = store_read_begin(store, &snap);
     if (rc != STORE_OK)
         return rc;
     c->snap = snap;
-    c->unfolded = &unfolded;
+    c->unfolded = &unfolded.map;
     c->rc = STORE_OK;
     rc = store_read_checkpoint(snap, &checkpoint);
     if (rc == STORE_OK)
         rc = store_read_log(snap, checkpoint, SIZE_MAX, unfolded_add, &unfolded);
+    if (rc == STORE_OK && unfolded.rc != STORE_OK) {
+        fprintf(stderr,
+                "level=error event=recount-failed error=\"the log after the checkpoint could not be summed "
+                "(out of memory, or an item id longer than %d bytes)\"\n",
+                ID_MAX_LEN);
+        rc = unfolded.rc;
+    }
     *more = false;
     if (rc == STORE_OK && items) {
         for (size_t i = 0; i < nitems && c->rc == STORE_OK; i++)
@@ -108,7 +125,7 @@ static int recount_chunk(store_t *store, const span_t *items, size_t nitems, chu
     if (rc == STORE_OK)
         rc = c->rc;
     store_read_end(snap);
-    itemmap_free(&unfolded);
+    itemmap_free(&unfolded.map);
     return rc;
 }
 
@@ -126,9 +143,9 @@ static int corrections_apply(writer_t *writer, const itemmap_t *fixes, recount_r
             break;
         }
         cmd->type = WRITE_COUNTS_ADJUST;
-        memcpy(cmd->item, e->item, e->item_len);
-        cmd->item_len = e->item_len;
-        memcpy(cmd->deltas, e->deltas, sizeof cmd->deltas);
+        memcpy(cmd->counts_adjust.item, e->item, e->item_len);
+        cmd->counts_adjust.item_len = e->item_len;
+        memcpy(cmd->counts_adjust.deltas, e->deltas, sizeof cmd->counts_adjust.deltas);
         if (writer_group_submit(writer, &g, cmd) != 0) {
             free(cmd);
             rc = STORE_ERROR;
@@ -256,6 +273,7 @@ static void sampler_pass(recount_sampler_t *r)
 static void *sampler_main(void *arg)
 {
     recount_sampler_t *r = arg;
+    thread_set_name("tally-recount");
     pthread_mutex_lock(&r->lock);
     while (!r->stopping) {
         struct timespec until = clock_deadline(CLOCK_MONOTONIC, r->interval_ms);

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -57,7 +58,18 @@ struct trending {
     uint64_t cursor; /* last log seq consumed */
     uint64_t newest; /* newest log seq seen */
     uint64_t last_persist_ms;
+    bool persist_all;            /* a persist failed: the next one writes every closed bucket again (under lock) */
+    bool follow_failing;         /* trending thread: the last read of the log failed (logged once per outage) */
+    atomic_uint_fast64_t errors; /* failed store reads and persists, for the metrics */
 };
+
+/* A failed read or persist: counted, and logged (what names the step). */
+static void trending_error(trending_t *t, const char *what, int rc)
+{
+    atomic_fetch_add_explicit(&t->errors, 1, memory_order_relaxed);
+    fprintf(stderr, "level=error event=trending-%s error=\"%s\"\n", what,
+            rc == STORE_FULL ? "the store is out of space" : "the store failed");
+}
 
 static spacesaving_t *summary(trending_t *t, spacesaving_t *s)
 {
@@ -164,7 +176,7 @@ static persist_t *persist_collect(trending_t *t, uint64_t now)
             bool open = b->start_ms == t->levels[l].current_start;
             if (open)
                 persist_bucket(t, p, l, b, AUX_PREFIX "o/");
-            else if (b->dirty) {
+            else if (b->dirty || t->persist_all) {
                 persist_bucket(t, p, l, b, AUX_PREFIX "b/");
                 b->dirty = false;
             }
@@ -179,13 +191,24 @@ static persist_t *persist_collect(trending_t *t, uint64_t now)
     return p;
 }
 
+/* A command taken and committed: the writer answers 200 only after a durable commit. */
+static bool persist_call(trending_t *t, write_cmd_t *cmd)
+{
+    bool ok = writer_call(t->writer, cmd) == 0 && cmd->answer.status == 200;
+    answer_free(&cmd->answer);
+    return ok;
+}
+
+/* Writes what persist_collect gathered (p may be NULL: it ran out of memory). A failure is counted
+ * and logged, and the next persist writes every closed bucket again: the ones collected here were
+ * marked clean and would otherwise be missing after a restart. */
 static void persist_write(trending_t *t, persist_t *p, uint64_t now)
 {
+    bool ok = p != NULL;
     if (!p)
-        return;
+        goto done;
     write_cmd_t cmd = {.type = WRITE_AUX, .aux = &p->aux};
-    writer_call(t->writer, &cmd);
-    answer_free(&cmd.answer);
+    ok = persist_call(t, &cmd);
     /* Closed buckets older than the longest window go (a second command: its own range). */
     persist_t old = {0};
     uint64_t horizon = now > 26 * 3600000ull ? now - 26 * 3600000ull : 0;
@@ -195,12 +218,17 @@ static void persist_write(trending_t *t, persist_t *p, uint64_t now)
         old.aux.delete_from = span_of(old.del_from);
         old.aux.delete_to = span_of(old.del_to);
         write_cmd_t del = {.type = WRITE_AUX, .aux = &old.aux};
-        writer_call(t->writer, &del);
-        answer_free(&del.answer);
+        ok = persist_call(t, &del) && ok; /* old buckets left behind are only ignored when read */
     }
     for (size_t i = 0; i < p->aux.n; i++)
         free(p->values[i]);
     free(p);
+done:
+    if (!ok)
+        trending_error(t, "persist-failed", STORE_ERROR);
+    pthread_mutex_lock(&t->lock);
+    t->persist_all = !ok;
+    pthread_mutex_unlock(&t->lock);
 }
 
 /* --- restoring --- */
@@ -235,19 +263,43 @@ static int restore_one(void *arg, span_t key, span_t value)
     return 0;
 }
 
+static void levels_clear(trending_t *t)
+{
+    for (int l = 0; l < LEVELS; l++)
+        for (size_t i = 0; i < level_shape[l].nbuckets; i++)
+            bucket_reset(&t->levels[l].ring[i], 0);
+}
+
+/* The persisted summaries and the cursor they end at. When a read fails, whatever was restored
+ * goes: summaries without their cursor, replayed from an hour back, would count some entries twice.
+ * Trending then starts as if nothing was persisted (and with no snapshot at all, reads the log
+ * from its start). */
 static void restore(trending_t *t)
 {
     store_read_t *snap;
-    if (store_read_begin(t->store, &snap) != STORE_OK)
+    int rc = store_read_begin(t->store, &snap);
+    if (rc != STORE_OK) {
+        trending_error(t, "restore-failed", rc);
         return;
-    store_read_aux(snap, span_of(AUX_PREFIX "b/"), restore_one, t);
-    store_read_aux(snap, span_of(AUX_PREFIX "o/"), restore_one, t);
-    store_read_aux(snap, span_of(AUX_OPEN_KEY), restore_one, t);
+    }
+    rc = store_read_aux(snap, span_of(AUX_PREFIX "b/"), restore_one, t);
+    if (rc == STORE_OK)
+        rc = store_read_aux(snap, span_of(AUX_PREFIX "o/"), restore_one, t);
+    if (rc == STORE_OK)
+        rc = store_read_aux(snap, span_of(AUX_OPEN_KEY), restore_one, t);
+    if (rc != STORE_OK) {
+        trending_error(t, "restore-failed", rc);
+        levels_clear(t);
+        t->cursor = 0;
+    }
     for (int l = 0; l < LEVELS; l++)
         t->levels[l].current_start = 0; /* the log decides which bucket is open */
     if (t->cursor == 0) {               /* nothing persisted: start an hour back rather than read a day of log */
-        uint64_t seq;
-        if (store_read_log_seek(snap, wall_ms() - NO_STATE_REPLAY_MS, &seq) == STORE_OK && seq > 0)
+        uint64_t seq = 0;
+        rc = store_read_log_seek(snap, wall_ms() - NO_STATE_REPLAY_MS, &seq);
+        if (rc != STORE_OK)
+            trending_error(t, "restore-failed", rc); /* the cursor stays 0: the whole log is read */
+        else if (seq > 0)
             t->cursor = seq - 1;
     }
     store_read_end(snap);
@@ -263,28 +315,47 @@ static int follow_one(void *arg, uint64_t seq, const transition_t *tr)
     return 0;
 }
 
+/* A failed read of the log is counted every time and logged once per outage; the cursor stays where
+ * the last entry read left it, and the next wake-up tries again. */
+static bool follow_result(trending_t *t, int rc)
+{
+    if (rc != STORE_OK && !t->follow_failing)
+        trending_error(t, "follow-failed", rc);
+    else if (rc != STORE_OK)
+        atomic_fetch_add_explicit(&t->errors, 1, memory_order_relaxed);
+    else if (t->follow_failing)
+        fprintf(stderr, "level=info event=trending-follow-resumed\n");
+    t->follow_failing = rc != STORE_OK;
+    return rc == STORE_OK;
+}
+
 /* Reads what the log has after the cursor; returns true when more may be there. */
 static bool follow(trending_t *t)
 {
     store_read_t *snap;
-    uint64_t first, last;
-    if (store_read_begin(t->store, &snap) != STORE_OK)
+    uint64_t first = 0, last = 0;
+    int rc = store_read_begin(t->store, &snap);
+    if (rc == STORE_OK && (rc = store_read_log_bounds(snap, &first, &last)) != STORE_OK)
+        store_read_end(snap);
+    if (rc != STORE_OK) {
+        follow_result(t, rc);
         return false;
-    store_read_log_bounds(snap, &first, &last);
+    }
     pthread_mutex_lock(&t->lock);
     if (first > t->cursor + 1)
         t->cursor = first - 1; /* pruned under us: carry on from what is there */
     uint64_t before = t->cursor;
-    store_read_log(snap, t->cursor, FOLLOW_BATCH, follow_one, t);
+    rc = store_read_log(snap, t->cursor, FOLLOW_BATCH, follow_one, t);
     t->newest = last;
     pthread_mutex_unlock(&t->lock);
     store_read_end(snap);
-    return t->cursor - before == FOLLOW_BATCH;
+    return follow_result(t, rc) && t->cursor - before == FOLLOW_BATCH;
 }
 
 static void *trending_main(void *arg)
 {
     trending_t *t = arg;
+    thread_set_name("tally-trending");
     for (;;) {
         while (follow(t))
             ;
@@ -491,6 +562,11 @@ size_t trending_hot(trending_t *t, size_t limit, trend_entry_t *out)
     size_t n = rank(&sums, (int64_t)ceil(t->opt.hot_threshold * seconds), seconds, limit, out);
     itemmap_free(&sums);
     return n;
+}
+
+uint64_t trending_errors(const trending_t *t)
+{
+    return atomic_load_explicit(&t->errors, memory_order_relaxed);
 }
 
 uint64_t trending_behind(trending_t *t)

@@ -48,6 +48,10 @@ size_t trending_hot(trending_t *t, size_t limit, trend_entry_t *out);
 /* For tests and the docs: the error bound of a window now: (gains + losses in it) / capacity. */
 double trending_error_bound(trending_t *t, int kind, trend_window_t window);
 
+/* Failed store reads (restoring, following the log) and failed persists so far, each also logged
+ * as event=trending-…-failed (for the metrics). Any thread. */
+uint64_t trending_errors(const trending_t *t);
+
 /* How far the follower is behind the log, in entries (for the metrics). */
 uint64_t trending_behind(trending_t *t);
 

@@ -15,6 +15,9 @@
 #define SWEEP_INTERVAL_MS 1000
 #define IDLE_WAIT_MS 1000
 #define COMMIT_RETRY_MS 100
+#define SHARED_FOLD_POLL_MS 50 /* a shared store: how often the fold looks for other nodes' entries */
+#define STOP_FAILURES_MAX 3    /* a store that keeps failing must not keep the process from exiting */
+#define CONFLICT_RETRIES 8     /* a batch that lost a conflict with another node is run again */
 
 struct writer {
     store_t *store;
@@ -30,7 +33,12 @@ struct writer {
     bool fold_backlog;     /* entries remain after the last fold (or unknown, at start) */
     uint64_t last_fold_ms; /* monotonic */
     uint64_t last_sweep_ms;
-    uint64_t backoff_until_ms; /* after a failed commit: no fold or sweep before then */
+    uint64_t backoff_until_ms;           /* after a failed commit: no fold or sweep before then */
+    bool shared;                         /* other processes write to the store too */
+    unsigned stop_failures;              /* commits failed while stopping: past STOP_FAILURES_MAX, stop anyway */
+    store_pair_t *prep_rows, *prep_keys; /* batch_max each: what a batch names to store_write_prepare */
+    char (*resume_saved)[ID_MAX_LEN];    /* batch_max each: the commands' resume points before an attempt */
+    size_t *resume_saved_len;
     writer_stats_t stats;
 };
 
@@ -73,14 +81,15 @@ int writer_submit(writer_t *w, write_cmd_t *cmd)
  * Returns 1 when the command is answered (replay or mismatch), 0 to go on, <0 on a store error. */
 static int idem_lookup(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
 {
+    const write_react_t *r = &cmd->react;
     store_idem_t rec;
-    span_t user = {cmd->user, cmd->user_len}, key = {cmd->key, cmd->key_len};
+    span_t user = {r->user, r->user_len}, key = {r->key, r->key_len};
     int rc = store_idem_get(tx, user, key, &rec);
     if (rc == STORE_NOTFOUND || (rc == STORE_OK && rec.expires_ms <= now_ms))
         return 0; /* unknown, or past its TTL: unknown from that moment on */
     if (rc != STORE_OK)
         return rc;
-    if (memcmp(rec.fingerprint, cmd->fingerprint, FINGERPRINT_LEN) != 0) {
+    if (memcmp(rec.fingerprint, r->fingerprint, FINGERPRINT_LEN) != 0) {
         answer_problem(&cmd->answer, 409, "idempotency-key-mismatch",
                        "this Idempotency-Key was used with a different request");
         return 1;
@@ -102,6 +111,7 @@ static int idem_lookup(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
 static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, uint64_t now_ms)
 {
     const answer_t *a = &cmd->answer;
+    const write_react_t *r = &cmd->react;
     if (!((a->status >= 200 && a->status < 300) || a->status == 412))
         return STORE_OK; /* only answers of processing are stored */
     store_idem_t rec = {
@@ -112,15 +122,24 @@ static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, ui
         .etag_version = a->etag_version,
         .body = {a->body, a->body_len},
     };
-    memcpy(rec.fingerprint, cmd->fingerprint, FINGERPRINT_LEN);
-    return store_idem_put(tx, (span_t){cmd->user, cmd->user_len}, (span_t){cmd->key, cmd->key_len}, &rec);
+    memcpy(rec.fingerprint, r->fingerprint, FINGERPRINT_LEN);
+    return store_idem_put(tx, (span_t){r->user, r->user_len}, (span_t){r->key, r->key_len}, &rec);
 }
 
-/* Applies one real change: the row at version+1, its transition in the log. */
+/* Applies one real change: the row at version+1, its transition in the log. The caller decided
+ * that target differs from the row's kind (invariant 2: a transition is a real change). */
 static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t user, reaction_row_t *row, int target,
                              uint64_t now_ms)
 {
+    assert(target != row->kind && "a transition changes the kind");
+    assert(target >= KIND_NONE && target <= w->kinds->count && row->kind >= KIND_NONE && row->kind <= w->kinds->count);
+    if (row->version == UINT64_MAX) { /* read from the disk: no row reaches it by counting */
+        fprintf(stderr, "level=error event=store-corrupt table=rows item=\"%.*s\" error=\"version at its maximum\"\n",
+                (int)item.len, item.ptr);
+        return STORE_ERROR;
+    }
     reaction_row_t next = {target, row->version + 1};
+    assert(next.version == row->version + 1 && next.version > row->version && "a version rises by exactly one");
     transition_t t = {item, user, row->kind, target, next.version, now_ms};
     uint64_t seq, none = 0;
     int rc = store_row_put(tx, item, user, &next);
@@ -147,46 +166,46 @@ static int clear_one(void *arg, span_t name)
 {
     clear_walk_t *c = arg;
     write_cmd_t *cmd = c->cmd;
-    span_t fixed =
-        cmd->type == WRITE_CLEAR_ITEM ? (span_t){cmd->item, cmd->item_len} : (span_t){cmd->user, cmd->user_len};
+    write_clear_t *cl = &cmd->clear;
+    span_t fixed = {cl->name, cl->name_len};
     span_t item = cmd->type == WRITE_CLEAR_ITEM ? fixed : name, user = cmd->type == WRITE_CLEAR_ITEM ? name : fixed;
     reaction_row_t row;
-    memcpy(cmd->resume, name.ptr, name.len);
-    cmd->resume_len = name.len;
+    memcpy(cl->resume, name.ptr, name.len);
+    cl->resume_len = name.len;
     if ((c->rc = store_row_get(c->tx, item, user, &row)) != STORE_OK)
         return 1;
     if (row.kind == KIND_NONE)
         return 0;
     if ((c->rc = writer_transition(c->w, c->tx, item, user, &row, KIND_NONE, c->now_ms)) != STORE_OK)
         return 1;
-    cmd->changed++;
+    cl->changed++;
     return 0;
 }
 
 static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
 {
     clear_walk_t c = {w, tx, cmd, now_ms, STORE_OK};
+    write_clear_t *cl = &cmd->clear;
     size_t visited = 0, deleted = 0;
-    span_t after = {cmd->resume, cmd->resume_len};
-    cmd->changed = 0;
+    span_t after = {cl->resume, cl->resume_len}, fixed = {cl->name, cl->name_len};
+    cl->changed = 0;
     char last[ID_MAX_LEN];
     size_t last_len = 0;
     int rc = cmd->type == WRITE_CLEAR_ITEM
-                 ? store_item_users(tx, (span_t){cmd->item, cmd->item_len}, after, WRITER_CLEAR_CHUNK, clear_one, &c,
-                                    &visited)
-                 : store_user_items(tx, (span_t){cmd->user, cmd->user_len}, after, WRITER_CLEAR_CHUNK, clear_one, &c,
-                                    &visited, last, &last_len);
+                 ? store_item_users(tx, fixed, after, WRITER_CLEAR_CHUNK, clear_one, &c, &visited)
+                 : store_user_items(tx, fixed, after, WRITER_CLEAR_CHUNK, clear_one, &c, &visited, last, &last_len);
     if (rc == STORE_OK)
         rc = c.rc;
     if (rc == STORE_OK && last_len) { /* a user's walk visits items without their row too */
-        memcpy(cmd->resume, last, last_len);
-        cmd->resume_len = last_len;
+        memcpy(cl->resume, last, last_len);
+        cl->resume_len = last_len;
     }
     if (rc == STORE_OK && cmd->type == WRITE_CLEAR_USER)
-        rc = store_idem_delete_user(tx, (span_t){cmd->user, cmd->user_len}, WRITER_CLEAR_CHUNK, &deleted);
+        rc = store_idem_delete_user(tx, fixed, WRITER_CLEAR_CHUNK, &deleted);
     if (rc != STORE_OK)
         return rc;
-    cmd->more = visited == WRITER_CLEAR_CHUNK || deleted == WRITER_CLEAR_CHUNK;
+    assert(cl->changed <= visited && visited <= WRITER_CLEAR_CHUNK);
+    cl->more = visited == WRITER_CLEAR_CHUNK || deleted == WRITER_CLEAR_CHUNK;
     answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
     return STORE_OK;
 }
@@ -207,23 +226,20 @@ static int writer_aux(store_write_t *tx, write_cmd_t *cmd)
 /* A recount's correction: the deltas it measured between rows and counts. */
 static int writer_adjust(store_write_t *tx, write_cmd_t *cmd)
 {
-    int rc = store_counts_add(tx, (span_t){cmd->item, cmd->item_len}, cmd->deltas);
+    const write_counts_adjust_t *adj = &cmd->counts_adjust;
+    assert(adj->deltas[KIND_NONE] == 0 && "none is not counted");
+    int rc = store_counts_add(tx, (span_t){adj->item, adj->item_len}, adj->deltas);
     if (rc == STORE_OK)
         answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
     return rc;
 }
 
-/* Decides and applies one command. Returns a STORE_ code; anything but STORE_OK voids the batch. */
-static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
+/* A reaction write: idempotency record, row, If-Match, transition. */
+static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
 {
-    if (cmd->type == WRITE_COUNTS_ADJUST)
-        return writer_adjust(tx, cmd);
-    if (cmd->type == WRITE_CLEAR_ITEM || cmd->type == WRITE_CLEAR_USER)
-        return writer_clear(w, tx, cmd, now_ms);
-    if (cmd->type == WRITE_AUX)
-        return writer_aux(tx, cmd);
-    span_t item = {cmd->item, cmd->item_len}, user = {cmd->user, cmd->user_len};
-    if (cmd->key_len) {
+    write_react_t *r = &cmd->react;
+    span_t item = {r->item, r->item_len}, user = {r->user, r->user_len};
+    if (r->key_len) {
         int rc = idem_lookup(w, tx, cmd, now_ms);
         if (rc != 0)
             return rc < 0 ? rc : STORE_OK;
@@ -232,17 +248,40 @@ static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
     int rc = store_row_get(tx, item, user, &row);
     if (rc != STORE_OK)
         return rc;
-    if (cmd->has_if_match && !if_match_holds(&cmd->if_match, row.version)) {
+    if (r->has_if_match && !if_match_holds(&r->if_match, row.version)) {
         answer_version_mismatch(&cmd->answer, w->kinds, row.kind, row.version);
     } else {
         int previous = row.kind;
-        int target = reaction_target(cmd->op, cmd->kind, previous);
+        uint64_t version_before = row.version;
+        int target = reaction_target(r->op, r->kind, previous);
         if (target != previous && (rc = writer_transition(w, tx, item, user, &row, target, now_ms)) != STORE_OK)
             return rc;
-        cmd->changed = target != previous;
+        r->changed = target != previous;
+        /* invariant 1: the version rises by exactly one on a real change and never otherwise */
+        assert(r->changed ? row.version == version_before + 1 && row.kind == target
+                          : row.version == version_before && row.kind == previous);
         answer_write_result(&cmd->answer, w->kinds, item, row.kind, previous, row.version, target != previous);
     }
-    return cmd->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
+    return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
+}
+
+/* Decides and applies one command. Returns a STORE_ code; anything but STORE_OK voids the batch.
+ * No default: -Wswitch names a new type that is not handled here. */
+static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
+{
+    switch (cmd->type) {
+    case WRITE_REACT:
+        return writer_react(w, tx, cmd, now_ms);
+    case WRITE_COUNTS_ADJUST:
+        return writer_adjust(tx, cmd);
+    case WRITE_CLEAR_ITEM:
+    case WRITE_CLEAR_USER:
+        return writer_clear(w, tx, cmd, now_ms);
+    case WRITE_AUX:
+        return writer_aux(tx, cmd);
+    }
+    assert(!"unknown write command type"); /* a type outside the enum: the submitter's bug */
+    return STORE_ERROR;
 }
 
 /* --- one transaction: a batch of commands, then the fold and the sweep when due --- */
@@ -255,6 +294,14 @@ static bool fold_due(const writer_t *w, uint64_t mono_now_ms)
 static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms)
 {
     pipeline_result_t res;
+    w->last_fold_ms = mono_now_ms;
+    if (!store_write_may_fold(tx)) { /* another node folds: its lag is its own to report */
+        w->fold_backlog = false;
+        atomic_store_explicit(&w->stats.oldest_unfolded_ms, 0, memory_order_relaxed);
+        atomic_store_explicit(&w->stats.fold_leader, false, memory_order_relaxed);
+        return STORE_OK;
+    }
+    atomic_store_explicit(&w->stats.fold_leader, true, memory_order_relaxed);
     int rc = pipeline_fold(tx, w->opt.fold_max, &res);
     if (rc != STORE_OK)
         return rc;
@@ -297,8 +344,89 @@ static int writer_sweep(writer_t *w, store_write_t *tx, uint64_t now_ms, uint64_
 
 static const char *store_error_detail(int rc)
 {
-    return rc == STORE_FULL ? "the store is out of space; nothing was written"
-                            : "the store failed to commit; nothing was written";
+    switch (rc) {
+    case STORE_FULL:
+        return "the store is out of space; nothing was written";
+    case STORE_UNAVAILABLE:
+        return "the database cannot be reached; the write may or may not have been applied: retry with the same "
+               "Idempotency-Key to learn its outcome";
+    default:
+        return "the store failed to commit; nothing was written";
+    }
+}
+
+/* Names the batch's rows and idempotency records to the store before any is read. */
+static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch)
+{
+    size_t nrows = 0, nkeys = 0;
+    for (write_cmd_t *c = batch; c; c = c->next) {
+        if (c->type != WRITE_REACT)
+            continue;
+        const write_react_t *r = &c->react;
+        w->prep_rows[nrows++] = (store_pair_t){{r->item, r->item_len}, {r->user, r->user_len}};
+        if (r->key_len)
+            w->prep_keys[nkeys++] = (store_pair_t){{r->user, r->user_len}, {r->key, r->key_len}};
+    }
+    return store_write_prepare(tx, w->prep_rows, nrows, w->prep_keys, nkeys);
+}
+
+/* One attempt at the batch's transaction: the commands, then the fold and the sweep when due. */
+static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint64_t now_ms, uint64_t mono_now,
+                          bool *folded)
+{
+    store_write_t *tx = NULL;
+    int rc = store_write_begin(w->store, &tx);
+    if (rc == STORE_OK)
+        rc = writer_prepare(w, tx, batch);
+    for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
+        rc = writer_apply(w, tx, c, now_ms);
+    *folded = false;
+    if (rc == STORE_OK && (force_fold || fold_due(w, mono_now))) {
+        rc = writer_fold(w, tx, mono_now);
+        *folded = true;
+    }
+    if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS)
+        rc = writer_sweep(w, tx, now_ms, mono_now);
+    if (tx)
+        rc = rc == STORE_OK ? store_write_commit(tx) : (store_write_abort(tx), rc);
+    return rc;
+}
+
+/* Saves what an attempt changes in the commands (a clear's resume point), and puts the commands
+ * back as they were after an attempt that did not commit. */
+static void writer_save(writer_t *w, const write_cmd_t *batch)
+{
+    size_t i = 0;
+    for (const write_cmd_t *c = batch; c; c = c->next, i++) {
+        bool clear = c->type == WRITE_CLEAR_ITEM || c->type == WRITE_CLEAR_USER;
+        w->resume_saved_len[i] = clear ? c->clear.resume_len : 0;
+        if (clear)
+            memcpy(w->resume_saved[i], c->clear.resume, c->clear.resume_len);
+    }
+}
+
+static void writer_reset(writer_t *w, write_cmd_t *batch)
+{
+    size_t i = 0;
+    for (write_cmd_t *c = batch; c; c = c->next, i++) {
+        answer_free(&c->answer);
+        c->answer = (answer_t){0};
+        switch (c->type) {
+        case WRITE_REACT:
+            c->react.changed = 0;
+            break;
+        case WRITE_CLEAR_ITEM:
+        case WRITE_CLEAR_USER:
+            c->clear.changed = 0;
+            c->clear.more = false;
+            memcpy(c->clear.resume, w->resume_saved[i], w->resume_saved_len[i]);
+            c->clear.resume_len = w->resume_saved_len[i];
+            break;
+        case WRITE_COUNTS_ADJUST:
+        case WRITE_AUX:
+            break;
+        }
+    }
 }
 
 /* Runs one transaction over batch (may be empty). Every command of the batch is answered: with its
@@ -306,21 +434,19 @@ static const char *store_error_detail(int rc)
 static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool force_fold)
 {
     uint64_t now_ms = clock_ms(CLOCK_REALTIME), mono_now = clock_ms(CLOCK_MONOTONIC);
-    store_write_t *tx = NULL;
-    int rc = store_write_begin(w->store, &tx);
     uint64_t oldest_before = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed);
     uint64_t transitions_before = atomic_load_explicit(&w->stats.transitions, memory_order_relaxed);
-    for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
-        rc = writer_apply(w, tx, c, now_ms);
     bool folded = false;
-    if (rc == STORE_OK && (force_fold || fold_due(w, mono_now))) {
-        rc = writer_fold(w, tx, mono_now);
-        folded = true;
+    writer_save(w, batch);
+    int rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded);
+    for (int attempt = 1; rc == STORE_RETRY && attempt < CONFLICT_RETRIES; attempt++) {
+        /* lost a conflict with another node (nothing of it was applied): the same batch again */
+        atomic_fetch_add_explicit(&w->stats.conflict_retries, 1, memory_order_relaxed);
+        atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
+        atomic_store_explicit(&w->stats.transitions, transitions_before, memory_order_relaxed);
+        writer_reset(w, batch);
+        rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded);
     }
-    if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS)
-        rc = writer_sweep(w, tx, now_ms, mono_now);
-    if (tx)
-        rc = rc == STORE_OK ? store_write_commit(tx) : (store_write_abort(tx), rc);
     if (rc != STORE_OK) {
         fprintf(stderr, "level=error event=commit-failed commands=%zu error=\"%s\"\n", n, store_error_detail(rc));
         atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
@@ -330,6 +456,7 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         atomic_fetch_add_explicit(&w->stats.commit_failures, 1, memory_order_relaxed);
         atomic_store_explicit(&w->stats.transitions, transitions_before, memory_order_relaxed);
         w->backoff_until_ms = mono_now + COMMIT_RETRY_MS; /* a full disk must not become a busy loop */
+        w->stop_failures += w->stopping;
     } else if (w->opt.on_commit &&
                atomic_load_explicit(&w->stats.transitions, memory_order_relaxed) != transitions_before) {
         w->opt.on_commit(w->opt.on_commit_arg);
@@ -354,13 +481,20 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
 static void *writer_main(void *arg)
 {
     writer_t *w = arg;
+    thread_set_name("tally-writer");
     pthread_mutex_lock(&w->lock);
     for (;;) {
         uint64_t mono_now = clock_ms(CLOCK_MONOTONIC);
         bool unfolded = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed) != 0;
         bool backing_off = mono_now < w->backoff_until_ms && !w->stopping;
-        bool fold_now = !backing_off && (w->fold_backlog || (unfolded && fold_due(w, mono_now)));
+        bool poll_now = w->shared && mono_now - w->last_fold_ms >= SHARED_FOLD_POLL_MS; /* other nodes' entries */
+        bool fold_now = !backing_off && (w->fold_backlog || poll_now || (unfolded && fold_due(w, mono_now)));
         bool sweep_now = !backing_off && !w->stopping && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
+        if (w->stopping && !w->head && w->stop_failures >= STOP_FAILURES_MAX) {
+            fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the "
+                            "next start folds what is left\"\n");
+            break;
+        }
         if (!w->head && !fold_now && !sweep_now) {
             if (w->stopping)
                 break;
@@ -369,6 +503,8 @@ static void *writer_main(void *arg)
                 wait_ms = w->backoff_until_ms - mono_now;
             else if (unfolded && w->opt.fold_window_ms)
                 wait_ms = w->last_fold_ms + w->opt.fold_window_ms - mono_now;
+            if (w->shared && wait_ms > SHARED_FOLD_POLL_MS)
+                wait_ms = SHARED_FOLD_POLL_MS;
             struct timespec until = clock_deadline(CLOCK_MONOTONIC, wait_ms);
             pthread_cond_timedwait(&w->wake, &w->lock, &until);
             continue;
@@ -396,6 +532,14 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+static void writer_free_buffers(writer_t *w)
+{
+    free(w->prep_rows);
+    free(w->prep_keys);
+    free(w->resume_saved);
+    free(w->resume_saved_len);
+}
+
 int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *opt, writer_t **out)
 {
     writer_t *w = calloc(1, sizeof *w);
@@ -405,6 +549,16 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     w->kinds = kinds;
     w->opt = *opt;
     w->fold_backlog = true; /* fold whatever a previous run left behind the checkpoint */
+    w->shared = store_shared(store);
+    w->prep_rows = calloc(opt->batch_max, sizeof *w->prep_rows);
+    w->prep_keys = calloc(opt->batch_max, sizeof *w->prep_keys);
+    w->resume_saved = calloc(opt->batch_max, sizeof *w->resume_saved);
+    w->resume_saved_len = calloc(opt->batch_max, sizeof *w->resume_saved_len);
+    if (!w->prep_rows || !w->prep_keys || !w->resume_saved || !w->resume_saved_len) {
+        writer_free_buffers(w);
+        free(w);
+        return -1;
+    }
     pthread_mutex_init(&w->lock, NULL);
     clock_cond_init_monotonic(&w->wake);
     static const double write_bounds[] = {0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
@@ -417,6 +571,7 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         pthread_cond_destroy(&w->wake);
         pthread_mutex_destroy(&w->lock);
+        writer_free_buffers(w);
         free(w);
         return -1;
     }
@@ -446,7 +601,7 @@ void writer_group_destroy(writer_group_t *g)
 /* Writer thread: one of the group's commands is final. */
 static void group_done(write_cmd_t *cmd)
 {
-    writer_group_t *g = cmd->done_arg;
+    writer_group_t *g = cmd->group;
     if (g->on_done)
         g->on_done(cmd, g->arg);
     pthread_mutex_lock(&g->lock);
@@ -464,7 +619,7 @@ static void group_done(write_cmd_t *cmd)
 int writer_group_submit(writer_t *w, writer_group_t *g, write_cmd_t *cmd)
 {
     cmd->done = group_done;
-    cmd->done_arg = g;
+    cmd->group = g;
     pthread_mutex_lock(&g->lock);
     g->outstanding++;
     pthread_mutex_unlock(&g->lock);
@@ -506,5 +661,6 @@ void writer_stop(writer_t *w)
     atomic_store(&w->stats.running, false);
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
+    writer_free_buffers(w);
     free(w);
 }

@@ -19,6 +19,7 @@
 
 typedef struct writer writer_t;
 typedef struct write_cmd write_cmd_t;
+typedef struct writer_group writer_group_t;
 
 typedef enum {
     WRITE_REACT,         /* a reaction write from a request */
@@ -39,11 +40,8 @@ typedef struct {
 
 #define WRITER_CLEAR_CHUNK 1000 /* rows visited per WRITE_CLEAR_* command */
 
-/* One command: a reaction write as the HTTP layer hands it over, or a command from no request. Owned by the submitter;
- * the writer fills answer and calls done (on the writer thread) once the answer is final: after the commit that holds
- * its effect is durable, or after that commit failed. */
-struct write_cmd {
-    write_type_t type;
+/* WRITE_REACT: a reaction write as the HTTP layer (or an import) hands it over. */
+typedef struct {
     react_op_t op;
     int kind;
     char item[ID_MAX_LEN];
@@ -55,19 +53,45 @@ struct write_cmd {
     size_t key_len; /* Idempotency-Key; 0 = none */
     char key[IDEM_KEY_MAX + 1];
     uint8_t fingerprint[FINGERPRINT_LEN];
-    int64_t deltas[KINDS_MAX + 1]; /* WRITE_COUNTS_ADJUST */
-    char resume[ID_MAX_LEN];       /* WRITE_CLEAR_*: continue after this name; updated by the writer */
-    size_t resume_len;
-    size_t changed;         /* rows changed by this command (0 or 1 for WRITE_REACT) */
-    const write_aux_t *aux; /* WRITE_AUX */
-    bool more;              /* WRITE_CLEAR_*: rows remain; submit again */
+    size_t changed; /* result: 1 when the row changed, else 0 */
+} write_react_t;
 
+/* WRITE_COUNTS_ADJUST: counts[item] += deltas, a recount's correction. */
+typedef struct {
+    char item[ID_MAX_LEN];
+    size_t item_len;
+    int64_t deltas[KINDS_MAX + 1];
+} write_counts_adjust_t;
+
+/* WRITE_CLEAR_ITEM / WRITE_CLEAR_USER: one chunk of the rows of an item (or of a user) set to none. */
+typedef struct {
+    char name[ID_MAX_LEN]; /* the item (WRITE_CLEAR_ITEM) or the user (WRITE_CLEAR_USER) */
+    size_t name_len;
+    char resume[ID_MAX_LEN]; /* continue after this name; updated by the writer */
+    size_t resume_len;
+    size_t changed; /* result: rows changed by this command */
+    bool more;      /* result: rows remain; submit again */
+} write_clear_t;
+
+/* One command: a common header, then the payload that type names. Owned by the submitter; the
+ * writer fills answer (and the payload's results) and calls done (on the writer thread) once the
+ * answer is final: after the commit that holds its effect is durable, or after that commit failed. */
+struct write_cmd {
+    write_type_t type;
     answer_t answer;
     void (*done)(write_cmd_t *cmd);
+    /* done's own context, never read by the writer: what writer_submit's caller needs to finish the
+     * command (the HTTP layer's pending request). Commands of a group leave it alone. */
     void *done_arg;
-
+    writer_group_t *group; /* set by writer_group_submit: the group waiting for this command; else NULL */
     uint64_t submitted_ns; /* monotonic, set by writer_submit */
     write_cmd_t *next;     /* queue link, the writer's */
+    union {
+        write_react_t react;                 /* WRITE_REACT */
+        write_counts_adjust_t counts_adjust; /* WRITE_COUNTS_ADJUST */
+        write_clear_t clear;                 /* WRITE_CLEAR_ITEM, WRITE_CLEAR_USER */
+        const write_aux_t *aux;              /* WRITE_AUX */
+    };
 };
 
 typedef struct {
@@ -93,6 +117,8 @@ typedef struct {
 typedef struct {
     atomic_uint_fast64_t batches, commands, failed_commands, replays, transitions, folds, folded, fold_items;
     atomic_uint_fast64_t swept, pruned, queue_depth, commit_failures;
+    atomic_uint_fast64_t conflict_retries;   /* batches run again after a conflict with another node */
+    atomic_bool fold_leader;                 /* this process folded (or may fold) the log last time it looked */
     histogram_t write_seconds;               /* from submit to the answer being final (queue wait + commit) */
     histogram_t batch_commands;              /* commands per commit */
     histogram_t fold_entries;                /* log entries per fold */
@@ -108,9 +134,9 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
 int writer_submit(writer_t *w, write_cmd_t *cmd);
 
 /* Commands submitted together by a thread that may block (never an HTTP thread) and waited for
- * together: recount's corrections, an import's records. done and done_arg of each command are
+ * together: recount's corrections, an import's records. done and group of each command are
  * taken over; on_done (optional) sees each final command on the writer thread. */
-typedef struct {
+struct writer_group {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     size_t outstanding; /* submitted, not final yet */
@@ -118,7 +144,7 @@ typedef struct {
     bool owns_commands; /* free each command (malloc'd) once final */
     void (*on_done)(write_cmd_t *cmd, void *arg);
     void *arg;
-} writer_group_t;
+};
 
 void writer_group_init(writer_group_t *g, bool owns_commands, void (*on_done)(write_cmd_t *, void *), void *arg);
 /* Submits cmd, waiting out a full queue for ~10 s at most. Returns 0, or -1 when the writer would

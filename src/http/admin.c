@@ -7,7 +7,7 @@
 #include "core/ids.h"
 #include "engine/import.h"
 #include "engine/recount.h"
-#include "http/app.h"
+#include "http/admin.h"
 
 #define IMPORT_BODY_TYPES "application/x-ndjson or text/csv"
 
@@ -50,6 +50,7 @@ static void answer_json(answer_t *a, json_t *body, int status)
 static void *job_thread(void *arg)
 {
     admin_job_t *job = arg;
+    pthread_setname_np(pthread_self(), "tally-admin-job");
     job->run(job);
     atomic_store(&job->app->admin_busy, false);
     http_pending_respond(job->pending, &job->answer, job_free, job);
@@ -179,13 +180,8 @@ static void clear_job(admin_job_t *job)
 {
     write_cmd_t cmd = {.type = job->clear_type};
     uint64_t changed = 0;
-    if (job->clear_type == WRITE_CLEAR_ITEM) {
-        memcpy(cmd.item, job->name, job->name_len);
-        cmd.item_len = job->name_len;
-    } else {
-        memcpy(cmd.user, job->name, job->name_len);
-        cmd.user_len = job->name_len;
-    }
+    memcpy(cmd.clear.name, job->name, job->name_len);
+    cmd.clear.name_len = job->name_len;
     do {
         answer_free(&cmd.answer);
         if (writer_call(job->app->writer, &cmd) != 0 || cmd.answer.status != 200) {
@@ -194,8 +190,8 @@ static void clear_job(admin_job_t *job)
                            "the store could not finish; what was cleared stays cleared, run it again");
             return;
         }
-        changed += cmd.changed;
-    } while (cmd.more);
+        changed += cmd.clear.changed;
+    } while (cmd.clear.more);
     answer_free(&cmd.answer);
     answer_json(&job->answer, json_pack("{s:I}", "changed", (json_int_t)changed), 200);
 }

@@ -1,21 +1,50 @@
 /* app.c — request dispatch: route, method, then the route's handler; health and readiness. */
 #include "http/app.h"
 
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "core/clock.h"
+#include "http/admin.h"
+#include "http/changes.h"
+#include "http/items.h"
+#include "http/metrics.h"
 #include "http/router.h"
+#include "http/trends.h"
 
-void reply_problem(http_request_t *req, int status, const char *code, const char *detail)
+void reply_problem_with(http_request_t *req, int status, const char *code, const char *detail, problem_headers_t h)
 {
     answer_t a = {0};
     answer_problem(&a, status, code, detail);
-    if (status == 503)
-        a.retry_after_s = 1;
+    a.retry_after_s = h.retry_after_s;
+    a.allow = h.allow;
+    a.www_authenticate = h.www_authenticate;
     http_respond(req, &a);
     answer_free(&a);
+}
+
+void reply_problem(http_request_t *req, int status, const char *code, const char *detail)
+{
+    reply_problem_with(req, status, code, detail, (problem_headers_t){.retry_after_s = status == 503 ? 1 : 0});
+}
+
+void app_iso_time(uint64_t at_ms, char out[32])
+{
+    time_t secs = (time_t)(at_ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + n, 32 - n, ".%03uZ", (unsigned)(at_ms % 1000));
+}
+
+bool app_writes_failing(app_t *app)
+{
+    /* Any failure in the window: on a full disk a commit that happens to fit now and then does not
+     * make the node healthy. */
+    uint64_t failed = atomic_load(&app->last_write_failed_ms);
+    return failed && wall_ms() - failed < WRITES_FAILING_HOLD_MS;
 }
 
 void reply_body(http_request_t *req, int status, answer_type_t type, char *body, size_t len)
@@ -41,17 +70,40 @@ static void reply_health(http_request_t *req, bool ok)
     reply_json(req, ok ? 200 : 503, json_pack("{s:s}", "status", ok ? "ok" : "unavailable"));
 }
 
+/* /readyz: the store open and the pipeline running, and writes not failing (an orchestrator takes
+ * a node whose every write fails out of rotation). */
+static void reply_ready(app_t *app, http_request_t *req)
+{
+    if (!atomic_load(&app->ready) || !atomic_load(&writer_stats(app->writer)->running) || !store_ready(app->store)) {
+        reply_health(req, false); /* not started, stopping, or the database cannot be reached */
+        return;
+    }
+    if (app_writes_failing(app)) {
+        answer_t a = {.retry_after_s = 1};
+        json_t *body = json_pack("{s:s,s:s}", "status", "unavailable", "reason",
+                                 "writes failing: a write could not be committed in the last 10 s (is the disk full?)");
+        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+        json_decref(body);
+        if (!text) {
+            reply_problem(req, 500, "internal", "out of memory");
+            return;
+        }
+        answer_set_body(&a, 503, ANSWER_JSON, text, strlen(text));
+        http_respond(req, &a);
+        answer_free(&a);
+        return;
+    }
+    reply_health(req, true);
+}
+
 bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key)
 {
     unsigned wait_s = ratelimit_take(limit, key, mono_ms());
     if (wait_s == 0)
         return true;
     atomic_fetch_add_explicit(&app->rate_limited, 1, memory_order_relaxed);
-    answer_t a = {0};
-    answer_problem(&a, 429, "rate-limited", "too many requests; retry after the time in Retry-After");
-    a.retry_after_s = wait_s;
-    http_respond(req, &a);
-    answer_free(&a);
+    reply_problem_with(req, 429, "rate-limited", "too many requests; retry after the time in Retry-After",
+                       (problem_headers_t){.retry_after_s = wait_s});
     return false;
 }
 
@@ -90,13 +142,9 @@ static void access_log_line(app_t *app, http_request_t *req, route_id_t route, i
     target[n] = '\0';
     size_t plen = http_req_peer(req, peer, sizeof peer);
     peer[plen] = '\0';
-    uint64_t now = wall_ms();
-    time_t secs = (time_t)(now / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-    fprintf(app->access_log, "ts=%s.%03uZ method=%.*s route=%s status=%d bytes=%zu us=%llu peer=%s target=\"%s\"\n", ts,
-            (unsigned)(now % 1000), (int)(m.len > 16 ? 16 : m.len), m.ptr, route_name(route), status, body_bytes,
+    app_iso_time(wall_ms(), ts);
+    fprintf(app->access_log, "ts=%s method=%.*s route=%s status=%d bytes=%zu us=%llu peer=%s target=\"%s\"\n", ts,
+            (int)(m.len > 16 ? 16 : m.len), m.ptr, route_name(route), status, body_bytes,
             (unsigned long long)http_req_age_us(req), plen ? peer : "-", target);
 }
 
@@ -140,30 +188,130 @@ static void reply_options(app_t *app, http_request_t *req, route_id_t id)
     http_respond(req, &a);
 }
 
+/* A Host (or absolute-form authority) that names this machine: localhost, 127.x.y.z or [::1],
+ * with or without a port. */
+static bool host_is_loopback(span_t host)
+{
+    span_t name = host;
+    if (name.len && name.ptr[0] == '[') {
+        const char *close = memchr(name.ptr, ']', name.len);
+        if (!close)
+            return false;
+        size_t n = (size_t)(close - name.ptr) + 1;
+        if (n < name.len && name.ptr[n] != ':')
+            return false;
+        return span_eq_str((span_t){name.ptr, n}, "[::1]");
+    }
+    const char *colon = name.len ? memchr(name.ptr, ':', name.len) : NULL;
+    if (colon)
+        name.len = (size_t)(colon - name.ptr);
+    if (name.len == 9 && strncasecmp(name.ptr, "localhost", 9) == 0)
+        return true;
+    char text[64];
+    struct in_addr addr;
+    if (name.len == 0 || name.len >= sizeof text)
+        return false;
+    memcpy(text, name.ptr, name.len);
+    text[name.len] = '\0';
+    return inet_pton(AF_INET, text, &addr) == 1 && (ntohl(addr.s_addr) >> 24) == 127;
+}
+
+/* The authority a request names: of an absolute-form target, else the Host header. */
+static span_t request_authority(http_request_t *req)
+{
+    span_t raw = http_req_raw_target(req), origin = http_req_target(req);
+    if (raw.ptr == origin.ptr)
+        return http_req_authority(req);
+    const char *start = memchr(raw.ptr, '/', raw.len) + 2; /* after "scheme://" */
+    size_t n = 0;
+    while (start + n < raw.ptr + raw.len && start[n] != '/' && start[n] != '?')
+        n++;
+    return (span_t){start, n};
+}
+
+/* Whether this listener serves route: with --admin-listen the admin routes only on the admin
+ * listener and the rest only on the public one; health and metrics on both. */
+static bool listener_serves(const app_t *app, http_request_t *req, route_id_t id)
+{
+    if (!app->admin_listen || id == ROUTE_HEALTHZ || id == ROUTE_READYZ || id == ROUTE_METRICS)
+        return true;
+    return route_is_admin(id) == (http_req_listener(req) == HTTP_LISTENER_ADMIN);
+}
+
+/* The checks every request passes before its route: framing, target, headers, Host, query. */
+static bool request_or_reply(app_t *app, http_request_t *req, const route_t *route)
+{
+    if (!http_req_framing_ok(req)) {
+        http_req_close_connection(req); /* what follows on this connection cannot be trusted */
+        reply_problem(req, 400, "invalid-framing",
+                      "Content-Length given twice with different values, Transfer-Encoding given twice, or both; "
+                      "the connection is closed");
+        return false;
+    }
+    if (http_req_raw_target(req).len > TARGET_MAX_BYTES) {
+        reply_problem(req, 414, "uri-too-long", "request targets are at most 8192 bytes");
+        return false;
+    }
+    if (http_req_header_bytes(req) > app->max_header_bytes) {
+        reply_problem(req, 431, "headers-too-large", "the request's headers are larger than --max-header-size");
+        return false;
+    }
+    if (app->dev_mode && !host_is_loopback(request_authority(req))) {
+        reply_problem(req, 403, "forbidden",
+                      "development mode answers only requests whose Host is localhost, 127.x.y.z or [::1]");
+        return false;
+    }
+    span_t name;
+    if (route_query_repeats(route->query, &name)) {
+        char detail[160];
+        snprintf(detail, sizeof detail, "the query parameter %.*s is given more than once",
+                 (int)(name.len > 64 ? 64 : name.len), name.ptr);
+        reply_problem(req, 400, "invalid-parameter", detail);
+        return false;
+    }
+    return true;
+}
+
+bool app_admits_large_body(void *arg, const http_head_t *head)
+{
+    app_t *app = arg;
+    route_t route;
+    route_match(head->target, &route);
+    if (!span_eq_str(head->method, "POST") || (route.id != ROUTE_IMPORT && route.id != ROUTE_RECOUNT))
+        return false;
+    span_t authorization = {0}, user = {0};
+    size_t n_authorization = 0, n_user = 0;
+    for (size_t i = 0; i < head->nheaders; i++) {
+        span_t name = head->names[i];
+        if (name.len == 13 && strncasecmp(name.ptr, "authorization", 13) == 0 && n_authorization++ == 0)
+            authorization = head->values[i];
+        else if (name.len == 9 && strncasecmp(name.ptr, "x-user-id", 9) == 0 && n_user++ == 0)
+            user = head->values[i];
+    }
+    return auth_head_is_admin(app, authorization, n_authorization, user, n_user);
+}
+
 void app_handle(void *arg, http_request_t *req)
 {
     app_t *app = arg;
     route_t route;
     span_t method = http_req_method(req);
     route_match(http_req_target(req), &route);
-    if (http_req_header_bytes(req) > app->max_header_bytes) {
-        reply_problem(req, 431, "headers-too-large", "the request's headers are larger than --max-header-size");
+    if (!request_or_reply(app, req, &route))
         return;
-    }
-    if (route.id == ROUTE_NOT_FOUND) {
+    if (route.id == ROUTE_NOT_FOUND || !listener_serves(app, req, route.id)) {
         reply_problem(req, 404, "not-found", "no such route");
         return;
     }
+    if (route_is_admin(route.id))
+        http_req_close_connection(req); /* the next admin request is admitted afresh (server.c) */
     if (span_eq_str(method, "OPTIONS")) {
         reply_options(app, req, route.id);
         return;
     }
     if (!route_allows(route.id, method)) {
-        answer_t a = {0};
-        answer_problem(&a, 405, "method-not-allowed", "this route does not take that method");
-        a.allow = route_allow(route.id);
-        http_respond(req, &a);
-        answer_free(&a);
+        reply_problem_with(req, 405, "method-not-allowed", "this route does not take that method",
+                           (problem_headers_t){.allow = route_allow(route.id)});
         return;
     }
     bool read = span_eq_str(method, "GET") || span_eq_str(method, "HEAD");
@@ -172,7 +320,7 @@ void app_handle(void *arg, http_request_t *req)
         reply_health(req, true);
         return;
     case ROUTE_READYZ:
-        reply_health(req, atomic_load(&app->ready) && atomic_load(&writer_stats(app->writer)->running));
+        reply_ready(app, req);
         return;
     case ROUTE_ITEMS:
         items_get_many(app, req, route.query);
@@ -184,13 +332,13 @@ void app_handle(void *arg, http_request_t *req)
         if (read)
             items_get_reaction(app, req, route.item);
         else
-            items_write(app, req, route.item, SPAN_LIT("reaction"));
+            items_write(app, req, route.item, ITEM_ACTION_REACTION, route.kind);
         return;
     case ROUTE_TOGGLE:
-        items_write(app, req, route.item, SPAN_LIT("reaction:toggle"));
+        items_write(app, req, route.item, ITEM_ACTION_TOGGLE, route.kind);
         return;
     case ROUTE_KIND:
-        items_write(app, req, route.item, route.kind);
+        items_write(app, req, route.item, ITEM_ACTION_KIND, route.kind);
         return;
     case ROUTE_METRICS:
         metrics_get(app, req);

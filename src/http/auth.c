@@ -5,6 +5,8 @@
 #include <time.h>
 
 #include "core/ids.h"
+#include "http/auth.h"
+
 #include "http/app.h"
 
 #define BEARER_PREFIX "Bearer "
@@ -41,10 +43,9 @@ int auth_keys_load(auth_keys_t *keys, const char *file, const char *secret, char
         memcpy(text, secret, len);
     }
     span_t secrets[JWT_SECRETS_MAX];
-    int n = jwt_secrets_parse((span_t){text, len}, secrets);
+    int n = jwt_secrets_parse((span_t){text, len}, secrets, err, errlen);
     if (n <= 0) {
         free(text);
-        snprintf(err, errlen, n == 0 ? "no JWT secret given" : "at most %d JWT secrets", JWT_SECRETS_MAX);
         return -1;
     }
     pthread_rwlock_wrlock(&keys->lock);
@@ -58,11 +59,23 @@ int auth_keys_load(auth_keys_t *keys, const char *file, const char *secret, char
 
 static void reply_unauthenticated(http_request_t *req, const char *detail)
 {
-    answer_t a = {0};
-    answer_problem(&a, 401, "unauthenticated", detail);
-    a.www_authenticate = true;
-    http_respond(req, &a);
-    answer_free(&a);
+    reply_problem_with(req, 401, "unauthenticated", detail, (problem_headers_t){.www_authenticate = true});
+}
+
+bool auth_head_is_admin(const app_t *app, span_t authorization, size_t n_authorization, span_t user, size_t n_user)
+{
+    if (app->dev_mode)
+        return n_user == 1 && span_eq_str(user, DEV_ADMIN_USER);
+    size_t plen = strlen(BEARER_PREFIX);
+    if (n_authorization != 1 || authorization.len <= plen || strncasecmp(authorization.ptr, BEARER_PREFIX, plen) != 0)
+        return false;
+    jwt_claims_t claims;
+    const char *why = NULL;
+    span_t token = {authorization.ptr + plen, authorization.len - plen};
+    pthread_rwlock_rdlock(&app->keys->lock);
+    int rc = jwt_verify(token, app->keys->secrets, (size_t)app->keys->count, (uint64_t)time(NULL), &claims, &why);
+    pthread_rwlock_unlock(&app->keys->lock);
+    return rc == 0 && claims.admin;
 }
 
 /* Bearer JWT: the user is `sub`, admin when `role` is "admin". The claims are copied into the

@@ -5,7 +5,7 @@
 #include <time.h>
 
 #include "core/parse.h"
-#include "http/app.h"
+#include "http/changes.h"
 
 #define CHANGES_LIMIT_DEFAULT 100
 #define CHANGES_LIMIT_MAX 1000
@@ -16,6 +16,7 @@ typedef struct {
     bool has_after;
     uint64_t after;
     size_t limit;
+    uint64_t next; /* the page's `next` cursor */
     http_pending_t *pending;
     answer_t answer;
 } changes_query_t;
@@ -27,21 +28,12 @@ typedef struct {
     int rc;
 } page_t;
 
-static void iso_time(uint64_t at_ms, char out[32])
-{
-    time_t secs = (time_t)(at_ms / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, 32 - n, ".%03uZ", (unsigned)(at_ms % 1000));
-}
-
 static int page_add(void *arg, uint64_t seq, const transition_t *t)
 {
     page_t *p = arg;
     char cursor[24], at[32];
     snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)seq);
-    iso_time(t->at_ms, at);
+    app_iso_time(t->at_ms, at);
     json_t *c = json_pack("{s:s,s:s%,s:s%,s:s,s:s,s:I,s:s}", "cursor", cursor, "item", t->item.ptr, t->item.len, "user",
                           t->user.ptr, t->user.len, "from", kinds_name(p->kinds, t->from), "to",
                           kinds_name(p->kinds, t->to), "version", (json_int_t)t->version, "at", at);
@@ -53,8 +45,8 @@ static int page_add(void *arg, uint64_t seq, const transition_t *t)
     return 0;
 }
 
-/* Reads one page with a fresh snapshot into q->answer. Returns the number of changes, or -1 when
- * the answer is an error. */
+/* Reads one page with a fresh snapshot into q->answer, and its last cursor into q->next. Returns the
+ * number of changes, or -1 when the answer is an error. */
 static int changes_page(changes_query_t *q)
 {
     store_read_t *snap;
@@ -91,6 +83,7 @@ static int changes_page(changes_query_t *q)
         return -1;
     }
     char next[24];
+    q->next = p.last;
     snprintf(next, sizeof next, "%llu", (unsigned long long)p.last);
     int n = (int)json_array_size(p.changes);
     json_t *body = json_pack("{s:o,s:s}", "changes", p.changes, "next", next);
@@ -159,17 +152,9 @@ void changes_get(app_t *app, http_request_t *req, span_t query)
         query_free(q);
         return;
     }
-    /* Nothing yet: wait on the feed thread from the page's cursor. */
-    uint64_t newest = q->has_after ? q->after : 0;
-    if (!q->has_after) { /* continue from where the empty page ended */
-        json_t *doc = json_loadb(q->answer.body, q->answer.body_len, 0, NULL);
-        const char *next = doc ? json_string_value(json_object_get(doc, "next")) : NULL;
-        if (next && parse_uint(span_of(next), UINT64_MAX - 1, &newest) == 0) {
-            q->has_after = true;
-            q->after = newest;
-        }
-        json_decref(doc);
-    }
+    /* Nothing yet: wait on the feed thread from where the empty page ended. */
+    q->has_after = true;
+    q->after = q->next;
     q->pending = http_defer(req);
     if (!q->pending || feed_wait(app->feed, q->after, wait_s * 1000, changes_wake, q) != 0) {
         if (q->pending)

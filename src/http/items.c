@@ -3,11 +3,12 @@
  * error), then act. */
 #include <stdlib.h>
 
+#include "core/clock.h"
 #include "core/fingerprint.h"
 #include "core/ids.h"
 #include "core/itemjson.h"
 #include "core/parse.h"
-#include "http/app.h"
+#include "http/items.h"
 
 #define HEADER_IDEMPOTENCY_KEY "idempotency-key"
 #define HEADER_IF_MATCH "if-match"
@@ -27,41 +28,39 @@ static bool item_or_reply(http_request_t *req, span_t item)
 /* --- reads --- */
 
 /* Appends {"item":…,"counts":{…}[,"viewer":{…}]} read from snap. Returns a STORE_ code. */
-static int item_append(const app_t *app, store_read_t *snap, span_t item, const auth_t *who, textbuf_t *out)
-{
-    int64_t counts[KINDS_MAX + 1];
-    reaction_row_t row;
-    int rc = store_read_counts(snap, item, counts);
-    if (rc == STORE_OK && who->known)
-        rc = store_read_row(snap, item, who->user, &row);
-    if (rc == STORE_OK)
-        itemjson_append(out, app->kinds, item, counts, who->known ? &row : NULL);
-    return rc;
-}
-
 /* Reads ids (a list, or one item when many is false) from one snapshot and answers. */
 static void reply_items(app_t *app, http_request_t *req, span_t ids, bool many, const auth_t *who)
 {
+    span_t items[BATCH_IDS_MAX];
+    int64_t counts[BATCH_IDS_MAX][KINDS_MAX + 1];
+    reaction_row_t rows[BATCH_IDS_MAX];
+    size_t n = 0;
+    if (!many)
+        items[n++] = ids;
+    for (size_t pos = 0; many && n < BATCH_IDS_MAX && parse_list_next(ids, &pos, &items[n]);)
+        n++;
     store_read_t *snap;
-    if (store_read_begin(app->store, &snap) != STORE_OK) {
+    int rc = store_read_begin(app->store, &snap);
+    if (rc != STORE_OK) {
+        reply_problem(req, 503, "unavailable", "the store cannot be read");
+        return;
+    }
+    rc = store_read_many(snap, items, n, who->known ? who->user : (span_t){"", 0}, counts, rows);
+    store_read_end(snap);
+    if (rc == STORE_UNAVAILABLE) {
         reply_problem(req, 503, "unavailable", "the store cannot be read");
         return;
     }
     textbuf_t out = {0};
-    int rc = STORE_OK;
-    if (!many) {
-        rc = item_append(app, snap, ids, who, &out);
-    } else {
+    if (many)
         textbuf_append(&out, "{\"items\":[", 10);
-        span_t id;
-        for (size_t pos = 0, n = 0; rc == STORE_OK && parse_list_next(ids, &pos, &id); n++) {
-            if (n)
-                textbuf_append(&out, ",", 1);
-            rc = item_append(app, snap, id, who, &out);
-        }
-        textbuf_append(&out, "]}", 2);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        if (i)
+            textbuf_append(&out, ",", 1);
+        itemjson_append(&out, app->kinds, items[i], counts[i], who->known ? &rows[i] : NULL);
     }
-    store_read_end(snap);
+    if (many)
+        textbuf_append(&out, "]}", 2);
     if (rc != STORE_OK || out.failed) {
         free(out.buf);
         reply_problem(req, 500, "internal", "reading the items failed");
@@ -111,8 +110,13 @@ void items_get_reaction(app_t *app, http_request_t *req, span_t item)
         reply_problem(req, 503, "unavailable", "the store cannot be read");
         return;
     }
-    int rc = store_read_row(snap, item, who.user, &row);
+    int64_t counts[1][KINDS_MAX + 1];
+    int rc = store_read_many(snap, &item, 1, who.user, counts, &row);
     store_read_end(snap);
+    if (rc == STORE_UNAVAILABLE) {
+        reply_problem(req, 503, "unavailable", "the store cannot be read");
+        return;
+    }
     if (rc != STORE_OK) {
         reply_problem(req, 500, "internal", "reading the reaction failed");
         return;
@@ -189,44 +193,47 @@ static bool write_headers_or_reply(http_request_t *req, write_cmd_t *cmd, bool k
         return false;
     }
     if (n > 0) {
-        int len = n == 1 ? parse_idempotency_key(value, cmd->key) : -1;
+        int len = n == 1 ? parse_idempotency_key(value, cmd->react.key) : -1;
         if (len < 0) {
             reply_problem(req, 400, "invalid-idempotency-key",
                           "an Idempotency-Key is 1-255 printable ASCII characters, given once");
             return false;
         }
-        cmd->key_len = (size_t)len;
+        cmd->react.key_len = (size_t)len;
     }
     n = http_req_header(req, HEADER_IF_MATCH, &value);
     if (n > 0) {
-        if (n > 1 || parse_if_match(value, &cmd->if_match) != 0) {
+        if (n > 1 || parse_if_match(value, &cmd->react.if_match) != 0) {
             reply_problem(req, 400, "invalid-if-match", "If-Match takes a version ETag such as \"3\"");
             return false;
         }
-        cmd->has_if_match = true;
+        cmd->react.has_if_match = true;
     }
     return true;
 }
 
 /* Decides what the route asks for: op and kind. */
-static bool write_op_or_reply(const app_t *app, http_request_t *req, span_t action, span_t body, write_cmd_t *cmd)
+static bool write_op_or_reply(const app_t *app, http_request_t *req, item_action_t action, span_t kind_segment,
+                              span_t body, write_cmd_t *cmd)
 {
     bool put = span_eq_str(http_req_method(req), "PUT");
-    if (span_eq_str(action, "reaction")) {
-        cmd->op = REACT_SET;
-        cmd->kind = KIND_NONE;
-        return !put || body_reaction_or_reply(app, req, body, true, &cmd->kind);
+    switch (action) {
+    case ITEM_ACTION_REACTION:
+        cmd->react.op = REACT_SET;
+        cmd->react.kind = KIND_NONE;
+        return !put || body_reaction_or_reply(app, req, body, true, &cmd->react.kind);
+    case ITEM_ACTION_TOGGLE:
+        cmd->react.op = REACT_TOGGLE;
+        return body_reaction_or_reply(app, req, body, false, &cmd->react.kind);
+    case ITEM_ACTION_KIND:
+        break;
     }
-    if (span_eq_str(action, "reaction:toggle")) {
-        cmd->op = REACT_TOGGLE;
-        return body_reaction_or_reply(app, req, body, false, &cmd->kind);
-    }
-    cmd->kind = kinds_find(app->kinds, action, false);
-    if (cmd->kind < 0) {
+    cmd->react.kind = kinds_find(app->kinds, kind_segment, false);
+    if (cmd->react.kind < 0) {
         reply_problem(req, 400, "invalid-reaction", "the path names no configured reaction kind");
         return false;
     }
-    cmd->op = put ? REACT_SET : REACT_CLEAR_IF;
+    cmd->react.op = put ? REACT_SET : REACT_CLEAR_IF;
     return true;
 }
 
@@ -237,46 +244,63 @@ static void write_release(void *arg)
     free(cmd);
 }
 
-/* Writer thread: the answer is final; hand it to the request's HTTP thread. */
+typedef struct {
+    write_cmd_t cmd;
+    app_t *app;
+} item_write_t;
+
+/* Writer thread: the answer is final; note a failed commit (/readyz), and hand it to the request's
+ * HTTP thread. The writer answers 503 only when the commit failed. */
 static void write_done(write_cmd_t *cmd)
 {
+    app_t *app = ((item_write_t *)cmd)->app;
+    if (cmd->answer.status == 503)
+        atomic_store(&app->last_write_failed_ms, wall_ms());
     http_pending_respond(cmd->done_arg, &cmd->answer, write_release, cmd);
 }
 
-void items_write(app_t *app, http_request_t *req, span_t item, span_t action)
+void items_write(app_t *app, http_request_t *req, span_t item, item_action_t action, span_t kind)
 {
     auth_t who;
     span_t body;
     if (!auth_user_or_reply(app, req, true, &who) || !rate_or_reply(app, app->write_limit, req, who.user) ||
         !item_or_reply(req, item) || !body_or_reply(req, &body))
         return;
-    write_cmd_t *cmd = calloc(1, sizeof *cmd);
-    if (!cmd) {
+    item_write_t *w = calloc(1, sizeof *w);
+    if (!w) {
         reply_problem(req, 503, "overloaded", "out of memory");
         return;
     }
-    bool toggle = span_eq_str(action, "reaction:toggle");
-    if (!write_headers_or_reply(req, cmd, toggle) || !write_op_or_reply(app, req, action, body, cmd)) {
-        free(cmd);
+    write_cmd_t *cmd = &w->cmd; /* first member: write_release frees w through it */
+    w->app = app;
+    if (!write_headers_or_reply(req, cmd, action == ITEM_ACTION_TOGGLE) ||
+        !write_op_or_reply(app, req, action, kind, body, cmd)) {
+        free(w);
         return;
     }
-    memcpy(cmd->item, item.ptr, item.len);
-    cmd->item_len = item.len;
-    memcpy(cmd->user, who.user.ptr, who.user.len);
-    cmd->user_len = who.user.len;
-    if (cmd->key_len && fingerprint_request(http_req_method(req), http_req_target(req), body, cmd->fingerprint) != 0) {
-        free(cmd);
+    memcpy(cmd->react.item, item.ptr, item.len);
+    cmd->react.item_len = item.len;
+    memcpy(cmd->react.user, who.user.ptr, who.user.len);
+    cmd->react.user_len = who.user.len;
+    if (cmd->react.key_len &&
+        fingerprint_request(http_req_method(req), http_req_target(req), body, cmd->react.fingerprint) != 0) {
+        free(w);
         reply_problem(req, 500, "internal", "fingerprinting the request failed");
         return;
     }
     cmd->done = write_done;
     cmd->done_arg = http_defer(req);
     /* Deferred first, then the check: a shutdown that has seen no deferred request left also sees
-     * this one, or this one sees the shutdown (both atomics are sequentially consistent). */
-    if (!cmd->done_arg || atomic_load(&app->draining) || writer_submit(app->writer, cmd) != 0) {
+     * this one, or this one sees the shutdown (both atomics are sequentially consistent). The writer
+     * refuses only when its queue is full or it is stopping, which comes after draining is set. */
+    bool draining = atomic_load(&app->draining);
+    if (!cmd->done_arg || draining || writer_submit(app->writer, cmd) != 0) {
         if (cmd->done_arg)
             http_pending_cancel(cmd->done_arg);
-        free(cmd);
-        reply_problem(req, 503, "overloaded", "too many writes are waiting; retry shortly");
+        free(w);
+        if (draining)
+            reply_problem(req, 503, "unavailable", "the server is shutting down; retry on another node or shortly");
+        else
+            reply_problem(req, 503, "overloaded", "too many writes are waiting; retry shortly");
     }
 }

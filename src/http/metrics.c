@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "engine/recount.h"
-#include "http/app.h"
+#include "http/metrics.h"
 #include "http/router.h"
 #include "http/server.h"
 
@@ -60,7 +60,7 @@ static void gauge(text_t *t, const char *name, const char *help, double v)
     put(t, "%s %.17g\n", name, v);
 }
 
-static void histogram(text_t *t, const char *name, const char *help, histogram_t *h)
+static void histogram(text_t *t, const char *name, const char *help, const histogram_t *h)
 {
     metric_head(t, name, "histogram", help);
     uint64_t cumulative = 0;
@@ -89,6 +89,8 @@ static uint64_t store_file_bytes(const char *dir)
 {
     char path[4096];
     struct stat st;
+    if (!dir)
+        return 0; /* a database server's store: its files are the server's */
     snprintf(path, sizeof path, "%s/data.mdb", dir);
     return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
 }
@@ -108,7 +110,7 @@ static void render_requests(text_t *t, app_t *app)
 void metrics_get(app_t *app, http_request_t *req)
 {
     writer_stats_t *ws = (writer_stats_t *)writer_stats(app->writer);
-    store_stats_t st;
+    store_stats_t st = {0};
     bool have_store = store_stats(app->store, &st) == STORE_OK;
     text_t t = {0};
     render_requests(&t, app);
@@ -150,6 +152,18 @@ void metrics_get(app_t *app, http_request_t *req)
         gauge(&t, "tally_row_filter_ready", "1 when the row filter is filled and answers for missing rows.",
               st.row_filter_ready ? 1 : 0);
     }
+    if (st.shared) { /* a database server's store */
+        gauge(&t, "tally_db_connected", "1 while the database answers.", st.connected ? 1 : 0);
+        gauge(&t, "tally_fold_leader", "1 while this node folds the log into the counts.",
+              atomic_load(&ws->fold_leader) ? 1 : 0);
+        counter(&t, "tally_db_round_trips_total", "Statements sent to the database.", st.round_trips);
+        counter(&t, "tally_db_transactions_total", "Writer transactions committed in the database.", st.transactions);
+        counter(&t, "tally_writer_conflict_retries_total",
+                "Batches run again after a conflict with another node (deadlock, serialization).",
+                atomic_load(&ws->conflict_retries));
+        histogram(&t, "tally_db_commit_seconds", "Duration of the writer's COMMIT (the server's durable sync).",
+                  st.commit_seconds);
+    }
     gauge(&t, "tally_store_file_bytes", "Disk space used by the store's data file.",
           (double)store_file_bytes(app->data_dir));
     trend_entry_t hot[100];
@@ -157,9 +171,23 @@ void metrics_get(app_t *app, http_request_t *req)
           (double)trending_hot(app->trending, 100, hot));
     gauge(&t, "tally_trending_behind_entries", "Log entries the trending follower has yet to read.",
           (double)trending_behind(app->trending));
-    gauge(&t, "tally_http_connections", "Open HTTP connections.", (double)http_server_connections());
-    counter(&t, "tally_http_connections_refused_total", "Connections refused at --max-connections.",
-            http_server_refused());
+    counter(&t, "tally_trending_errors_total", "Failed store reads and persists of trending.",
+            trending_errors(app->trending));
+    http_server_stats_t hs;
+    http_server_stats(&hs);
+    gauge(&t, "tally_http_connections", "Open HTTP connections.", (double)hs.connections);
+    gauge(&t, "tally_http_admin_connections", "Open connections on the --admin-listen listener.",
+          (double)hs.admin_connections);
+    counter(&t, "tally_http_connections_refused_total", "Connections refused at --max-connections.", hs.refused);
+    counter(&t, "tally_http_accept_errors_total",
+            "Connections that could not be accepted (out of file descriptors or memory); accepting pauses.",
+            hs.accept_errors);
+    counter(&t, "tally_http_large_bodies_refused_total",
+            "Admin request bodies refused because the large-body budget was in use.", hs.large_bodies_refused);
+    gauge(&t, "tally_http_large_body_bytes", "Bytes reserved by admitted large request bodies in flight.",
+          (double)hs.large_body_bytes);
+    gauge(&t, "tally_writes_failing", "1 for 10 s after a reaction write failed to commit (disk full?).",
+          app_writes_failing(app) ? 1 : 0);
     gauge(&t, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)resident_bytes());
     if (t.failed) {
         free(t.buf);

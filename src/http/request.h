@@ -12,7 +12,22 @@
 typedef struct http_request http_request_t;
 
 span_t http_req_method(const http_request_t *req);
-span_t http_req_target(const http_request_t *req); /* raw path with its query, as sent */
+/* The path with its query, as sent, in origin form: of an absolute-form target
+ * (http://host/path?q, RFC 9112 §3.2.2) only the path and query. */
+span_t http_req_target(const http_request_t *req);
+span_t http_req_raw_target(const http_request_t *req); /* as sent, whatever its form */
+span_t http_req_authority(const http_request_t *req);  /* the Host header ("" when none) */
+
+/* Which listening socket the request came in on. */
+typedef enum { HTTP_LISTENER_PUBLIC, HTTP_LISTENER_ADMIN, HTTP_LISTENERS } http_listener_t;
+http_listener_t http_req_listener(const http_request_t *req);
+
+/* False when the request's framing is ambiguous (request smuggling): Content-Length given twice
+ * with different values, Transfer-Encoding given twice, or both given. */
+bool http_req_framing_ok(const http_request_t *req);
+
+/* The connection ends after this request's answer. */
+void http_req_close_connection(http_request_t *req);
 span_t http_req_body(const http_request_t *req);
 
 /* The first value of header name (lowercase) and how many times it occurs. */

@@ -1,6 +1,8 @@
 /* router.c — the route table of API.md. */
 #include "http/router.h"
 
+#include <strings.h>
+
 #define ITEMS_PREFIX "/v1/items"
 
 static const struct {
@@ -125,4 +127,56 @@ void route_match(span_t target, route_t *out)
         out->id = ROUTE_KIND;
         out->kind = action;
     }
+}
+
+span_t route_origin_form(span_t target)
+{
+    size_t scheme = 0;
+    if (target.len >= 7 && strncasecmp(target.ptr, "http://", 7) == 0)
+        scheme = 7;
+    else if (target.len >= 8 && strncasecmp(target.ptr, "https://", 8) == 0)
+        scheme = 8;
+    if (scheme == 0)
+        return target;
+    for (size_t i = scheme; i < target.len; i++) {
+        if (target.ptr[i] == '/')
+            return (span_t){target.ptr + i, target.len - i};
+        if (target.ptr[i] == '?')
+            break; /* "http://host?q": the path is empty */
+    }
+    return SPAN_LIT("/");
+}
+
+bool route_query_repeats(span_t query, span_t *name)
+{
+    size_t pos = 0;
+    while (pos < query.len) {
+        const char *start = query.ptr + pos;
+        const char *amp = memchr(start, '&', query.len - pos);
+        size_t n = amp ? (size_t)(amp - start) : query.len - pos;
+        const char *eq = memchr(start, '=', n);
+        span_t key = {start, eq ? (size_t)(eq - start) : n};
+        /* Compare with every later parameter: queries are short (the target is bounded). */
+        size_t later = pos + n + 1;
+        while (key.len && later < query.len) {
+            const char *s2 = query.ptr + later;
+            const char *amp2 = memchr(s2, '&', query.len - later);
+            size_t n2 = amp2 ? (size_t)(amp2 - s2) : query.len - later;
+            const char *eq2 = memchr(s2, '=', n2);
+            span_t key2 = {s2, eq2 ? (size_t)(eq2 - s2) : n2};
+            if (span_eq(key, key2)) {
+                *name = key;
+                return true;
+            }
+            later += n2 + 1;
+        }
+        pos += n + 1;
+    }
+    return false;
+}
+
+bool route_is_admin(route_id_t id)
+{
+    return id == ROUTE_CHANGES || id == ROUTE_RECOUNT || id == ROUTE_IMPORT || id == ROUTE_HOT ||
+           id == ROUTE_ADMIN_USER || id == ROUTE_ADMIN_ITEM;
 }

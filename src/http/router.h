@@ -42,4 +42,16 @@ const char *route_allow(route_id_t id);
 
 bool route_allows(route_id_t id, span_t method);
 
+/* The origin form of a request target: an absolute-form target ("http://host:8080/path?q", RFC
+ * 9112 §3.2.2; scheme case-insensitive) becomes "/path?q" ("/" when it has no path); any other
+ * target is returned as it is. */
+span_t route_origin_form(span_t target);
+
+/* True when a parameter name occurs more than once in query ("ids=a&ids=b"); *name is then that
+ * name. Names are compared as sent (raw bytes). */
+bool route_query_repeats(span_t query, span_t *name);
+
+/* Admin routes: served by the admin listener when there is one (and not by the public one). */
+bool route_is_admin(route_id_t id);
+
 #endif

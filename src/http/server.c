@@ -1,9 +1,18 @@
-/* server.c — the h2o adapter: event loops on HTTP threads sharing one listening socket, the
- * request view of request.h, and deferred answers delivered through h2o's multithread queues.
- * This is the only file that includes h2o. */
+/* server.c — the h2o adapter: event loops on HTTP threads sharing the listening sockets (public and,
+ * optionally, admin), the request view of request.h, and deferred answers delivered through h2o's
+ * multithread queues. This is the only file that includes h2o.
+ *
+ * Every accepted connection is first "peeked": its first request head is read and parsed here,
+ * before h2o sees it, and the connection is then handed to one of two h2o contexts. h2o 2.2 buffers
+ * a whole request body before any handler runs, and its body limit (max_request_entity_size) is per
+ * context, so the choice of context is the body limit: the small one (8 KiB) for everyone, the large
+ * one (--import-max-size) only for an admin's POST to a body-taking admin route, within a budget of
+ * bytes in flight across all connections. A connection in the large context is closed after its
+ * answer, so its reservation covers everything it may send. */
 #include "http/server.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <h2o.h>
 #include <h2o/multithread.h>
 #include <pthread.h>
@@ -13,7 +22,23 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "http/router.h"
+
 #define MAX_THREADS 64
+#define ACCEPT_PAUSE_MS 100  /* out of file descriptors: stop accepting this long, then try again */
+#define RESERVE_HEAD_MS 1000 /* past the cap: a health check's head must come this soon, else 503 */
+#define HEAD_HEADERS_MAX H2O_MAX_HEADERS
+
+/* picohttpparser, built into libh2o (its header is not installed by Debian's package). */
+struct phr_header {
+    const char *name;
+    size_t name_len;
+    const char *value;
+    size_t value_len;
+};
+int phr_parse_request(const char *buf, size_t len, const char **method, size_t *method_len, const char **path,
+                      size_t *path_len, int *minor_version, struct phr_header *headers, size_t *num_headers,
+                      size_t last_len);
 
 typedef struct http_thread http_thread_t;
 
@@ -39,25 +64,51 @@ typedef struct {
     control_t what;
 } control_msg_t;
 
+/* One listening socket on one thread. */
+typedef struct {
+    http_thread_t *thread;
+    http_listener_t kind;
+    h2o_socket_t *sock;
+    h2o_timeout_entry_t resume; /* linked while accepting is paused (out of file descriptors) */
+} thread_listener_t;
+
+/* Ours, for each accepted connection (the socket's on_close data). */
+typedef struct {
+    http_thread_t *thread;
+    h2o_socket_t *sock;
+    http_listener_t listener;
+    bool reserve_slot;       /* holds one of the public listener's health slots */
+    bool close_after_answer; /* the connection ends with its next answer */
+    bool large;              /* in the large-body context */
+    size_t reserved_bytes;   /* of the large-body budget */
+    h2o_timeout_entry_t peek_timeout;
+} conn_slot_t;
+
 struct http_thread {
     pthread_t tid;
+    int index;
     h2o_evloop_t *loop;
-    h2o_context_t ctx;
-    h2o_accept_ctx_t accept_ctx;
-    h2o_socket_t *listener;
+    h2o_context_t ctx_small, ctx_large;
+    h2o_accept_ctx_t accept_small, accept_large;
+    thread_listener_t listeners[HTTP_LISTENERS];
+    h2o_timeout_t peek_timeout, reserve_timeout, pause_timeout;
     h2o_multithread_queue_t *queue;
     h2o_multithread_receiver_t answers, control;
+    bool accepting;
     bool exit;
 };
 
 static struct {
     http_server_config_t cfg;
-    h2o_globalconf_t config;
+    h2o_globalconf_t config_small, config_large;
     http_thread_t threads[MAX_THREADS];
     int nthreads;
     atomic_size_t pending;
-    atomic_size_t connections;
-    atomic_uint_fast64_t refused;
+    atomic_size_t connections[HTTP_LISTENERS];
+    atomic_size_t reserve_used;
+    atomic_size_t large_bytes;
+    atomic_uint_fast64_t refused, accept_errors, large_refused;
+    atomic_bool accept_error_logged;
     h2o_barrier_t started;
 } server;
 
@@ -77,7 +128,79 @@ span_t http_req_method(const http_request_t *req)
 
 span_t http_req_target(const http_request_t *req)
 {
+    return route_origin_form((span_t){h2o_req(req)->input.path.base, h2o_req(req)->input.path.len});
+}
+
+span_t http_req_raw_target(const http_request_t *req)
+{
     return (span_t){h2o_req(req)->input.path.base, h2o_req(req)->input.path.len};
+}
+
+span_t http_req_authority(const http_request_t *req)
+{
+    h2o_iovec_t a = h2o_req(req)->input.authority;
+    return (span_t){a.base ? a.base : "", a.base ? a.len : 0};
+}
+
+static conn_slot_t *slot_of(const h2o_req_t *req)
+{
+    h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    return sock ? sock->on_close.data : NULL;
+}
+
+http_listener_t http_req_listener(const http_request_t *req)
+{
+    conn_slot_t *slot = slot_of(h2o_req(req));
+    return slot ? slot->listener : HTTP_LISTENER_PUBLIC;
+}
+
+void http_req_close_connection(http_request_t *req)
+{
+    h2o_req(req)->http1_is_persistent = 0;
+}
+
+/* Counts the framing headers of a parsed head: Content-Length (and whether its values differ) and
+ * Transfer-Encoding. */
+static bool framing_conflicts(const struct phr_header *headers, size_t n)
+{
+    size_t lengths = 0, encodings = 0;
+    const struct phr_header *first_length = NULL;
+    bool differ = false;
+    for (size_t i = 0; i < n; i++) {
+        const struct phr_header *h = &headers[i];
+        if (h->name_len == 14 && h2o_lcstris(h->name, h->name_len, H2O_STRLIT("content-length"))) {
+            if (lengths++ == 0)
+                first_length = h;
+            else if (h->value_len != first_length->value_len ||
+                     memcmp(h->value, first_length->value, h->value_len) != 0)
+                differ = true;
+        } else if (h->name_len == 17 && h2o_lcstris(h->name, h->name_len, H2O_STRLIT("transfer-encoding"))) {
+            encodings++;
+        }
+    }
+    return differ || encodings > 1 || (encodings && lengths);
+}
+
+/* h2o keeps neither Content-Length nor Transfer-Encoding among the headers a handler sees, so the
+ * head is parsed again from the connection's input buffer, where it stays (lower-cased names aside)
+ * until the answer is sent: with a body, h2o reads it after the head, and chunked decoding only
+ * rewrites the bytes after the head. */
+bool http_req_framing_ok(const http_request_t *request)
+{
+    h2o_req_t *req = h2o_req(request);
+    h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    if (!sock || !sock->input || sock->input->size == 0)
+        return true;
+    const char *method, *path;
+    size_t method_len, path_len, nheaders = HEAD_HEADERS_MAX;
+    int minor;
+    struct phr_header headers[HEAD_HEADERS_MAX];
+    size_t len = sock->input->size < H2O_MAX_REQLEN ? sock->input->size : H2O_MAX_REQLEN;
+    int n = phr_parse_request(sock->input->bytes, len, &method, &method_len, &path, &path_len, &minor, headers,
+                              &nheaders, 0);
+    if (n <= 0)
+        return true; /* not the head of this request: nothing to say */
+    return !framing_conflicts(headers, nheaders);
 }
 
 span_t http_req_body(const http_request_t *req)
@@ -135,6 +258,10 @@ static const char *reason_of(int status)
     switch (status) {
     case 200:
         return "OK";
+    case 201:
+        return "Created";
+    case 204:
+        return "No Content";
     case 400:
         return "Bad Request";
     case 401:
@@ -153,16 +280,20 @@ static const char *reason_of(int status)
         return "Precondition Failed";
     case 413:
         return "Content Too Large";
+    case 414:
+        return "URI Too Long";
     case 415:
         return "Unsupported Media Type";
     case 429:
         return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
     case 500:
         return "Internal Server Error";
     case 503:
         return "Service Unavailable";
     default:
-        return "Unknown";
+        return status >= 500 ? "Server Error" : status >= 400 ? "Client Error" : status >= 300 ? "Redirection" : "OK";
     }
 }
 
@@ -199,6 +330,9 @@ void http_respond(http_request_t *request, const answer_t *a)
     char buf[32];
     req->res.status = a->status;
     req->res.reason = reason_of(a->status);
+    conn_slot_t *slot = slot_of(req);
+    if (slot && (slot->close_after_answer || slot->large))
+        req->http1_is_persistent = 0;
     add_header_str(req, "content-type", content_type_of(a->type));
     if (a->has_etag) {
         snprintf(buf, sizeof buf, "\"%llu\"", (unsigned long long)a->etag_version);
@@ -277,7 +411,16 @@ static void on_answers(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
     }
 }
 
-/* --- threads and the listening socket --- */
+/* --- threads and the listening sockets --- */
+
+static void on_accept(h2o_socket_t *listener, const char *err);
+
+static void listener_resume(h2o_timeout_entry_t *entry)
+{
+    thread_listener_t *l = H2O_STRUCT_FROM_MEMBER(thread_listener_t, resume, entry);
+    if (l->thread->accepting)
+        h2o_socket_read_start(l->sock, on_accept);
+}
 
 static void on_control(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
 {
@@ -285,25 +428,52 @@ static void on_control(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
     while (!h2o_linklist_is_empty(messages)) {
         control_msg_t *m = H2O_STRUCT_FROM_MEMBER(control_msg_t, message.link, messages->next);
         h2o_linklist_unlink(&m->message.link);
-        if (m->what == CONTROL_STOP_ACCEPTING && t->listener)
-            h2o_socket_read_stop(t->listener);
-        else if (m->what == CONTROL_EXIT)
+        if (m->what == CONTROL_STOP_ACCEPTING) {
+            t->accepting = false;
+            for (int i = 0; i < HTTP_LISTENERS; i++) {
+                thread_listener_t *l = &t->listeners[i];
+                if (!l->sock)
+                    continue;
+                if (h2o_timeout_is_linked(&l->resume))
+                    h2o_timeout_unlink(&l->resume);
+                h2o_socket_read_stop(l->sock);
+            }
+        } else if (m->what == CONTROL_EXIT) {
             t->exit = true;
+        }
         free(m);
     }
 }
 
 static void on_connection_closed(void *data)
 {
-    (void)data;
-    atomic_fetch_sub(&server.connections, 1);
+    conn_slot_t *slot = data;
+    if (h2o_timeout_is_linked(&slot->peek_timeout))
+        h2o_timeout_unlink(&slot->peek_timeout);
+    if (slot->reserve_slot)
+        atomic_fetch_sub(&server.reserve_used, 1);
+    else
+        atomic_fetch_sub(&server.connections[slot->listener], 1);
+    if (slot->reserved_bytes)
+        atomic_fetch_sub(&server.large_bytes, slot->reserved_bytes);
+    free(slot);
 }
 
-static const char overloaded_response[] = "HTTP/1.1 503 Service Unavailable\r\n"
-                                          "Content-Type: application/problem+json\r\n"
-                                          "Retry-After: 1\r\nConnection: close\r\nContent-Length: 110\r\n\r\n"
-                                          "{\"type\":\"urn:tally:error:overloaded\",\"title\":\"Server overloaded\","
-                                          "\"status\":503,\"detail\":\"too many connections\"}";
+/* Answers written straight to a socket that h2o never gets (built once, at start). */
+static char overloaded_response[512], budget_response[512];
+
+static void build_refusal(char *out, size_t len, const char *detail)
+{
+    char body[256];
+    int n = snprintf(body, sizeof body,
+                     "{\"type\":\"urn:tally:error:overloaded\",\"title\":\"Server overloaded\",\"status\":503,"
+                     "\"detail\":\"%s\"}",
+                     detail);
+    snprintf(out, len,
+             "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\nRetry-After: 1\r\n"
+             "Connection: close\r\nContent-Length: %d\r\n\r\n%s",
+             n, body);
+}
 
 static void on_refusal_written(h2o_socket_t *sock, const char *err)
 {
@@ -311,29 +481,204 @@ static void on_refusal_written(h2o_socket_t *sock, const char *err)
     h2o_socket_close(sock);
 }
 
+/* Writes response and closes; a connection still being peeked stops its head timer first, so that
+ * the timer cannot close the socket under the pending write. */
+static void refuse(h2o_socket_t *sock, const char *response, size_t len)
+{
+    conn_slot_t *slot = sock->on_close.data;
+    if (slot && h2o_timeout_is_linked(&slot->peek_timeout))
+        h2o_timeout_unlink(&slot->peek_timeout);
+    h2o_socket_read_stop(sock);
+    h2o_iovec_t buf = h2o_iovec_init(response, len);
+    h2o_socket_write(sock, &buf, 1, on_refusal_written);
+}
+
+static void on_peek_timeout(h2o_timeout_entry_t *entry)
+{
+    conn_slot_t *slot = H2O_STRUCT_FROM_MEMBER(conn_slot_t, peek_timeout, entry);
+    if (slot->reserve_slot) { /* over the cap and no health check: refused as at once */
+        atomic_fetch_add(&server.refused, 1);
+        refuse(slot->sock, overloaded_response, strlen(overloaded_response));
+        return;
+    }
+    h2o_socket_close(slot->sock); /* a slow first head: the same end as h2o's request timeout */
+}
+
+static void hand_to_h2o(conn_slot_t *slot, bool large)
+{
+    h2o_socket_t *sock = slot->sock;
+    if (h2o_timeout_is_linked(&slot->peek_timeout))
+        h2o_timeout_unlink(&slot->peek_timeout);
+    h2o_socket_read_stop(sock);
+    slot->large = large;
+    h2o_accept(large ? &slot->thread->accept_large : &slot->thread->accept_small, sock);
+}
+
+static bool is_health_path(span_t target)
+{
+    route_t route;
+    route_match(route_origin_form(target), &route);
+    return route.id == ROUTE_HEALTHZ || route.id == ROUTE_READYZ;
+}
+
+/* The body size a head announces: Content-Length, SIZE_MAX for chunked, 0 for none or a broken one
+ * (h2o refuses the broken ones itself). */
+static size_t announced_body(const struct phr_header *headers, size_t n)
+{
+    size_t length = 0;
+    for (size_t i = 0; i < n; i++) {
+        const struct phr_header *h = &headers[i];
+        if (h->name_len == 17 && h2o_lcstris(h->name, h->name_len, H2O_STRLIT("transfer-encoding")))
+            return SIZE_MAX;
+        if (h->name_len == 14 && h2o_lcstris(h->name, h->name_len, H2O_STRLIT("content-length")) && length == 0) {
+            size_t v = h2o_strtosize(h->value, h->value_len);
+            length = v == SIZE_MAX ? 0 : v;
+        }
+    }
+    return length;
+}
+
+/* The first head is complete: pick the context (or refuse). */
+static void classify(conn_slot_t *slot, span_t method, span_t target, const struct phr_header *headers, size_t n)
+{
+    if (slot->reserve_slot) { /* over the connection cap: health checks only */
+        if ((span_eq_str(method, "GET") || span_eq_str(method, "HEAD")) && is_health_path(target)) {
+            slot->close_after_answer = true;
+            hand_to_h2o(slot, false);
+        } else {
+            atomic_fetch_add(&server.refused, 1);
+            refuse(slot->sock, overloaded_response, strlen(overloaded_response));
+        }
+        return;
+    }
+    size_t body = announced_body(headers, n);
+    bool serves_admin = slot->listener == HTTP_LISTENER_ADMIN || !server.cfg.admin_listen;
+    if (body <= server.cfg.small_body_bytes || !serves_admin || !server.cfg.admits_large_body) {
+        hand_to_h2o(slot, false);
+        return;
+    }
+    http_head_t head = {.method = method, .target = route_origin_form(target), .nheaders = n};
+    for (size_t i = 0; i < n; i++) {
+        head.names[i] = (span_t){headers[i].name, headers[i].name_len};
+        head.values[i] = (span_t){headers[i].value, headers[i].value_len};
+    }
+    if (!server.cfg.admits_large_body(server.cfg.app, &head) ||
+        (body != SIZE_MAX && body > server.cfg.max_body_bytes)) {
+        hand_to_h2o(slot, false); /* h2o answers 413 */
+        return;
+    }
+    size_t want = body == SIZE_MAX ? server.cfg.max_body_bytes : body;
+    size_t had = atomic_fetch_add(&server.large_bytes, want);
+    if (had + want > server.cfg.large_body_budget) {
+        atomic_fetch_sub(&server.large_bytes, want);
+        atomic_fetch_add(&server.large_refused, 1);
+        refuse(slot->sock, budget_response, strlen(budget_response));
+        return;
+    }
+    slot->reserved_bytes = want;
+    hand_to_h2o(slot, true);
+}
+
+static void on_peek_read(h2o_socket_t *sock, const char *err)
+{
+    conn_slot_t *slot = sock->on_close.data;
+    if (err != NULL) {
+        h2o_socket_close(sock);
+        return;
+    }
+    const char *method, *path;
+    size_t method_len, path_len, nheaders = HEAD_HEADERS_MAX;
+    int minor;
+    struct phr_header headers[HEAD_HEADERS_MAX];
+    size_t len = sock->input->size < H2O_MAX_REQLEN ? sock->input->size : H2O_MAX_REQLEN;
+    int n = phr_parse_request(sock->input->bytes, len, &method, &method_len, &path, &path_len, &minor, headers,
+                              &nheaders, 0);
+    if (n == -2 && len < H2O_MAX_REQLEN)
+        return; /* wait for the rest of the head */
+    if (n < 0) {
+        if (slot->reserve_slot) {
+            atomic_fetch_add(&server.refused, 1);
+            refuse(sock, overloaded_response, strlen(overloaded_response));
+        } else {
+            hand_to_h2o(slot, false); /* h2o answers the broken head as it does */
+        }
+        return;
+    }
+    classify(slot, (span_t){method, method_len}, (span_t){path, path_len}, headers, nheaders);
+}
+
+static void note_accept_error(int err)
+{
+    atomic_fetch_add(&server.accept_errors, 1);
+    bool logged = false;
+    if (atomic_compare_exchange_strong(&server.accept_error_logged, &logged, true))
+        fprintf(stderr,
+                "level=error event=accept-failed error=\"%s\" msg=\"cannot accept connections; pausing accepting "
+                "for %d ms at a time (logged once; see tally_http_accept_errors_total)\"\n",
+                strerror(err), ACCEPT_PAUSE_MS);
+}
+
 static void on_accept(h2o_socket_t *listener, const char *err)
 {
-    http_thread_t *t = listener->data;
+    thread_listener_t *l = listener->data;
+    http_thread_t *t = l->thread;
     if (err != NULL)
         return;
     h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
-    if (sock == NULL)
-        return;
-    if (atomic_load(&server.connections) >= server.cfg.max_connections) {
-        atomic_fetch_add(&server.refused, 1);
-        h2o_iovec_t buf = h2o_iovec_init(overloaded_response, sizeof overloaded_response - 1);
-        h2o_socket_write(sock, &buf, 1, on_refusal_written);
+    if (sock == NULL) {
+        int e = errno;
+        if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+            /* The listening socket stays readable: without a pause the loop would spin on it. */
+            note_accept_error(e);
+            h2o_socket_read_stop(listener);
+            h2o_timeout_link(t->loop, &t->pause_timeout, &l->resume);
+        }
         return;
     }
-    atomic_fetch_add(&server.connections, 1);
+    conn_slot_t *slot = calloc(1, sizeof *slot);
+    if (!slot) {
+        h2o_socket_close(sock);
+        return;
+    }
+    slot->thread = t;
+    slot->sock = sock;
+    slot->listener = l->kind;
+    slot->peek_timeout.cb = on_peek_timeout;
+    size_t cap = l->kind == HTTP_LISTENER_ADMIN ? server.cfg.admin_max_connections : server.cfg.max_connections;
+    if (atomic_fetch_add(&server.connections[l->kind], 1) >= cap) {
+        atomic_fetch_sub(&server.connections[l->kind], 1);
+        if (l->kind == HTTP_LISTENER_PUBLIC && atomic_fetch_add(&server.reserve_used, 1) < server.cfg.health_reserve) {
+            slot->reserve_slot = true;
+        } else {
+            if (l->kind == HTTP_LISTENER_PUBLIC)
+                atomic_fetch_sub(&server.reserve_used, 1);
+            free(slot);
+            atomic_fetch_add(&server.refused, 1);
+            h2o_iovec_t buf = h2o_iovec_init(overloaded_response, strlen(overloaded_response));
+            h2o_socket_write(sock, &buf, 1, on_refusal_written);
+            return;
+        }
+    }
     sock->on_close.cb = on_connection_closed;
-    sock->on_close.data = t;
-    h2o_accept(&t->accept_ctx, sock);
+    sock->on_close.data = slot;
+    h2o_timeout_link(t->loop, slot->reserve_slot ? &t->reserve_timeout : &t->peek_timeout, &slot->peek_timeout);
+    h2o_socket_read_start(sock, on_peek_read);
 }
 
 size_t http_server_connections(void)
 {
-    return atomic_load(&server.connections);
+    return atomic_load(&server.connections[HTTP_LISTENER_PUBLIC]) +
+           atomic_load(&server.connections[HTTP_LISTENER_ADMIN]) + atomic_load(&server.reserve_used);
+}
+
+void http_server_stats(http_server_stats_t *out)
+{
+    out->connections = http_server_connections();
+    out->admin_connections = atomic_load(&server.connections[HTTP_LISTENER_ADMIN]);
+    out->refused = atomic_load(&server.refused);
+    out->accept_errors = atomic_load(&server.accept_errors);
+    out->large_bodies_refused = atomic_load(&server.large_refused);
+    out->large_body_bytes = atomic_load(&server.large_bytes);
 }
 
 uint64_t http_server_refused(void)
@@ -348,42 +693,74 @@ static int on_req(h2o_handler_t *self, h2o_req_t *req)
     return 0;
 }
 
+static void context_init(http_thread_t *t, h2o_context_t *ctx, h2o_accept_ctx_t *accept, h2o_globalconf_t *config)
+{
+    h2o_context_init(ctx, t->loop, config);
+    accept->ctx = ctx;
+    accept->hosts = config->hosts;
+}
+
 static void *thread_main(void *arg)
 {
     http_thread_t *t = arg;
+    char name[16];
+    snprintf(name, sizeof name, "tally-http-%d", t->index);
+    pthread_setname_np(pthread_self(), name);
     current_thread = t;
     t->loop = h2o_evloop_create();
-    h2o_context_init(&t->ctx, t->loop, &server.config);
-    t->accept_ctx.ctx = &t->ctx;
-    t->accept_ctx.hosts = server.config.hosts;
+    context_init(t, &t->ctx_small, &t->accept_small, &server.config_small);
+    context_init(t, &t->ctx_large, &t->accept_large, &server.config_large);
+    h2o_timeout_init(t->loop, &t->peek_timeout, server.cfg.request_timeout_ms);
+    h2o_timeout_init(t->loop, &t->reserve_timeout, RESERVE_HEAD_MS);
+    h2o_timeout_init(t->loop, &t->pause_timeout, ACCEPT_PAUSE_MS);
     t->queue = h2o_multithread_create_queue(t->loop);
     h2o_multithread_register_receiver(t->queue, &t->answers, on_answers);
     h2o_multithread_register_receiver(t->queue, &t->control, on_control);
-    t->listener = h2o_evloop_socket_create(t->loop, server.cfg.listen_fd, H2O_SOCKET_FLAG_DONT_READ);
-    t->listener->data = t;
-    h2o_socket_read_start(t->listener, on_accept);
+    t->accepting = true;
+    int fds[HTTP_LISTENERS] = {server.cfg.listen_fd, server.cfg.admin_listen ? server.cfg.admin_fd : -1};
+    for (int i = 0; i < HTTP_LISTENERS; i++) {
+        thread_listener_t *l = &t->listeners[i];
+        l->thread = t;
+        l->kind = (http_listener_t)i;
+        l->resume.cb = listener_resume;
+        if (fds[i] < 0)
+            continue;
+        l->sock = h2o_evloop_socket_create(t->loop, fds[i], H2O_SOCKET_FLAG_DONT_READ);
+        l->sock->data = l;
+        h2o_socket_read_start(l->sock, on_accept);
+    }
     h2o_barrier_wait(&server.started);
     while (!t->exit)
         h2o_evloop_run(t->loop, INT32_MAX);
     return NULL;
 }
 
+static void config_init(h2o_globalconf_t *config, size_t body_limit)
+{
+    h2o_config_init(config);
+    config->server_name = h2o_iovec_init(H2O_STRLIT("tally"));
+    config->max_request_entity_size = body_limit;
+    config->http1.upgrade_to_http2 = 0;
+    config->http1.req_timeout = server.cfg.request_timeout_ms;
+    h2o_hostconf_t *host = h2o_config_register_host(config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    h2o_handler_t *handler = h2o_create_handler(path, sizeof *handler);
+    handler->on_req = on_req;
+}
+
 int http_server_start(const http_server_config_t *cfg)
 {
     server.cfg = *cfg;
     server.nthreads = cfg->threads < 1 ? 1 : cfg->threads > MAX_THREADS ? MAX_THREADS : cfg->threads;
-    h2o_config_init(&server.config);
-    server.config.server_name = h2o_iovec_init(H2O_STRLIT("tally"));
-    server.config.max_request_entity_size = cfg->max_body_bytes;
-    server.config.http1.upgrade_to_http2 = 0;
-    server.config.http1.req_timeout = cfg->request_timeout_ms;
-    h2o_hostconf_t *host = h2o_config_register_host(&server.config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
-    h2o_handler_t *handler = h2o_create_handler(path, sizeof *handler);
-    handler->on_req = on_req;
+    build_refusal(overloaded_response, sizeof overloaded_response, "too many connections");
+    build_refusal(budget_response, sizeof budget_response, "too many large request bodies in flight; retry shortly");
+    config_init(&server.config_small, cfg->small_body_bytes);
+    config_init(&server.config_large, cfg->max_body_bytes);
     h2o_barrier_init(&server.started, (size_t)server.nthreads + 1);
-    for (int i = 0; i < server.nthreads; i++)
+    for (int i = 0; i < server.nthreads; i++) {
+        server.threads[i].index = i;
         h2o_multithread_create_thread(&server.threads[i].tid, NULL, thread_main, &server.threads[i]);
+    }
     h2o_barrier_wait(&server.started);
     return 0;
 }

@@ -5,19 +5,38 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/span.h"
 #include "http/request.h"
 
 typedef void (*http_handler_fn)(void *app, http_request_t *req);
 
+#define HTTP_HEAD_HEADERS_MAX 100 /* h2o's own limit */
+
+/* A first request head, as read before h2o takes the connection (for admits_large_body). */
+typedef struct {
+    span_t method, target; /* target in origin form, with its query */
+    size_t nheaders;
+    span_t names[HTTP_HEAD_HEADERS_MAX], values[HTTP_HEAD_HEADERS_MAX]; /* names lower-case or not */
+} http_head_t;
+
 typedef struct {
     int listen_fd;               /* bound and listening; shared by every HTTP thread */
+    bool admin_listen;           /* admin_fd is a second listener for the admin routes */
+    int admin_fd;                /* bound and listening, when admin_listen */
     int threads;                 /* HTTP threads (event loops) */
-    size_t max_body_bytes;       /* h2o's own limit: kept well above what handlers accept */
+    size_t small_body_bytes;     /* h2o's body limit for every connection but the admitted ones */
+    size_t max_body_bytes;       /* h2o's body limit for admitted ones (--import-max-size) */
+    size_t large_body_budget;    /* admitted large bodies in flight at most, in bytes, all together */
     uint64_t request_timeout_ms; /* reading a request (and idle keep-alive) */
     http_handler_fn handler;
     /* Before each answer goes out, on the request's thread: may add headers (CORS), counts it. */
     void (*on_respond)(void *app, http_request_t *req, int status, size_t body_bytes);
-    size_t max_connections; /* past it a new connection gets 503 and is closed */
+    /* Whether the first request of a connection, announcing a body over small_body_bytes, may send
+     * it (an admin's import or recount); on a listener that serves the admin routes. */
+    bool (*admits_large_body)(void *app, const http_head_t *head);
+    size_t max_connections;       /* public listener: past it a new connection gets 503 and is closed */
+    size_t health_reserve;        /* public listener: connections past the cap kept for health checks */
+    size_t admin_max_connections; /* the admin listener's own slots */
     void *app;
 } http_server_config_t;
 
@@ -34,6 +53,16 @@ size_t http_server_drain(uint64_t timeout_ms);
 /* Connections open now, and those refused for the limit. */
 size_t http_server_connections(void);
 uint64_t http_server_refused(void);
+
+typedef struct {
+    size_t connections, admin_connections;
+    uint64_t refused;              /* at the connection caps */
+    uint64_t accept_errors;        /* accept failed for want of file descriptors or memory */
+    uint64_t large_bodies_refused; /* past large_body_budget */
+    size_t large_body_bytes;       /* reserved by admitted large bodies now */
+} http_server_stats_t;
+
+void http_server_stats(http_server_stats_t *out);
 
 /* Ends the HTTP threads. */
 void http_server_stop(void);

@@ -2,7 +2,7 @@
 #include <stdio.h>
 
 #include "core/parse.h"
-#include "http/app.h"
+#include "http/trends.h"
 
 #define TRENDING_LIMIT_DEFAULT 10
 #define HOT_LIST_MAX 100

@@ -3,10 +3,10 @@
  * to the table of operations of the handle it is given. No decision is made here. */
 #include "store/store_impl.h"
 
-#include <stdio.h>
 #include <string.h>
 
 #include "store/lmdb/lmdb.h"
+#include "store/pg/pg.h"
 
 bool store_location_is_url(const char *location)
 {
@@ -16,10 +16,8 @@ bool store_location_is_url(const char *location)
 int store_open(const char *location, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
                size_t errlen)
 {
-    if (store_location_is_url(location)) {
-        snprintf(err, errlen, "this build has no PostgreSQL store");
-        return STORE_ERROR;
-    }
+    if (store_location_is_url(location))
+        return pg_open(location, kinds, opt, out, err, errlen);
     return lmdb_open(location, kinds, opt, out, err, errlen);
 }
 
@@ -32,6 +30,41 @@ void store_close(store_t *store)
 const kinds_t *store_kinds(const store_t *store)
 {
     return store->ops->kinds(store);
+}
+
+bool store_shared(const store_t *store)
+{
+    return store->ops->shared && store->ops->shared(store);
+}
+
+bool store_ready(store_t *store)
+{
+    return !store->ops->ready || store->ops->ready(store);
+}
+
+int store_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                    reaction_row_t *rows)
+{
+    if (r->ops->read_many)
+        return r->ops->read_many(r, items, n, user, counts, rows);
+    int rc = STORE_OK;
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        rc = r->ops->read_counts(r, items[i], counts[i]);
+        if (rc == STORE_OK && user.len)
+            rc = r->ops->read_row(r, items[i], user, &rows[i]);
+    }
+    return rc;
+}
+
+int store_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
+                        size_t nkeys)
+{
+    return w->ops->write_prepare ? w->ops->write_prepare(w, rows, nrows, keys, nkeys) : STORE_OK;
+}
+
+bool store_write_may_fold(store_write_t *w)
+{
+    return !w->ops->write_may_fold || w->ops->write_may_fold(w);
 }
 
 int store_read_begin(store_t *store, store_read_t **out)
@@ -155,12 +188,14 @@ int store_backup(store_t *store, const char *dir)
     return store->ops->backup(store, dir);
 }
 
-int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited)
+int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                     size_t *visited)
 {
     return w->ops->item_users(w, item, after, limit, fn, arg, visited);
 }
 
-int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
+int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                     size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
 {
     return w->ops->user_items(w, user, after, limit, fn, arg, visited, last, last_len);
 }

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "core/fingerprint.h"
+#include "core/histogram.h"
 #include "core/ids.h"
 #include "core/kinds.h"
 #include "core/reaction.h"
@@ -25,6 +26,12 @@ enum {
     STORE_NOTFOUND = 1,
     STORE_ERROR = -1, /* I/O or corruption: the transaction is void */
     STORE_FULL = -2,  /* no space (map or disk): the transaction is void */
+    /* A conflict with another writer of a shared store (a deadlock, a serialization failure): the
+     * transaction is void and the same batch may be run again at once. */
+    STORE_RETRY = -3,
+    /* The store cannot be reached (a database server down or a broken connection). After a commit
+     * the outcome is unknown: it may have been applied. */
+    STORE_UNAVAILABLE = -4,
 };
 
 #define STORE_MAP_SIZE_DEFAULT (256ull << 30)
@@ -39,6 +46,11 @@ typedef struct {
      * exist, the usual case for a viewer, is then answered without searching the B-tree. It is
      * filled from the rows by a thread of its own after opening; until then every row is looked up. */
     uint64_t row_filter_bytes;
+    /* Settings every process sharing the store must agree on (a shared store keeps them and
+     * refuses a process with other values); 0 / NULL: not checked (tools). */
+    uint64_t idem_ttl_ms;
+    uint64_t log_retention_ms;
+    const char *reaction_mode;
 } store_options_t;
 
 /* True when location is a postgresql:// (or postgres://) URI rather than a directory. */
@@ -56,6 +68,13 @@ void store_close(store_t *store);
 /* The kinds in force: codes 1..count as used across this seam. */
 const kinds_t *store_kinds(const store_t *store);
 
+/* True when other processes may write to the store too (a database shared by several nodes): what
+ * follows the log (the fold, long polls) must then look for entries it was not told about. */
+bool store_shared(const store_t *store);
+
+/* True while the store can be used (a shared store: its server answered recently). */
+bool store_ready(store_t *store);
+
 /* Takes the directory's exclusive instance lock (creating the directory and its parents), held
  * until the process exits. Returns the lock's fd, or -1 with err filled (another process has it). */
 int store_lock_dir(const char *dir, char *err, size_t errlen);
@@ -68,15 +87,34 @@ int store_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1
 /* The row, or {KIND_NONE, 0} when there is none. */
 int store_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
 
+/* counts and, when user is not empty, the user's row for each of n items (a feed page) from the
+ * snapshot: as n calls of the two above, in as few round trips as the store can. */
+int store_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                    reaction_row_t *rows);
+
 /* --- the write transaction (writer thread only) --- */
 int store_write_begin(store_t *store, store_write_t **out);
 int store_write_commit(store_write_t *w); /* durable on STORE_OK; w is gone either way */
 void store_write_abort(store_write_t *w);
 
+/* Names the rows and idempotency records the batch's commands will read, before any is read: a
+ * shared store claims and locks them in one order (so two processes' batches cannot deadlock) and
+ * reads them in one round trip. Rows not named may still be read (slower). keys[i] is (user, key). */
+typedef struct {
+    span_t a, b;
+} store_pair_t;
+int store_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
+                        size_t nkeys);
+
+/* True when this process may fold the log into the counts now (a shared store lets one process at a
+ * time; the others leave it to that one). */
+bool store_write_may_fold(store_write_t *w);
+
 int store_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
 int store_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
 
-/* Appends t to the log under the next sequence number. */
+/* Appends t to the log under the next sequence number (*seq; 0 when the number is only known at
+ * commit, as on a shared store, where positions are taken in commit order). */
 int store_log_append(store_write_t *w, const transition_t *t, uint64_t *seq);
 
 /* Calls fn for each log entry with seq > after, in order, at most limit of them. fn returns 0 to go
@@ -123,6 +161,10 @@ int store_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn 
 typedef struct {
     uint64_t rows, items, log_entries, log_bytes, idem_records, used_bytes, checkpoint;
     bool row_filter_ready; /* the row filter is filled and in use */
+    /* a database server's store (shared): estimates for the counts above, and the connection */
+    bool shared, connected;
+    uint64_t round_trips, transactions;
+    const histogram_t *commit_seconds; /* the COMMIT statement's duration (the server's sync) */
 } store_stats_t;
 int store_stats(store_t *store, store_stats_t *st);
 

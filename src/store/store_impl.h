@@ -12,13 +12,24 @@
 typedef struct store_ops {
     void (*close)(store_t *store);
     const kinds_t *(*kinds)(const store_t *store);
+    /* optional: NULL means not shared, always ready */
+    bool (*shared)(const store_t *store);
+    bool (*ready)(store_t *store);
     int (*read_begin)(store_t *store, store_read_t **out);
     void (*read_end)(store_read_t *r);
     int (*read_counts)(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
+    /* optional: NULL means one read_counts and read_row per item */
+    int (*read_many)(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                     reaction_row_t *rows);
     int (*read_row)(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
     int (*write_begin)(store_t *store, store_write_t **out);
     int (*write_commit)(store_write_t *w);
     void (*write_abort)(store_write_t *w);
+    /* optional: NULL means nothing to prepare */
+    int (*write_prepare)(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
+                         size_t nkeys);
+    /* optional: NULL means always */
+    bool (*write_may_fold)(store_write_t *w);
     int (*row_get)(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
     int (*row_put)(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
     int (*log_append)(store_write_t *w, const transition_t *t, uint64_t *seq);
@@ -36,8 +47,10 @@ typedef struct store_ops {
     int (*read_items)(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited);
     int (*stats)(store_t *store, store_stats_t *st);
     int (*backup)(store_t *store, const char *dir);
-    int (*item_users)(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited);
-    int (*user_items)(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
+    int (*item_users)(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                      size_t *visited);
+    int (*user_items)(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                      size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
     int (*idem_delete_user)(store_write_t *w, span_t user, size_t limit, size_t *deleted);
     int (*read_rows)(store_read_t *r, store_row_fn fn, void *arg);
     int (*read_log_seek)(store_read_t *r, uint64_t at_ms, uint64_t *seq);

@@ -44,7 +44,8 @@ STOP_TIMEOUT_S = 20.0
 HTTP_TIMEOUT_S = 30.0
 KEEP_TMP = bool(os.environ.get("TALLY_E2E_KEEP"))
 
-LISTEN_RE = re.compile(r"listening on http://(\[[^\]]+\]|[^\s/:]+):(\d+)")
+# The public listener's line (an --admin-listen line, "admin listening on …", comes first).
+LISTEN_RE = re.compile(r"(?<!admin )listening on http://(\[[^\]]+\]|[^\s/:]+):(\d+)")
 SANITIZER_RE = re.compile(
     r"ERROR: (AddressSanitizer|LeakSanitizer|ThreadSanitizer)|: runtime error: ")
 
@@ -181,6 +182,13 @@ _uid_salt = "%04x" % random.randrange(0x10000)
 def uid(prefix="x"):
     """A fresh id in the item/user alphabet, unique within this test run."""
     return "%s-%s-%d" % (prefix, _uid_salt, next(_uid_counter))
+
+
+def secret(prefix="secret"):
+    """A fresh JWT secret: tallyd refuses one shorter than 32 bytes (RFC 7518 §3.2)."""
+    s = "%s-%s-%032x" % (prefix, uid("k"), random.getrandbits(128))
+    assert len(s) >= 32
+    return s
 
 
 class Proc:

@@ -16,10 +16,10 @@ import time
 import unittest
 
 from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
-                     run_tallyd, store_args, uid)
+                     run_tallyd, secret as new_secret, store_args, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
-SECRET = "e2e-secret-" + uid("s")
+SECRET = new_secret("e2e-secret")
 ZERO = {"like": 0, "dislike": 0}
 
 
@@ -248,6 +248,46 @@ class DevelopmentModeTest(TallyTestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class WeakSecretTest(TallyTestCase):
+    """A secret shorter than 32 bytes (RFC 7518 §3.2) is refused at start-up, naming its source."""
+
+    def test_short_secret_in_the_environment_is_refused(self):
+        tmp = tempfile.mkdtemp(prefix="tally-e2e-auth-")
+        try:
+            for weak in ("a", " ", "x" * 31, "x" * 31 + "\n"):
+                with self.subTest(secret=weak):
+                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data",
+                                               os.path.join(tmp, "data")],
+                                              env=child_env({"TALLY_JWT_SECRET": weak}))
+                    self.assertEqual(rc, 1, err)
+                    self.assertNotIn("listening on", out)
+                    self.assertIn("TALLY_JWT_SECRET", err)
+                    self.assertIn("at least 32", err)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_short_secret_in_the_file_is_refused(self):
+        tmp = tempfile.mkdtemp(prefix="tally-e2e-auth-")
+        try:
+            path = os.path.join(tmp, "secrets")
+            # a good first secret does not let a weak second one in
+            for text in ("short\n", new_secret("good") + "\nshort\n", " \r\n"):
+                with self.subTest(text=text):
+                    with open(path, "w", newline="") as f:
+                        f.write(text)
+                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data",
+                                               os.path.join(tmp, "data"), "--jwt-secret-file", path])
+                    self.assertEqual(rc, 2, err)
+                    self.assertNotIn("listening on", out)
+                    self.assertIn("--jwt-secret-file", err)
+            r = subprocess.run([TALLY, "token", "--user", "u"], capture_output=True, text=True,
+                               env=child_env({"TALLY_JWT_SECRET": "a"}), timeout=30)
+            self.assertNotEqual(r.returncode, 0, "tally token signs with a 1-byte secret")
+            self.assertEqual(r.stdout, "")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 # ============================================================================================
 class SecretFileTest(AuthCase):
 
@@ -260,7 +300,7 @@ class SecretFileTest(AuthCase):
     def test_rotation_with_sighup(self):
         tmp = tempfile.mkdtemp(prefix="tally-e2e-secrets-")
         path = os.path.join(tmp, "secrets")
-        new, old = "new-" + uid("s"), "old-" + uid("s")
+        new, old = new_secret("new"), new_secret("old")
         self._write(path, "%s\n%s\n" % (new, old))
         s = start_public(child_env(), args=["--jwt-secret-file", path])
         try:
@@ -281,7 +321,7 @@ class SecretFileTest(AuthCase):
                              item, "dislike", "none", 1, True)
             # a secret file means no development mode
             self.assertUnauthenticated(self.put(s, item, "like", {"X-User-Id": uid("user")}))
-            self.assertUnauthenticated(self.put(s, item, "like", bearer(token(u_new, secret="x"))))
+            self.assertUnauthenticated(self.put(s, item, "like", bearer(token(u_new, secret=new_secret("unknown")))))
 
             # rotate: only the new secret, then SIGHUP
             self._write(path, new + "\n")
@@ -304,10 +344,33 @@ class SecretFileTest(AuthCase):
             s.close()
             shutil.rmtree(tmp, ignore_errors=True)
 
+    def test_crlf_stripped(self):
+        """A file written on Windows: each line's \\r\\n is not part of its secret."""
+        tmp = tempfile.mkdtemp(prefix="tally-e2e-secrets-")
+        path = os.path.join(tmp, "secret")
+        first, second = new_secret("crlf-one"), new_secret("crlf-two")
+        with open(path, "w", newline="") as f:
+            f.write(first + "\r\n" + second + "\r\n")
+        s = Server(args=["--jwt-secret-file", path], env=child_env())
+        try:
+            item, user = uid("item"), uid("user")
+            self.assertWrite(self.put(s, item, "like", bearer(token(user, secret=second))),
+                             item, "like", "none", 1, True)
+            self.assertWrite(self.put(s, item, "dislike", bearer(token(user, secret=first))),
+                             item, "dislike", "like", 2, True)
+            self.assertUnauthenticated(
+                self.put(s, item, "none", bearer(hs256({"sub": user, "exp": int(time.time()) + 300},
+                                                      first + "\r"))),
+                "the \\r is not part of the secret")
+            s.stop()
+        finally:
+            s.close()
+            shutil.rmtree(tmp, ignore_errors=True)
+
     def test_one_trailing_newline_stripped(self):
         tmp = tempfile.mkdtemp(prefix="tally-e2e-secrets-")
         path = os.path.join(tmp, "secret")
-        secret = "only-" + uid("s")
+        secret = new_secret("only")
         self._write(path, secret + "\n")
         s = Server(args=["--jwt-secret-file", path], env=child_env())
         try:

@@ -7,7 +7,7 @@ import re
 import time
 import threading
 
-from harness import Server, TallyTestCase, embedded_only
+from harness import Server, TallyTestCase, embedded_only, metric
 
 MAP = "16M"  # the smallest --map-size; a few tens of thousands of rows fill it
 
@@ -59,6 +59,11 @@ class DiskFullTest(TallyTestCase):
                 self.assertEqual(doc["type"], "urn:tally:error:unavailable")
             # Still serving, and calm: the writer does not spin on its failing commits.
             self.assertEqual(s.json("GET", "/healthz")[0], 200)
+            # Not ready while writes fail: an orchestrator takes the node out of rotation.
+            st, _, doc, raw = s.json("GET", "/readyz")
+            self.assertEqual(st, 503, raw)
+            self.assertIn("writes failing", doc.get("reason", ""))
+            self.assertEqual(metric(s, "tally_writes_failing"), 1)
             pid = s.proc.popen.pid
             def cpu():
                 with open("/proc/%d/stat" % pid) as f:

@@ -175,10 +175,13 @@ class BodyTest(SharedServerTestCase):
 
     def test_body_too_large(self):
         base = b'{"reaction":"like"}'
-        for size in (4097, 64 * 1024):
+        for size in (4097, 8 * 1024):
             with self.subTest(size=size):
                 big = base + b" " * (size - len(base))
                 self.assertProblem(self.put_raw(big), 413, "body-too-large")
+        # Past 8 KiB h2o refuses the body itself (plain text) before reading it: issue 12.
+        st, _, _, _ = self.put_raw(base + b" " * (64 * 1024))
+        self.assertEqual(st, 413)
         self.assertUntouched()
 
     def test_body_too_large_chunked(self):

@@ -51,13 +51,13 @@ class HostileInputTest(SharedServerTestCase):
 
     def test_huge_headers(self):
         big = b"X-Junk: " + b"a" * (64 * 1024) + b"\r\n"
-        out = self.raw(b"GET /v1/items/x HTTP/1.1\r\nHost: x\r\n" + big + b"\r\n")
+        out = self.raw(b"GET /v1/items/x HTTP/1.1\r\nHost: localhost\r\n" + big + b"\r\n")
         self.assertTrue(out.startswith(b"HTTP/1.1 431"), out[:200])
         self.assertIn(b"urn:tally:error:headers-too-large", out)
-        out = self.raw(b"PUT /v1/items/h-item/dislike HTTP/1.1\r\nHost: x\r\nX-User-Id: h-user\r\n" + big + b"\r\n")
+        out = self.raw(b"PUT /v1/items/h-item/dislike HTTP/1.1\r\nHost: localhost\r\nX-User-Id: h-user\r\n" + big + b"\r\n")
         self.assertTrue(out.startswith(b"HTTP/1.1 431"), out[:200])
         many = b"".join(b"X-H%d: v\r\n" % i for i in range(2000))
-        out = self.raw(b"GET /v1/items/x HTTP/1.1\r\nHost: x\r\n" + many + b"\r\n")
+        out = self.raw(b"GET /v1/items/x HTTP/1.1\r\nHost: localhost\r\n" + many + b"\r\n")
         self.assertFalse(out.startswith(b"HTTP/1.1 5"), out[:200])
 
     def test_half_requests_then_close(self):
@@ -92,10 +92,10 @@ class HostileInputTest(SharedServerTestCase):
                 s.close()
 
     def test_pipelining_answers_in_order(self):
-        reqs = b"".join(b"GET /v1/items/p%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(10))
+        reqs = b"".join(b"GET /v1/items/p%d HTTP/1.1\r\nHost: localhost\r\n\r\n" % i for i in range(10))
         s = socket.create_connection((self.srv.host, self.srv.port), timeout=5)
         try:
-            s.sendall(reqs + b"GET /v1/items/last HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            s.sendall(reqs + b"GET /v1/items/last HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
             data = b""
             deadline = time.monotonic() + 5 * SLOW
             while time.monotonic() < deadline:
@@ -122,7 +122,7 @@ class HostileInputTest(SharedServerTestCase):
             ("DELETE", "/v1/items/h-item/reaction?x=" + "y" * 3000, b"", None),          # query ignored: changes
         ]
         for method, path, body, want in cases[:-1]:
-            req = (b"%s %s HTTP/1.1\r\nHost: x\r\nX-User-Id: h-user\r\nContent-Type: application/json\r\n"
+            req = (b"%s %s HTTP/1.1\r\nHost: localhost\r\nX-User-Id: h-user\r\nContent-Type: application/json\r\n"
                    b"Content-Length: %d\r\nConnection: close\r\n\r\n" % (method.encode(), path.encode(
                        "latin-1") if isinstance(path, str) else path, len(body))) + body
             out = self.raw(req)

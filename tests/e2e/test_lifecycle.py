@@ -147,6 +147,79 @@ class StartupTest(TmpDirCase):
             self.assertWrite(a.put(item, user, "dislike"), item, "dislike", "like", 2, True)
             self.assertCounts(a, item, {"like": 0, "dislike": 1})
 
+    def test_lock_survives_deleting_files(self):
+        """The instance lock is the directory itself: deleting the lock file of an earlier version
+        (tallyd.lock), or any file, under a running server does not let a second one in."""
+        tmp = tempfile.mkdtemp(prefix="tally-e2e-lock-")
+        data = os.path.join(tmp, "data")
+        try:
+            os.mkdir(data)
+            with open(os.path.join(data, "tallyd.lock"), "w"):
+                pass  # as an earlier version left it
+            with Server(data_dir=data) as a:
+                item, user = uid("item"), uid("user")
+                self.assertWrite(a.put(item, user, "like"), item, "like", "none", 1, True)
+                os.unlink(os.path.join(data, "tallyd.lock"))
+                rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data", data])
+                self.assertEqual(rc, 1, "second server after rm tallyd.lock: stdout=%r stderr=%r"
+                                 % (out, err))
+                self.assertIn("in use", err)
+                self.assertFalse(os.path.exists(os.path.join(data, "tallyd.lock")),
+                                 "the lock writes no file")
+                os.unlink(os.path.join(data, "TALLY_STORE"))  # the marker is not the lock either
+                rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data", data])
+                self.assertEqual(rc, 1, "second server after rm TALLY_STORE: %r" % err)
+                self.assertTrue(a.running)
+                self.assertWrite(a.put(item, user, "dislike"), item, "dislike", "like", 2, True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_refuses_a_directory_that_is_not_a_tally_store(self):
+        """Another program's files, or a data.mdb that is not LMDB, are refused before anything is
+        written: exit 1, a message, every byte as it was."""
+        tmp = tempfile.mkdtemp(prefix="tally-e2e-foreign-")
+        try:
+            cases = {"other-files": {"notes.txt": b"mine"},
+                     "garbage-mdb": {"data.mdb": b"x" * 8192, "lock.mdb": b"y" * 100}}
+            for name, files in cases.items():
+                with self.subTest(case=name):
+                    data = os.path.join(tmp, name)
+                    os.mkdir(data)
+                    for f, content in files.items():
+                        with open(os.path.join(data, f), "wb") as fh:
+                            fh.write(content)
+                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data", data])
+                    self.assertEqual(rc, 1, "stdout=%r stderr=%r" % (out, err))
+                    self.assertIn("not a tally store", err)
+                    self.assertEqual(sorted(os.listdir(data)), sorted(files), "files were added")
+                    for f, content in files.items():
+                        with open(os.path.join(data, f), "rb") as fh:
+                            self.assertEqual(fh.read(), content, "%s was changed" % f)
+            # an empty directory becomes a store, marked as tally's
+            data = os.path.join(tmp, "empty")
+            os.mkdir(data)
+            with Server(data_dir=data) as s:
+                self.assertEqual(s.request("GET", "/healthz")[0], 200)
+            with open(os.path.join(data, "TALLY_STORE")) as fh:
+                self.assertTrue(fh.read().startswith("tally store"))
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_engine_threads_are_named(self):
+        """ps -L, top -H and gdb tell the engine's threads apart: /proc/PID/task/*/comm."""
+        with Server() as s:
+            self.assertEqual(s.put(uid("item"), uid("user"), "like")[0], 200)
+            names = []
+            task_dir = "/proc/%d/task" % s.pid
+            for tid in os.listdir(task_dir):
+                try:
+                    with open(os.path.join(task_dir, tid, "comm")) as f:
+                        names.append(f.read().strip())
+                except OSError:
+                    pass  # a thread that ended meanwhile (the row filter's fill)
+            for want in ("tally-writer", "tally-feed", "tally-trending", "tally-recount"):
+                self.assertEqual(names.count(want), 1, "%s among %r" % (want, sorted(names)))
+
     def test_development_mode_refuses_non_loopback(self):
         env = child_env()
         self.assertNotIn("TALLY_JWT_SECRET", env)

@@ -22,7 +22,7 @@ import time
 import unittest
 
 from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
-                     embedded_only, server_without_rate_limit, tail, uid)
+                     embedded_only, secret as new_secret, server_without_rate_limit, tail, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
 CORRUPT_COUNT = os.path.join(REPO_ROOT, "build", "corrupt_count")
@@ -693,6 +693,39 @@ class RecountTest(TallyTestCase):
 
 
 # ============================================================================================
+class CorruptCountTest(TallyTestCase):
+    """A count record that the log contradicts (a negative count on the disk) is an error of the
+    store: the write whose fold would take it below zero gets 503 and changes nothing, the server
+    keeps running (it used to abort on an assert), the log names the corruption, and a recount
+    repairs it."""
+
+    def test_corrupt_count_is_an_error_not_an_abort(self):
+        s = Server()
+        try:
+            a, b = uid("item"), uid("item")
+            self.assertEqual(s.put(a, "u1", "like")[0], 200)
+            self.assertCounts(s, a, {"like": 1, "dislike": 0})
+            s.stop()
+            corrupt_count(s.data_dir, a, "like", "=-3")  # past the store's checks
+            r = run_tool(CORRUPT_COUNT, [s.data_dir, a, "like", "-5"])
+            self.assertEqual(r.returncode, 1, "the store's API refuses a negative count" + show(r))
+            self.assertIn("store-corrupt", r.stderr)
+            s.start()
+            st, headers, doc, raw = s.put(a, "u2", "like")
+            self.assertEqual(st, 503, raw[:300])
+            self.assertTrue(s.running, "the server stopped on a corrupt record\n" + s.stderr())
+            self.assertIn("event=store-corrupt", s.stderr())
+            self.assertEqual(s.put(b, "u2", "like")[0], 200, "other items are written")
+            self.assertCounts(s, b, {"like": 1, "dislike": 0})
+            doc = self.assertOk(s.json("POST", "/v1/admin/recount", {"items": [a]}, headers=ADMIN))
+            self.assertEqual(doc["corrected"], 1, doc)
+            self.assertEqual(s.put(a, "u2", "like")[0], 200)
+            self.assertCounts(s, a, {"like": 2, "dislike": 0})
+            s.stop()
+        finally:
+            s.close()
+
+
 class ToolTest(TallyTestCase):
 
     def test_help_and_unknown_command(self):
@@ -841,7 +874,7 @@ class ToolTest(TallyTestCase):
 class TokenTest(TallyTestCase):
 
     def test_token(self):
-        secret = "s3cr3t-" + uid("k")
+        secret = new_secret("s3cr3t")
         env = child_env({"TALLY_JWT_SECRET": secret})
         now = time.time()
         for args, role, ttl in ((["--user", "alice"], None, 3600),

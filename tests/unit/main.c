@@ -5,6 +5,14 @@
 
 int unit_passed, unit_failed;
 
+/* Allocation failures are tested (a table too large to allocate): the sanitizer's allocator then
+ * returns NULL, as malloc does, instead of stopping the run. ASAN_OPTIONS may still override it. */
+const char *__asan_default_options(void);
+const char *__asan_default_options(void)
+{
+    return "allocator_may_return_null=1";
+}
+
 int main(void)
 {
     static const struct {
@@ -26,6 +34,8 @@ int main(void)
         {"spacesaving", test_spacesaving},
         {"itemjson", test_itemjson},
         {"pairfilter", test_pairfilter},
+        {"ratelimit", test_ratelimit},
+        {"trending", test_trending},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

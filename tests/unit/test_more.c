@@ -6,6 +6,7 @@
 #include "core/itemmap.h"
 #include "core/jwt.h"
 #include "core/pairfilter.h"
+#include "core/ratelimit.h"
 #include "unit.h"
 
 void test_jwt(void)
@@ -39,12 +40,49 @@ void test_jwt(void)
     CHECK(jwt_sign("not a valid id", false, 2000, secret, token, sizeof token) > 0);
     CHECK(jwt_verify(span_of(token), &secret, 1, 1000, &c, &why) != 0); /* sub must be a valid user id */
 
+    /* The signature's last character carries 2 unused bits (43 characters for 32 bytes): a lax
+     * decoder maps four characters to the same bytes, so the token could be changed and still
+     * verify. Only the canonical one (unused bits zero) is taken; and no padding, no whitespace. */
+    n = jwt_sign("bob", false, 2000, secret, token, sizeof token);
+    memcpy(bad, token, (size_t)n);
+    static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    int last = (int)(strchr(alphabet, token[n - 1]) - alphabet);
+    CHECK((last & 3) == 0); /* jwt_sign writes the canonical form */
+    for (int low = 1; low < 4; low++) {
+        bad[n - 1] = alphabet[last | low];
+        CHECK(jwt_verify((span_t){bad, (size_t)n}, &secret, 1, 1000, &c, &why) != 0);
+    }
+    bad[n - 1] = token[n - 1];
+    CHECK(jwt_verify((span_t){bad, (size_t)n}, &secret, 1, 1000, &c, &why) == 0);
+    bad[n] = '=';
+    CHECK(jwt_verify((span_t){bad, (size_t)n + 1}, &secret, 1, 1000, &c, &why) != 0);
+    bad[n] = ' ';
+    CHECK(jwt_verify((span_t){bad, (size_t)n + 1}, &secret, 1, 1000, &c, &why) != 0);
+    bad[n] = '\n';
+    CHECK(jwt_verify((span_t){bad, (size_t)n + 1}, &secret, 1, 1000, &c, &why) != 0);
+
     span_t s[JWT_SECRETS_MAX];
-    CHECK(jwt_secrets_parse(SPAN_LIT("one\n"), s) == 1 && span_eq_str(s[0], "one"));
-    CHECK(jwt_secrets_parse(SPAN_LIT("new\nold\n"), s) == 2 && span_eq_str(s[1], "old"));
-    CHECK(jwt_secrets_parse(SPAN_LIT("a\n\nb"), s) == 2);
-    CHECK(jwt_secrets_parse(SPAN_LIT("\n"), s) == 0);
-    CHECK(jwt_secrets_parse(SPAN_LIT("1\n2\n3\n4\n5\n6\n7\n8\n9"), s) == -1);
+    char err[256];
+#define K32 "0123456789abcdef0123456789abcdef" /* 32 bytes: the shortest secret taken */
+    CHECK(jwt_secrets_parse(SPAN_LIT(K32 "\n"), s, err, sizeof err) == 1 && span_eq_str(s[0], K32));
+    CHECK(jwt_secrets_parse(SPAN_LIT("new" K32 "\nold" K32 "\n"), s, err, sizeof err) == 2 &&
+          span_eq_str(s[1], "old" K32));
+    CHECK(jwt_secrets_parse(SPAN_LIT("a" K32 "\n\nb" K32), s, err, sizeof err) == 2);
+    /* \r\n line ends (a file written on Windows) */
+    CHECK(jwt_secrets_parse(SPAN_LIT("a" K32 "\r\nb" K32 "\r\n"), s, err, sizeof err) == 2 &&
+          span_eq_str(s[0], "a" K32) && span_eq_str(s[1], "b" K32));
+    CHECK(jwt_secrets_parse(SPAN_LIT("\n"), s, err, sizeof err) == -1 && strstr(err, "no JWT secret"));
+    CHECK(jwt_secrets_parse(SPAN_LIT(""), s, err, sizeof err) == -1);
+    CHECK(jwt_secrets_parse(SPAN_LIT("\r\n"), s, err, sizeof err) == -1);
+    CHECK(jwt_secrets_parse(SPAN_LIT(K32 "\n" K32 "\n" K32 "\n" K32 "\n" K32 "\n" K32 "\n" K32 "\n" K32 "\n" K32), s,
+                            err, sizeof err) == -1 &&
+          strstr(err, "at most"));
+    /* RFC 7518 §3.2: at least 256 bits; a weak line anywhere refuses the whole set */
+    CHECK(jwt_secrets_parse(SPAN_LIT("a"), s, err, sizeof err) == -1 && strstr(err, "at least 32"));
+    CHECK(jwt_secrets_parse(SPAN_LIT(" "), s, err, sizeof err) == -1 && strstr(err, "line 1"));
+    CHECK(jwt_secrets_parse(SPAN_LIT("0123456789abcdef0123456789abcde\r\n"), s, err, sizeof err) == -1);
+    CHECK(jwt_secrets_parse(SPAN_LIT(K32 "\nshort\n"), s, err, sizeof err) == -1 && strstr(err, "line 2"));
+#undef K32
 }
 
 void test_itemmap(void)
@@ -120,4 +158,19 @@ void test_pairfilter(void)
     CHECK(pairfilter_may_contain(&f, SPAN_LIT("ab"), SPAN_LIT("c")));
     CHECK(!pairfilter_may_contain(&f, SPAN_LIT("a"), SPAN_LIT("bc")));
     pairfilter_free(&f);
+}
+
+/* ratelimit_new tells "off" from "out of memory": a server must not run unlimited because the table
+ * could not be allocated. */
+void test_ratelimit(void)
+{
+    ratelimit_t *rl = (ratelimit_t *)1;
+    CHECK(ratelimit_new((ratelimit_rule_t){0, 0}, 1024, &rl) == 0 && rl == NULL); /* off */
+    CHECK(ratelimit_take(NULL, SPAN_LIT("u"), 0) == 0);
+    CHECK(ratelimit_new((ratelimit_rule_t){1, 1}, 1024, &rl) == 0 && rl != NULL);
+    CHECK(ratelimit_take(rl, SPAN_LIT("u"), 1000) == 0 && ratelimit_take(rl, SPAN_LIT("u"), 1000) >= 1);
+    ratelimit_free(rl);
+    rl = (ratelimit_t *)1;
+    /* A table too large to allocate (the unit tests run with allocator_may_return_null). */
+    CHECK(ratelimit_new((ratelimit_rule_t){1, 1}, SIZE_MAX / 2, &rl) == -1 && rl == NULL);
 }

@@ -2,11 +2,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <lmdb.h> /* only to build a store of schema version 1 */
 
 #include "engine/pipeline.h"
+#include "engine/recount.h"
 #include "store/store.h"
 #include "unit.h"
 
@@ -303,6 +305,204 @@ static void test_full(const char *dir)
     store_close(s);
 }
 
+/* Recount compares rows with counts plus the log not yet folded. When the log cannot be summed (here
+ * an item id longer than the item map takes, as if memory ran out), the recount fails; it must not
+ * compare against the part it summed and report drift that is not there. */
+static void test_recount_unsummable_log(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    char long_item[ID_MAX_LEN + 20];
+    memset(long_item, 'L', sizeof long_item - 1);
+    long_item[sizeof long_item - 1] = '\0';
+    store_write_t *w;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(apply(w, "i1", "u1", 1, 1000) == STORE_OK);
+    CHECK(apply(w, long_item, "u1", 1, 1001) == STORE_OK);
+    CHECK(apply(w, "i1", "u2", 1, 1002) == STORE_OK); /* after the entry that cannot be summed */
+    CHECK(store_write_commit(w) == STORE_OK);         /* nothing folded: counts are 0, the log holds 3 */
+    span_t items[] = {SPAN_LIT("i1")};
+    recount_report_t rep;
+    CHECK(recount_run(s, NULL, items, 1, &rep) == STORE_ERROR);
+    CHECK(rep.ndrift == 0);
+    recount_report_free(&rep);
+    store_close(s);
+}
+
+/* Counts on the disk that the program did not write (a record of a wrong size, a fold that would
+ * leave a count negative) are STORE_ERROR with the transaction void, not an abort. */
+static void test_corrupt_counts(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    int64_t deltas[KINDS_MAX + 1] = {0}, counts[KINDS_MAX + 1];
+    deltas[1] = 2;
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_counts_add(w, SPAN_LIT("i"), deltas) == STORE_OK &&
+          store_write_commit(w) == STORE_OK);
+    deltas[1] = -3; /* 2 - 3 */
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_counts_add(w, SPAN_LIT("i"), deltas) == STORE_ERROR);
+    store_write_abort(w);
+    deltas[1] = INT64_MAX; /* an overflow is no count either */
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_counts_add(w, SPAN_LIT("i"), deltas) == STORE_ERROR);
+    store_write_abort(w);
+    store_read_t *r;
+    CHECK(store_read_begin(s, &r) == STORE_OK && store_read_counts(r, SPAN_LIT("i"), counts) == STORE_OK &&
+          counts[1] == 2);
+    store_read_end(r);
+    store_close(s);
+
+    MDB_env *env = raw_env(dir, 0);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    CHECK(env != NULL);
+    if (!env)
+        return;
+    MDB_val k = {2, "\x01j"}, v = {5, "12345"}; /* the counts record of item "j", 5 bytes */
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "counts", 0, &dbi) == 0 &&
+          mdb_put(txn, dbi, &k, &v, 0) == 0 && mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+    CHECK((s = open_with(dir, "like,dislike", 1ull << 30)) != NULL);
+    if (!s)
+        return;
+    CHECK(store_read_begin(s, &r) == STORE_OK && store_read_counts(r, SPAN_LIT("j"), counts) == STORE_ERROR);
+    store_read_end(r);
+    deltas[1] = 1;
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_counts_add(w, SPAN_LIT("j"), deltas) == STORE_ERROR);
+    store_write_abort(w);
+    store_close(s);
+}
+
+static bool file_exists(const char *dir, const char *name)
+{
+    char path[700];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0;
+}
+
+static void file_put(const char *dir, const char *name, const char *text, size_t len)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (f) {
+        CHECK(fwrite(text, 1, len, f) == len);
+        fclose(f);
+    }
+}
+
+/* The whole file, or NULL; *len its size. */
+static char *file_get(const char *dir, const char *name, size_t *len)
+{
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "rb");
+    char *buf = malloc(1 << 16);
+    *len = f && buf ? fread(buf, 1, 1 << 16, f) : 0;
+    if (f)
+        fclose(f);
+    return buf;
+}
+
+/* --data only opens an empty directory or a tally store: another program's LMDB environment, a
+ * garbage data.mdb, or a directory of other files is refused before anything is written into it;
+ * a store of an earlier version (no marker) still opens, and gets its marker. */
+static void test_foreign_dirs(const char *base)
+{
+    char dir[600];
+    /* another program's LMDB environment: no tally tables appear in it */
+    snprintf(dir, sizeof dir, "%s/foreign-env", base);
+    mkdir(dir, 0750);
+    MDB_env *env = raw_env(dir, 0);
+    MDB_txn *txn;
+    MDB_dbi dbi;
+    CHECK(env != NULL);
+    if (!env)
+        return;
+    MDB_val k = {3, "key"}, v = {5, "value"};
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "theirs", MDB_CREATE, &dbi) == 0 &&
+          mdb_put(txn, dbi, &k, &v, 0) == 0 && mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+    size_t before_len, after_len;
+    char *before = file_get(dir, "data.mdb", &before_len);
+    CHECK(open_with(dir, "like", 1ull << 30) == NULL);
+    char *after = file_get(dir, "data.mdb", &after_len);
+    CHECK(before_len > 0 && before_len == after_len && memcmp(before, after, before_len) == 0);
+    free(before);
+    free(after);
+    CHECK(!file_exists(dir, "TALLY_STORE") && !file_exists(dir, "tallyd.lock"));
+    CHECK((env = raw_env(dir, MDB_RDONLY)) != NULL);
+    if (env) {
+        CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0);
+        CHECK(mdb_dbi_open(txn, "meta", 0, &dbi) == MDB_NOTFOUND && mdb_dbi_open(txn, "rows", 0, &dbi) == MDB_NOTFOUND);
+        mdb_txn_abort(txn);
+        mdb_env_close(env);
+    }
+    char err[512] = "";
+    CHECK(store_lock_dir(dir, err, sizeof err) >= 0 && !file_exists(dir, "tallyd.lock")); /* the lock writes nothing */
+
+    /* a data.mdb that is not LMDB: it and lock.mdb keep their bytes */
+    snprintf(dir, sizeof dir, "%s/garbage", base);
+    mkdir(dir, 0750);
+    char junk[8192];
+    memset(junk, 'x', sizeof junk);
+    file_put(dir, "data.mdb", junk, sizeof junk);
+    memset(junk, 'y', sizeof junk);
+    file_put(dir, "lock.mdb", junk, 100);
+    CHECK(open_with(dir, "like", 1ull << 30) == NULL);
+    char *data = file_get(dir, "data.mdb", &after_len), *lock;
+    CHECK(after_len == sizeof junk && data[0] == 'x' && data[sizeof junk - 1] == 'x');
+    free(data);
+    lock = file_get(dir, "lock.mdb", &after_len);
+    CHECK(after_len == 100 && memcmp(lock, junk, 100) == 0);
+    free(lock);
+    CHECK(!file_exists(dir, "TALLY_STORE"));
+
+    /* other files and no marker */
+    snprintf(dir, sizeof dir, "%s/other-files", base);
+    mkdir(dir, 0750);
+    file_put(dir, "notes.txt", "mine", 4);
+    CHECK(open_with(dir, "like", 1ull << 30) == NULL);
+    CHECK(!file_exists(dir, "TALLY_STORE") && !file_exists(dir, "data.mdb") && !file_exists(dir, "lock.mdb"));
+    store_options_t opt = {.map_size_bytes = 1ull << 30};
+    store_t *s = NULL;
+    kinds_t kinds;
+    kinds_parse(&kinds, "like", err, sizeof err);
+    CHECK(store_open(dir, &kinds, &opt, &s, err, sizeof err) != STORE_OK && strstr(err, "notes.txt") &&
+          strstr(err, "not a tally store"));
+
+    /* a marker of another format */
+    snprintf(dir, sizeof dir, "%s/other-format", base);
+    mkdir(dir, 0750);
+    file_put(dir, "TALLY_STORE", "tally store: lmdb, format 9\n", 28);
+    CHECK(open_with(dir, "like", 1ull << 30) == NULL && !file_exists(dir, "data.mdb"));
+
+    /* an empty directory gets its marker; a store of an earlier version (no marker, a tallyd.lock) opens */
+    snprintf(dir, sizeof dir, "%s/legacy", base);
+    mkdir(dir, 0750);
+    CHECK((s = open_with(dir, "like", 1ull << 30)) != NULL);
+    store_close(s);
+    CHECK(file_exists(dir, "TALLY_STORE"));
+    char path[700];
+    snprintf(path, sizeof path, "%s/TALLY_STORE", dir);
+    CHECK(unlink(path) == 0);
+    file_put(dir, "tallyd.lock", "", 0);
+    CHECK((s = open_with(dir, "like", 1ull << 30)) != NULL);
+    store_close(s);
+    CHECK(file_exists(dir, "TALLY_STORE"));
+    file_put(dir, "TALLY_STORE", "", 0); /* a crash while the marker was written */
+    CHECK((s = open_with(dir, "like", 1ull << 30)) != NULL);
+    store_close(s);
+}
+
 void test_store(void)
 {
     char base[] = "/tmp/tally-unit-XXXXXX";
@@ -321,5 +521,10 @@ void test_store(void)
     test_user_items(dir);
     snprintf(dir, sizeof dir, "%s/e", base);
     test_schema_upgrade(dir);
+    snprintf(dir, sizeof dir, "%s/f", base);
+    test_recount_unsummable_log(dir);
+    test_foreign_dirs(base);
+    snprintf(dir, sizeof dir, "%s/g", base);
+    test_corrupt_counts(dir);
     rm_dir(base);
 }

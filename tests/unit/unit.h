@@ -31,5 +31,7 @@ void test_histogram(void);
 void test_spacesaving(void);
 void test_itemjson(void);
 void test_pairfilter(void);
+void test_ratelimit(void);
+void test_trending(void);
 
 #endif

@@ -65,6 +65,12 @@ static inline uint64_t lmdb_get_u64(const uint8_t *p)
     return v;
 }
 
+/* Checks, before anything is written into it, that dir (which exists) is empty or tally's own: a
+ * TALLY_STORE marker, or, without one, only the files of a store of an earlier version with tally's
+ * schema record (read with MDB_RDONLY | MDB_NOLOCK). Writes the marker where it is missing.
+ * Returns 0, or -1 with err filled (another program's directory or store: nothing was written). */
+int lmdb_dir_claim(const char *dir, char *err, size_t errlen);
+
 /* A STORE_ code for an LMDB (or errno) result. */
 int lmdb_rc(int rc);
 /* [len u8][a][b] — the key of a row (item, user), an idempotency record (user, key), a counts

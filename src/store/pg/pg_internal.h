@@ -1,0 +1,211 @@
+/* pg_internal.h — what the files of the PostgreSQL store share: its structs, the connection and
+ * statement helpers, the row and idempotency caches of a write transaction. Only the files of src/store/pg
+ * include it; nothing above the seam includes libpq. */
+#ifndef TALLY_STORE_PG_INTERNAL_H
+#define TALLY_STORE_PG_INTERNAL_H
+
+#include <libpq-fe.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "core/itemmap.h"
+#include "store/store_impl.h"
+
+#define PG_SCHEMA_VERSION 1
+#define PG_LOCK_SCHEMA_SQL "7374616379001" /* advisory lock keys: creating the schema, */
+#define PG_LOCK_FOLD_SQL "7374616379002"   /* and the fold leader */
+#define PG_FOLD_TRY_MS 1000                /* a node that does not fold tries to become the leader this often */
+#define PG_RECONNECT_MS 1000               /* after a failed connection, wait this long before the next try */
+#define PG_POOL_MAX 64                     /* idle reader connections kept at most */
+#define PG_PIPE_WAIT_MS 30000              /* a pipeline waits this long at most for the socket */
+#define PG_PIPE_DRAIN_MAX 64               /* results read at most when leaving a pipeline */
+
+typedef struct pg_store pg_store_t;
+typedef struct pg_read pg_read_t;
+typedef struct pg_write pg_write_t;
+
+/* A growable text buffer for statements' array parameters. */
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    bool failed;
+} pg_buf_t;
+
+/* One row or idempotency record a write transaction has read or written. */
+typedef struct {
+    char a[256], b[256]; /* (item, user) of a row; (user, key) of a record */
+    uint8_t alen, blen;
+    bool dirty;   /* written in this transaction: flushed at commit */
+    bool present; /* a row: version > 0; a record: a stored answer */
+    reaction_row_t row;
+    store_idem_t rec; /* rec.body points at body */
+    char *body;
+} pg_entry_t;
+
+/* Entries keyed by (a, b): an array and an open-addressing index into it. */
+typedef struct {
+    pg_entry_t *entries;
+    size_t count, cap;
+    uint32_t *slots; /* entry index + 1; 0 = empty */
+    size_t nslots;
+} pg_cache_t;
+
+typedef struct {
+    char item[256], user[256];
+    uint8_t item_len, user_len;
+    int from, to; /* disk codes */
+    uint64_t version, at_ms;
+} pg_logged_t;
+
+struct pg_write {
+    store_write_t base;
+    pg_store_t *store;
+    bool active, began;
+    bool piped; /* pg_wrun sends into a pipeline (at commit) instead of waiting for each result */
+    size_t piped_count;
+    pg_cache_t rows, idem;
+    pg_logged_t *log;
+    size_t log_count, log_cap;
+    itemmap_t counts; /* deltas by configured code, flushed at commit */
+    bool checkpoint_dirty;
+    uint64_t checkpoint;
+};
+
+struct pg_read {
+    store_read_t base;
+    pg_store_t *store;
+    PGconn *conn;
+    bool began;
+};
+
+struct pg_store {
+    store_t base;
+    char *conninfo;
+    kinds_t kinds;
+    int db_kinds;
+    int cfg_to_db[KINDS_MAX + 1];
+    int db_to_cfg[KINDS_MAX + 1];
+    PGconn *wconn; /* the writer's connection (writer thread only) */
+    struct pg_write write;
+    bool leader;               /* holds the fold lock on wconn */
+    uint64_t leader_tried_ms;  /* monotonic */
+    pthread_mutex_t pool_lock; /* idle reader connections */
+    PGconn *pool[PG_POOL_MAX];
+    size_t pool_count;
+    atomic_bool up; /* the last contact with the server succeeded */
+    atomic_uint_fast64_t round_trips, statements, transactions;
+    histogram_t commit_seconds;
+    atomic_uint_fast64_t down_since_ms; /* monotonic; 0 when up */
+};
+
+/* Connects with tally's defaults (timeouts, keepalives) under the URI's own settings; sets the
+ * session up. NULL with err filled when it fails. */
+PGconn *pg_connect(const pg_store_t *s, char *err, size_t errlen);
+
+/* A STORE_ code for a failed result (or a NULL one), logging what the server said; marks the
+ * store down when the connection is gone. */
+int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *what);
+
+/* Runs sql with text parameters; the result (PGRES_COMMAND_OK or _TUPLES_OK) or NULL with *rc set. */
+PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
+                  int *rc);
+/* pg_exec for statements without rows: a STORE_ code. */
+int pg_run(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params);
+
+/* The writer's connection, reconnected (and the leadership dropped) when it was lost; NULL while
+ * the server cannot be reached. */
+PGconn *pg_writer_conn(pg_store_t *s);
+
+/* A reader connection from the pool (or a new one), and its return. */
+PGconn *pg_pool_take(pg_store_t *s);
+void pg_pool_give(pg_store_t *s, PGconn *conn);
+
+void pg_mark_up(pg_store_t *s);
+
+/* Pipelines: statements sent together and their results read in order, in one round trip. */
+int pg_pipe_enter(pg_store_t *s, PGconn *conn);
+int pg_pipe_send(pg_store_t *s, PGconn *conn, const char *sql, int n, const char *const *params);
+int pg_pipe_sync(pg_store_t *s, PGconn *conn);
+PGresult *pg_pipe_result(pg_store_t *s, PGconn *conn, const char *what, int *rc); /* the next statement's */
+int pg_pipe_leave(pg_store_t *s, PGconn *conn); /* after the last result: back to one statement at a time */
+
+/* Array literals of text ("{\"a\",\"b\"}") and of integers, for unnest() parameters. */
+void pg_buf_add(pg_buf_t *b, const char *p, size_t n);
+void pg_buf_str(pg_buf_t *b, const char *text);
+void pg_buf_text_elem(pg_buf_t *b, const char *p, size_t n); /* a quoted element, with a comma before if needed */
+void pg_buf_int_elem(pg_buf_t *b, long long v);
+void pg_buf_open(pg_buf_t *b);  /* "{" */
+void pg_buf_close(pg_buf_t *b); /* "}" and a terminating NUL */
+void pg_buf_free(pg_buf_t *b);
+
+/* The cache of a write transaction. */
+pg_entry_t *pg_cache_find(const pg_cache_t *c, span_t a, span_t b);
+pg_entry_t *pg_cache_put(pg_cache_t *c, span_t a, span_t b); /* found or added (zeroed); NULL: out of memory */
+void pg_cache_clear(pg_cache_t *c);
+void pg_cache_free(pg_cache_t *c);
+
+/* Kind codes: on disk (the order kinds were first stored in) and configured. */
+static inline int pg_cfg_kind(const pg_store_t *s, long db)
+{
+    return db > 0 && db <= s->db_kinds ? s->db_to_cfg[db] : KIND_NONE;
+}
+
+/* Operations of store.h, gathered in pg_store_ops (pg_store.c, pg_write.c, pg_views.c). */
+void pg_close(store_t *s);
+const kinds_t *pg_kinds(const store_t *s);
+bool pg_shared(const store_t *s);
+bool pg_ready(store_t *s);
+int pg_read_begin(store_t *s, store_read_t **out);
+void pg_read_end(store_read_t *r);
+int pg_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
+int pg_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
+int pg_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                 reaction_row_t *rows);
+int pg_write_begin(store_t *s, store_write_t **out);
+int pg_write_commit(store_write_t *w);
+void pg_write_abort(store_write_t *w);
+int pg_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys);
+bool pg_write_may_fold(store_write_t *w);
+int pg_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
+int pg_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
+int pg_log_append(store_write_t *w, const transition_t *t, uint64_t *seq);
+int pg_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg);
+int pg_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1]);
+int pg_checkpoint_get(store_write_t *w, uint64_t *seq);
+int pg_checkpoint_put(store_write_t *w, uint64_t seq);
+int pg_idem_get(store_write_t *w, span_t user, span_t key, store_idem_t *rec);
+int pg_idem_put(store_write_t *w, span_t user, span_t key, const store_idem_t *rec);
+int pg_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *deleted);
+int pg_read_checkpoint(store_read_t *r, uint64_t *seq);
+int pg_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg);
+int pg_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last);
+int pg_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
+int pg_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited);
+int pg_stats(store_t *s, store_stats_t *st);
+int pg_backup(store_t *s, const char *dir);
+int pg_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                  size_t *visited);
+int pg_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                  size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
+int pg_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted);
+int pg_read_rows(store_read_t *r, store_row_fn fn, void *arg);
+int pg_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);
+int pg_aux_put(store_write_t *w, span_t key, span_t value);
+int pg_aux_delete_range(store_write_t *w, span_t from, span_t to);
+int pg_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
+int pg_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
+
+/* Statements of a write transaction: BEGIN is sent before the first. */
+PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params, int *rc);
+int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params);
+
+/* Runs a read in r's snapshot (a repeatable-read transaction begun before its first statement). */
+PGresult *pg_rexec(pg_read_t *r, const char *what, const char *sql, int n, const char *const *params, int *rc);
+
+/* Calls fn for each log row of res (seq, item, user, from, to, version, at_ms). */
+int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void *arg);
+#define PG_LOG_COLUMNS "seq, item, \"user\", from_kind, to_kind, version, at_ms"
+
+extern const store_ops_t pg_store_ops;
+
+#endif

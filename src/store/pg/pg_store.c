@@ -1,0 +1,877 @@
+/* pg_store.c — the PostgreSQL store: connecting (with the timeouts a failover needs), creating and
+ * checking the schema and the settings the nodes share, the pool of reader connections, snapshots,
+ * and the helpers the other files of the store use. See docs/architecture.md "PostgreSQL". */
+#include "store/pg/pg.h"
+#include "store/pg/pg_internal.h"
+
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/hash.h"
+
+/* --- connections --- */
+
+PGconn *pg_connect(const pg_store_t *s, char *err, size_t errlen)
+{
+    /* tally's defaults first: the URI's own settings (expanded from dbname) override them. The
+     * keepalives and tcp_user_timeout let the server and libpq notice a vanished peer within
+     * seconds, so the fold leader's lock is released and a failover is seen in time. */
+    const char *keys[] = {"connect_timeout",  "keepalives",
+                          "keepalives_idle",  "keepalives_interval",
+                          "keepalives_count", "tcp_user_timeout",
+                          "application_name", "options",
+                          "dbname",           NULL};
+    const char *values[] = {
+        "3",         "1",    "5",      "2",
+        "2",         "5000", "tallyd", "-c idle_in_transaction_session_timeout=60000 -c lock_timeout=30000",
+        s->conninfo, NULL};
+    PGconn *conn = PQconnectdbParams(keys, values, 1);
+    if (!conn || PQstatus(conn) != CONNECTION_OK) {
+        if (err) {
+            const char *msg = conn ? PQerrorMessage(conn) : "out of memory";
+            snprintf(err, errlen, "%.*s", (int)strcspn(msg, "\n"), msg);
+        }
+        PQfinish(conn);
+        return NULL;
+    }
+    return conn;
+}
+
+void pg_mark_up(pg_store_t *s)
+{
+    atomic_store(&s->up, true);
+    atomic_store(&s->down_since_ms, 0);
+}
+
+static void pg_mark_down(pg_store_t *s)
+{
+    uint_fast64_t zero = 0;
+    atomic_store(&s->up, false);
+    atomic_compare_exchange_strong(&s->down_since_ms, &zero, clock_ms(CLOCK_MONOTONIC));
+}
+
+int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *what)
+{
+    if (PQstatus(conn) == CONNECTION_BAD) {
+        pg_mark_down(s);
+        return STORE_UNAVAILABLE;
+    }
+    const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    if (state && (strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0 || strcmp(state, "23505") == 0 ||
+                  strcmp(state, "55P03") == 0))
+        return STORE_RETRY; /* deadlock, serialization failure, a row claimed meanwhile, lock timeout */
+    if (state && strncmp(state, "08", 2) == 0) {
+        pg_mark_down(s);
+        return STORE_UNAVAILABLE;
+    }
+    if (state && (strcmp(state, "25006") == 0 || strncmp(state, "57P", 3) == 0)) {
+        /* read-only transaction (a standby), or the server shutting down: not this node's fault */
+        pg_mark_down(s);
+        return STORE_UNAVAILABLE;
+    }
+    const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
+    fprintf(stderr, "level=error event=pg-error what=%s sqlstate=%s error=\"%.*s\"\n", what, state ? state : "-",
+            (int)strcspn(msg, "\n"), msg);
+    return state && strcmp(state, "53100") == 0 ? STORE_FULL : STORE_ERROR;
+}
+
+PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
+                  int *rc)
+{
+    atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
+    PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        *rc = STORE_OK;
+        return res;
+    }
+    *rc = pg_result_rc(s, conn, res, what);
+    PQclear(res);
+    return NULL;
+}
+
+int pg_run(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params)
+{
+    int rc;
+    PQclear(pg_exec(s, conn, what, sql, n, params, &rc));
+    return rc;
+}
+
+/* --- pipelines: several statements in one round trip (libpq's pipeline mode) --- */
+
+int pg_pipe_enter(pg_store_t *s, PGconn *conn)
+{
+    /* non-blocking while sending, so that a large batch and the server's answers cannot both wait
+     * on full socket buffers (pg_pipe_sync reads while it sends) */
+    if (PQenterPipelineMode(conn) != 1 || PQsetnonblocking(conn, 1) != 0)
+        return pg_result_rc(s, conn, NULL, "pipeline");
+    return STORE_OK;
+}
+
+int pg_pipe_send(pg_store_t *s, PGconn *conn, const char *sql, int n, const char *const *params)
+{
+    atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
+    return PQsendQueryParams(conn, sql, n, NULL, params, NULL, NULL, 0) == 1 ? STORE_OK
+                                                                             : pg_result_rc(s, conn, NULL, "send");
+}
+
+int pg_pipe_sync(pg_store_t *s, PGconn *conn)
+{
+    atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
+    if (PQpipelineSync(conn) != 1)
+        return pg_result_rc(s, conn, NULL, "sync");
+    int r;
+    while ((r = PQflush(conn)) == 1) {
+        struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN | POLLOUT};
+        if (poll(&pfd, 1, PG_PIPE_WAIT_MS) <= 0) /* keepalives end a dead peer sooner; this bounds the rest */
+            break;
+        if ((pfd.revents & POLLIN) && PQconsumeInput(conn) != 1)
+            break;
+    }
+    return r == 0 ? STORE_OK : pg_result_rc(s, conn, NULL, "flush");
+}
+
+PGresult *pg_pipe_result(pg_store_t *s, PGconn *conn, const char *what, int *rc)
+{
+    PGresult *res = PQgetResult(conn);
+    ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
+    if (res)
+        PQclear(PQgetResult(conn)); /* the NULL that ends this statement's results */
+    if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
+        *rc = STORE_OK;
+        return res;
+    }
+    /* an earlier statement's error aborted this one: that error is the one to report */
+    *rc = st == PGRES_PIPELINE_ABORTED ? STORE_ERROR : pg_result_rc(s, conn, res, what);
+    PQclear(res);
+    return NULL;
+}
+
+int pg_pipe_leave(pg_store_t *s, PGconn *conn)
+{
+    for (int i = 0; i < PG_PIPE_DRAIN_MAX && PQstatus(conn) == CONNECTION_OK; i++) {
+        PGresult *res = PQgetResult(conn);
+        bool synced = res && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+        PQclear(res);
+        if (synced)
+            break;
+    }
+    if (PQexitPipelineMode(conn) != 1 || PQsetnonblocking(conn, 0) != 0)
+        return pg_result_rc(s, conn, NULL, "pipeline-end");
+    return STORE_OK;
+}
+
+/* While the server is known to be down, a new connection is tried at most every PG_RECONNECT_MS:
+ * a request then fails at once instead of waiting for a connect timeout on an event loop. */
+static bool pg_may_try(pg_store_t *s)
+{
+    uint64_t since = atomic_load(&s->down_since_ms);
+    return since == 0 || clock_ms(CLOCK_MONOTONIC) - since >= PG_RECONNECT_MS;
+}
+
+PGconn *pg_writer_conn(pg_store_t *s)
+{
+    if (s->wconn && PQstatus(s->wconn) == CONNECTION_OK)
+        return s->wconn;
+    if (s->wconn) {
+        PQfinish(s->wconn); /* its session, and the fold lock with it, is gone */
+        s->wconn = NULL;
+        if (s->leader)
+            fprintf(stderr, "level=warn event=fold-leader-lost\n");
+        s->leader = false;
+    }
+    if (!pg_may_try(s))
+        return NULL;
+    char err[256];
+    s->wconn = pg_connect(s, err, sizeof err);
+    if (!s->wconn) {
+        pg_mark_down(s);
+        atomic_store(&s->down_since_ms, clock_ms(CLOCK_MONOTONIC)); /* wait before the next try */
+        fprintf(stderr, "level=warn event=pg-connect-failed error=\"%s\"\n", err);
+        return NULL;
+    }
+    fprintf(stderr, "level=info event=pg-connected\n");
+    pg_mark_up(s);
+    return s->wconn;
+}
+
+/* Reads what a connection's last user left unread (a COMMIT's answer); false when it failed. */
+static bool pg_drain(PGconn *conn)
+{
+    bool ok = true;
+    for (PGresult *res; (res = PQgetResult(conn));) {
+        ok = ok && PQresultStatus(res) == PGRES_COMMAND_OK;
+        PQclear(res);
+    }
+    return ok && PQtransactionStatus(conn) == PQTRANS_IDLE;
+}
+
+PGconn *pg_pool_take(pg_store_t *s)
+{
+    PGconn *conn = NULL;
+    pthread_mutex_lock(&s->pool_lock);
+    if (s->pool_count)
+        conn = s->pool[--s->pool_count];
+    pthread_mutex_unlock(&s->pool_lock);
+    if (conn && PQstatus(conn) == CONNECTION_OK && pg_drain(conn))
+        return conn;
+    PQfinish(conn);
+    if (!pg_may_try(s))
+        return NULL;
+    conn = pg_connect(s, NULL, 0);
+    if (!conn) {
+        pg_mark_down(s);
+        atomic_store(&s->down_since_ms, clock_ms(CLOCK_MONOTONIC));
+    }
+    return conn;
+}
+
+void pg_pool_give(pg_store_t *s, PGconn *conn)
+{
+    if (!conn)
+        return;
+    PGTransactionStatusType ts = PQtransactionStatus(conn);
+    if (PQstatus(conn) == CONNECTION_OK && (ts == PQTRANS_IDLE || ts == PQTRANS_ACTIVE)) { /* ACTIVE: a COMMIT sent */
+        pthread_mutex_lock(&s->pool_lock);
+        if (s->pool_count < PG_POOL_MAX) {
+            s->pool[s->pool_count++] = conn;
+            conn = NULL;
+        }
+        pthread_mutex_unlock(&s->pool_lock);
+    }
+    PQfinish(conn);
+}
+
+/* --- array literals --- */
+
+void pg_buf_add(pg_buf_t *b, const char *p, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (b->len + n + 1 > cap)
+            cap *= 2;
+        char *buf = realloc(b->buf, cap);
+        if (!buf) {
+            b->failed = true;
+            return;
+        }
+        b->buf = buf;
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, p, n);
+    b->len += n;
+    b->buf[b->len] = '\0';
+}
+
+void pg_buf_str(pg_buf_t *b, const char *text)
+{
+    pg_buf_add(b, text, strlen(text));
+}
+
+static void pg_buf_comma(pg_buf_t *b)
+{
+    if (b->len > 1)
+        pg_buf_add(b, ",", 1);
+}
+
+void pg_buf_open(pg_buf_t *b)
+{
+    b->len = 0;
+    b->failed = false;
+    pg_buf_add(b, "{", 1);
+}
+
+void pg_buf_close(pg_buf_t *b)
+{
+    pg_buf_add(b, "}", 1);
+}
+
+void pg_buf_text_elem(pg_buf_t *b, const char *p, size_t n)
+{
+    pg_buf_comma(b);
+    pg_buf_add(b, "\"", 1);
+    for (size_t i = 0, run = 0; i <= n; i++) { /* copy runs, escaping " and \ */
+        if (i == n || p[i] == '"' || p[i] == '\\') {
+            pg_buf_add(b, p + run, i - run);
+            if (i < n)
+                pg_buf_add(b, p[i] == '"' ? "\\\"" : "\\\\", 2);
+            run = i + 1;
+        }
+    }
+    pg_buf_add(b, "\"", 1);
+}
+
+void pg_buf_int_elem(pg_buf_t *b, long long v)
+{
+    char num[24];
+    pg_buf_comma(b);
+    pg_buf_add(b, num, (size_t)snprintf(num, sizeof num, "%lld", v));
+}
+
+void pg_buf_free(pg_buf_t *b)
+{
+    free(b->buf);
+    *b = (pg_buf_t){0};
+}
+
+/* --- the write transaction's cache --- */
+
+static size_t pg_pair_hash(span_t a, span_t b)
+{
+    uint64_t h = hash_bytes(HASH_SEED, a.ptr, a.len);
+    h = hash_bytes(h ^ a.len, b.ptr, b.len); /* the length apart, so (ab, c) and (a, bc) differ */
+    return (size_t)hash_mix(h);
+}
+
+static bool pg_entry_is(const pg_entry_t *e, span_t a, span_t b)
+{
+    return e->alen == a.len && e->blen == b.len && memcmp(e->a, a.ptr, a.len) == 0 && memcmp(e->b, b.ptr, b.len) == 0;
+}
+
+pg_entry_t *pg_cache_find(const pg_cache_t *c, span_t a, span_t b)
+{
+    if (!c->nslots)
+        return NULL;
+    for (size_t i = pg_pair_hash(a, b) & (c->nslots - 1);; i = (i + 1) & (c->nslots - 1)) {
+        uint32_t slot = c->slots[i];
+        if (!slot)
+            return NULL;
+        if (pg_entry_is(&c->entries[slot - 1], a, b))
+            return &c->entries[slot - 1];
+    }
+}
+
+static int pg_cache_grow(pg_cache_t *c)
+{
+    size_t cap = c->cap ? c->cap * 2 : 64, nslots = cap * 2;
+    pg_entry_t *entries = realloc(c->entries, cap * sizeof *entries);
+    if (!entries)
+        return -1;
+    c->entries = entries;
+    uint32_t *slots = calloc(nslots, sizeof *slots);
+    if (!slots)
+        return -1;
+    for (size_t n = 0; n < c->count; n++) {
+        const pg_entry_t *e = &c->entries[n];
+        size_t i = pg_pair_hash((span_t){e->a, e->alen}, (span_t){e->b, e->blen}) & (nslots - 1);
+        while (slots[i])
+            i = (i + 1) & (nslots - 1);
+        slots[i] = (uint32_t)n + 1;
+    }
+    free(c->slots);
+    c->slots = slots;
+    c->nslots = nslots;
+    c->cap = cap;
+    return 0;
+}
+
+pg_entry_t *pg_cache_put(pg_cache_t *c, span_t a, span_t b)
+{
+    pg_entry_t *e = pg_cache_find(c, a, b);
+    if (e)
+        return e;
+    if (a.len > 255 || b.len > 255 || (c->count == c->cap && pg_cache_grow(c) != 0))
+        return NULL;
+    e = &c->entries[c->count];
+    memset(e, 0, sizeof *e);
+    memcpy(e->a, a.ptr, a.len);
+    memcpy(e->b, b.ptr, b.len);
+    e->alen = (uint8_t)a.len;
+    e->blen = (uint8_t)b.len;
+    size_t i = pg_pair_hash(a, b) & (c->nslots - 1);
+    while (c->slots[i])
+        i = (i + 1) & (c->nslots - 1);
+    c->slots[i] = (uint32_t)++c->count;
+    return e;
+}
+
+void pg_cache_clear(pg_cache_t *c)
+{
+    for (size_t n = 0; n < c->count; n++)
+        free(c->entries[n].body);
+    c->count = 0;
+    if (c->slots)
+        memset(c->slots, 0, c->nslots * sizeof *c->slots);
+}
+
+void pg_cache_free(pg_cache_t *c)
+{
+    pg_cache_clear(c);
+    free(c->entries);
+    free(c->slots);
+    *c = (pg_cache_t){0};
+}
+
+/* --- schema and shared settings --- */
+
+static const char SCHEMA_SQL[] =
+    "CREATE TABLE tally_meta (name text PRIMARY KEY, value text NOT NULL);"
+    "CREATE TABLE tally_rows (item text COLLATE \"C\" NOT NULL, \"user\" text COLLATE \"C\" NOT NULL,"
+    "  kind smallint NOT NULL, version bigint NOT NULL, PRIMARY KEY (item, \"user\"));"
+    "CREATE INDEX tally_rows_by_user ON tally_rows (\"user\", item);"
+    "CREATE TABLE tally_log (seq bigint PRIMARY KEY, item text COLLATE \"C\" NOT NULL,"
+    "  \"user\" text COLLATE \"C\" NOT NULL, from_kind smallint NOT NULL, to_kind smallint NOT NULL,"
+    "  version bigint NOT NULL, at_ms bigint NOT NULL);"
+    "CREATE TABLE tally_log_head (id int PRIMARY KEY CHECK (id = 1), seq bigint NOT NULL);"
+    "INSERT INTO tally_log_head VALUES (1, 0);"
+    "CREATE TABLE tally_counts (item text COLLATE \"C\" NOT NULL, kind smallint NOT NULL, n bigint NOT NULL,"
+    "  PRIMARY KEY (item, kind));"
+    "CREATE TABLE tally_pipeline (id int PRIMARY KEY CHECK (id = 1), checkpoint bigint NOT NULL);"
+    "INSERT INTO tally_pipeline VALUES (1, 0);"
+    "CREATE TABLE tally_idem (\"user\" text COLLATE \"C\" NOT NULL, key text COLLATE \"C\" NOT NULL,"
+    "  expires_ms bigint NOT NULL, fingerprint text NOT NULL, status int NOT NULL, type int NOT NULL,"
+    "  has_etag boolean NOT NULL, etag_version bigint NOT NULL, body text NOT NULL, PRIMARY KEY (\"user\", key));"
+    "CREATE INDEX tally_idem_by_expiry ON tally_idem (expires_ms);"
+    "CREATE TABLE tally_aux (key text COLLATE \"C\" PRIMARY KEY, value bytea NOT NULL);";
+
+typedef struct {
+    const char *name; /* in tally_meta */
+    const char *flag; /* the flag that sets it, for the message */
+    char value[64];   /* this node's; empty: not checked */
+} pg_setting_t;
+
+/* Compares this node's settings with the database's (storing those it lacks). */
+static int settings_check(pg_store_t *s, pg_setting_t *set, size_t n, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!set[i].value[0])
+            continue;
+        int rc;
+        const char *p[] = {set[i].name, set[i].value};
+        PGresult *res =
+            pg_exec(s, s->wconn, "settings",
+                    "WITH ins AS (INSERT INTO tally_meta VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING value)"
+                    " SELECT value FROM ins UNION ALL SELECT value FROM tally_meta WHERE name = $1",
+                    2, p, &rc);
+        if (!res) {
+            snprintf(err, errlen, "reading the settings failed");
+            return STORE_ERROR;
+        }
+        const char *stored = PQntuples(res) ? PQgetvalue(res, 0, 0) : set[i].value;
+        if (strcmp(stored, set[i].value) != 0) {
+            snprintf(err, errlen,
+                     "%s differs from the database's: this node has %s, the database %s (nodes sharing a database must "
+                     "agree; see docs/operations.md \"Changing a shared setting\")",
+                     set[i].flag, set[i].value, stored);
+            PQclear(res);
+            return STORE_ERROR;
+        }
+        PQclear(res);
+    }
+    return STORE_OK;
+}
+
+/* The stored kinds (in disk order) against the configured ones: the same set, or a refusal. */
+static int kinds_check(pg_store_t *s, const kinds_t *cfg, char *err, size_t errlen)
+{
+    char list[KINDS_MAX * (KIND_NAME_MAX + 1) + 1] = "";
+    const kinds_t *want = cfg;
+    for (int k = 1; want && k <= want->count; k++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k > 1 ? "," : "", want->names[k]);
+    int rc;
+    const char *p[] = {list};
+    PGresult *res = pg_exec(s, s->wconn, "kinds", "SELECT value FROM tally_meta WHERE name = 'kinds'", 0, NULL, &rc);
+    if (!res) {
+        snprintf(err, errlen, "reading the kinds failed");
+        return STORE_ERROR;
+    }
+    char stored[sizeof list];
+    bool have = PQntuples(res) == 1;
+    snprintf(stored, sizeof stored, "%s", have ? PQgetvalue(res, 0, 0) : list);
+    PQclear(res);
+    if (!have &&
+        (!cfg || pg_run(s, s->wconn, "kinds", "INSERT INTO tally_meta VALUES ('kinds', $1)", 1, p) != STORE_OK)) {
+        snprintf(err, errlen, cfg ? "storing the kinds failed" : "the database holds no tally store");
+        return STORE_ERROR;
+    }
+    kinds_t db;
+    char perr[128];
+    if (kinds_parse(&db, stored, perr, sizeof perr) != 0) {
+        snprintf(err, errlen, "the database's kinds (%s) are unreadable: %s", stored, perr);
+        return STORE_ERROR;
+    }
+    if (!cfg)
+        cfg = &db;
+    bool same = db.count == cfg->count;
+    for (int d = 1; same && d <= db.count; d++)
+        same = kinds_find(cfg, span_of(db.names[d]), false) > 0;
+    if (!same) {
+        snprintf(err, errlen,
+                 "--reactions differs from the database's: this node has %s, the database %s (nodes sharing a "
+                 "database must agree)",
+                 list, stored);
+        return STORE_ERROR;
+    }
+    s->kinds = *cfg;
+    s->db_kinds = db.count;
+    for (int d = 1; d <= db.count; d++) {
+        int c = kinds_find(cfg, span_of(db.names[d]), false);
+        s->db_to_cfg[d] = c;
+        s->cfg_to_db[c] = d;
+    }
+    return STORE_OK;
+}
+
+/* Creates the schema in an empty database, or checks the one there, under a lock so that nodes
+ * starting together do not race. */
+static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options_t *opt, char *err, size_t errlen)
+{
+    int rc;
+    char version[16];
+    snprintf(version, sizeof version, "%d", PG_SCHEMA_VERSION);
+    if (pg_run(s, s->wconn, "schema", "BEGIN", 0, NULL) != STORE_OK ||
+        pg_run(s, s->wconn, "schema", "SELECT pg_advisory_xact_lock(" PG_LOCK_SCHEMA_SQL ")", 0, NULL) != STORE_OK) {
+        snprintf(err, errlen, "cannot lock the schema: %s", PQerrorMessage(s->wconn));
+        return STORE_ERROR;
+    }
+    PGresult *res = pg_exec(s, s->wconn, "schema", "SELECT to_regclass('tally_meta') IS NOT NULL", 0, NULL, &rc);
+    bool exists = res && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
+    PQclear(res);
+    if (!res)
+        goto fail;
+    if (!exists) {
+        if (!kinds) {
+            snprintf(err, errlen, "the database holds no tally store");
+            goto fail_quiet;
+        }
+        const char *p[] = {version};
+        res = PQexec(s->wconn, SCHEMA_SQL);
+        bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
+        PQclear(res);
+        if (!ok ||
+            pg_run(s, s->wconn, "schema", "INSERT INTO tally_meta VALUES ('schema_version', $1)", 1, p) != STORE_OK)
+            goto fail;
+        fprintf(stderr, "level=info event=pg-schema-created version=%d\n", PG_SCHEMA_VERSION);
+    } else {
+        res =
+            pg_exec(s, s->wconn, "schema", "SELECT value FROM tally_meta WHERE name = 'schema_version'", 0, NULL, &rc);
+        long stored = res && PQntuples(res) == 1 ? strtol(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+        PQclear(res);
+        if (stored > PG_SCHEMA_VERSION) {
+            snprintf(err, errlen, "the database's schema is version %ld, newer than this tallyd's (%d): upgrade tallyd",
+                     stored, PG_SCHEMA_VERSION);
+            goto fail_quiet;
+        }
+        if (stored < 1) {
+            snprintf(err, errlen, "the database's tally_meta has no schema version");
+            goto fail_quiet;
+        }
+    }
+    pg_setting_t set[] = {
+        {"idempotency_ttl_ms", "--idempotency-ttl", ""},
+        {"log_retention_ms", "--log-retention", ""},
+        {"reaction_mode", "--reaction-mode", ""},
+    };
+    if (opt->idem_ttl_ms)
+        snprintf(set[0].value, sizeof set[0].value, "%" PRIu64, opt->idem_ttl_ms);
+    if (opt->log_retention_ms)
+        snprintf(set[1].value, sizeof set[1].value, "%" PRIu64, opt->log_retention_ms);
+    if (opt->reaction_mode)
+        snprintf(set[2].value, sizeof set[2].value, "%s", opt->reaction_mode);
+    if (kinds_check(s, kinds, err, errlen) != STORE_OK || settings_check(s, set, 3, err, errlen) != STORE_OK)
+        goto fail_quiet;
+    if (pg_run(s, s->wconn, "schema", "COMMIT", 0, NULL) != STORE_OK) {
+        snprintf(err, errlen, "cannot commit the schema: %s", PQerrorMessage(s->wconn));
+        return STORE_ERROR;
+    }
+    return STORE_OK;
+fail:
+    snprintf(err, errlen, "cannot set up the schema: %s", PQerrorMessage(s->wconn));
+fail_quiet:
+    PQclear(PQexec(s->wconn, "ROLLBACK"));
+    return STORE_ERROR;
+}
+
+int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err, size_t errlen)
+{
+    pg_store_t *s = calloc(1, sizeof *s);
+    if (!s || !(s->conninfo = strdup(uri))) {
+        free(s);
+        snprintf(err, errlen, "out of memory");
+        return STORE_ERROR;
+    }
+    pthread_mutex_init(&s->pool_lock, NULL);
+    static const double commit_bounds[] = {0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1};
+    histogram_init(&s->commit_seconds, commit_bounds, sizeof commit_bounds / sizeof commit_bounds[0]);
+    s->base.ops = &pg_store_ops;
+    s->write.base.ops = &pg_store_ops;
+    s->write.store = s;
+    char cerr[256];
+    if (!(s->wconn = pg_connect(s, cerr, sizeof cerr))) {
+        snprintf(err, errlen, "cannot connect to the database: %s", cerr);
+        goto fail;
+    }
+    if (schema_setup(s, kinds, opt, err, errlen) != STORE_OK)
+        goto fail;
+    pg_mark_up(s);
+    *out = &s->base;
+    return STORE_OK;
+fail:
+    PQfinish(s->wconn);
+    pthread_mutex_destroy(&s->pool_lock);
+    free(s->conninfo);
+    free(s);
+    return STORE_ERROR;
+}
+
+void pg_close(store_t *s_)
+{
+    pg_store_t *s = (pg_store_t *)s_;
+    PQfinish(s->wconn);
+    for (size_t i = 0; i < s->pool_count; i++)
+        PQfinish(s->pool[i]);
+    pg_cache_free(&s->write.rows);
+    pg_cache_free(&s->write.idem);
+    itemmap_free(&s->write.counts);
+    free(s->write.log);
+    pthread_mutex_destroy(&s->pool_lock);
+    free(s->conninfo);
+    free(s);
+}
+
+const kinds_t *pg_kinds(const store_t *s_)
+{
+    return &((const pg_store_t *)s_)->kinds;
+}
+
+bool pg_shared(const store_t *s_)
+{
+    (void)s_;
+    return true;
+}
+
+bool pg_ready(store_t *s_)
+{
+    return atomic_load(&((pg_store_t *)s_)->up);
+}
+
+int pg_backup(store_t *s_, const char *dir)
+{
+    (void)s_;
+    (void)dir;
+    fprintf(stderr, "level=error event=backup-unsupported error=\"back a PostgreSQL store up with the server's own "
+                    "tools (pg_basebackup, pg_dump)\"\n");
+    return STORE_ERROR;
+}
+
+/* --- snapshots: a repeatable-read transaction on a pooled connection, begun at the first read --- */
+
+int pg_read_begin(store_t *s_, store_read_t **out)
+{
+    pg_store_t *s = (pg_store_t *)s_;
+    pg_read_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return STORE_ERROR;
+    r->base.ops = &pg_store_ops;
+    r->store = s;
+    if (!(r->conn = pg_pool_take(s))) {
+        free(r);
+        return STORE_UNAVAILABLE;
+    }
+    *out = &r->base;
+    return STORE_OK;
+}
+
+void pg_read_end(store_read_t *r_)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    /* The COMMIT's answer is read by the connection's next user (pg_pool_take): a read-only
+     * snapshot has nothing to wait for, and a reader answers its client sooner. */
+    if (r->began && !PQsendQuery(r->conn, "COMMIT")) {
+        PQfinish(r->conn);
+        r->conn = NULL;
+    }
+    pg_pool_give(r->store, r->conn);
+    free(r);
+}
+
+PGresult *pg_rexec(pg_read_t *r, const char *what, const char *sql, int n, const char *const *params, int *rc)
+{
+    if (!r->began) {
+        if ((*rc = pg_run(r->store, r->conn, what, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL)) !=
+            STORE_OK)
+            return NULL;
+        r->began = true;
+    }
+    return pg_exec(r->store, r->conn, what, sql, n, params, rc);
+}
+
+static void counts_fill(const pg_store_t *s, const PGresult *res, int kind_col, int n_col,
+                        int64_t counts[KINDS_MAX + 1])
+{
+    for (int i = 0; i < PQntuples(res); i++) {
+        int k = pg_cfg_kind(s, strtol(PQgetvalue(res, i, kind_col), NULL, 10));
+        if (k != KIND_NONE)
+            counts[k] = strtoll(PQgetvalue(res, i, n_col), NULL, 10);
+    }
+}
+
+int pg_read_counts(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX + 1])
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    char ibuf[ID_MAX_LEN + 1];
+    snprintf(ibuf, sizeof ibuf, "%.*s", (int)item.len, item.ptr);
+    const char *p[] = {ibuf};
+    int rc;
+    memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
+    PGresult *res = pg_rexec(r, "read-counts", "SELECT kind, n FROM tally_counts WHERE item = $1", 1, p, &rc);
+    if (!res)
+        return rc;
+    counts_fill(r->store, res, 0, 1, counts);
+    PQclear(res);
+    return STORE_OK;
+}
+
+int pg_read_row(store_read_t *r_, span_t item, span_t user, reaction_row_t *row)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    char ibuf[ID_MAX_LEN + 1], ubuf[ID_MAX_LEN + 1];
+    snprintf(ibuf, sizeof ibuf, "%.*s", (int)item.len, item.ptr);
+    snprintf(ubuf, sizeof ubuf, "%.*s", (int)user.len, user.ptr);
+    const char *p[] = {ibuf, ubuf};
+    int rc;
+    *row = (reaction_row_t){KIND_NONE, 0};
+    PGresult *res =
+        pg_rexec(r, "read-row", "SELECT kind, version FROM tally_rows WHERE item = $1 AND \"user\" = $2", 2, p, &rc);
+    if (!res)
+        return rc;
+    if (PQntuples(res) == 1) {
+        row->kind = pg_cfg_kind(r->store, strtol(PQgetvalue(res, 0, 0), NULL, 10));
+        row->version = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+    }
+    PQclear(res);
+    return STORE_OK;
+}
+
+/* One statement for a feed page: the items' counts and the user's rows (a second, begun with the
+ * snapshot in the same round trip when it is the snapshot's first). */
+int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                 reaction_row_t *rows)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    pg_buf_t list = {0}, sql = {0};
+    pg_buf_open(&list);
+    for (size_t i = 0; i < n; i++) {
+        memset(counts[i], 0, sizeof counts[i]);
+        if (user.len)
+            rows[i] = (reaction_row_t){KIND_NONE, 0};
+        pg_buf_text_elem(&list, items[i].ptr, items[i].len);
+    }
+    pg_buf_close(&list);
+    char *ids = list.failed ? NULL : PQescapeLiteral(r->conn, list.buf, list.len);
+    char *who = user.len ? PQescapeLiteral(r->conn, user.ptr, user.len) : NULL;
+    int rc = STORE_OK;
+    if (!ids || (user.len && !who)) {
+        rc = STORE_ERROR;
+        goto done;
+    }
+    if (!r->began)
+        pg_buf_str(&sql, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;");
+    pg_buf_str(&sql, "SELECT 0, item, kind, n FROM tally_counts WHERE item = ANY(");
+    pg_buf_str(&sql, ids);
+    pg_buf_str(&sql, "::text[])");
+    if (who) {
+        pg_buf_str(&sql, " UNION ALL SELECT 1, item, kind, version FROM tally_rows WHERE \"user\" = ");
+        pg_buf_str(&sql, who);
+        pg_buf_str(&sql, " AND item = ANY(");
+        pg_buf_str(&sql, ids);
+        pg_buf_str(&sql, "::text[])");
+    }
+    if (sql.failed || !PQsendQuery(r->conn, sql.buf)) {
+        rc = sql.failed ? STORE_ERROR : pg_result_rc(r->store, r->conn, NULL, "read-many");
+        goto done;
+    }
+    r->began = true;
+    for (PGresult *res; (res = PQgetResult(r->conn));) {
+        ExecStatusType st = PQresultStatus(res);
+        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && rc == STORE_OK)
+            rc = pg_result_rc(r->store, r->conn, res, "read-many");
+        for (int t = 0; st == PGRES_TUPLES_OK && t < PQntuples(res); t++) {
+            span_t item = {PQgetvalue(res, t, 1), (size_t)PQgetlength(res, t, 1)};
+            int k = pg_cfg_kind(r->store, strtol(PQgetvalue(res, t, 2), NULL, 10));
+            long long v = strtoll(PQgetvalue(res, t, 3), NULL, 10);
+            for (size_t i = 0; i < n; i++) { /* an id may be asked twice */
+                if (!span_eq(items[i], item))
+                    continue;
+                if (PQgetvalue(res, t, 0)[0] == '0' && k != KIND_NONE)
+                    counts[i][k] = v;
+                else if (PQgetvalue(res, t, 0)[0] == '1')
+                    rows[i] = (reaction_row_t){k, (uint64_t)v};
+            }
+        }
+        PQclear(res);
+    }
+done:
+    PQfreemem(ids);
+    PQfreemem(who);
+    pg_buf_free(&list);
+    pg_buf_free(&sql);
+    return rc;
+}
+
+int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void *arg)
+{
+    for (int i = 0; i < PQntuples(res); i++) {
+        transition_t t = {
+            .item = {PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)},
+            .user = {PQgetvalue(res, i, 2), (size_t)PQgetlength(res, i, 2)},
+            .from = pg_cfg_kind(s, strtol(PQgetvalue(res, i, 3), NULL, 10)),
+            .to = pg_cfg_kind(s, strtol(PQgetvalue(res, i, 4), NULL, 10)),
+            .version = strtoull(PQgetvalue(res, i, 5), NULL, 10),
+            .at_ms = strtoull(PQgetvalue(res, i, 6), NULL, 10),
+        };
+        if (fn(arg, strtoull(PQgetvalue(res, i, 0), NULL, 10), &t) != 0)
+            break;
+    }
+    return STORE_OK;
+}
+
+const store_ops_t pg_store_ops = {
+    .close = pg_close,
+    .kinds = pg_kinds,
+    .shared = pg_shared,
+    .ready = pg_ready,
+    .read_begin = pg_read_begin,
+    .read_end = pg_read_end,
+    .read_counts = pg_read_counts,
+    .read_row = pg_read_row,
+    .read_many = pg_read_many,
+    .write_begin = pg_write_begin,
+    .write_commit = pg_write_commit,
+    .write_abort = pg_write_abort,
+    .write_prepare = pg_write_prepare,
+    .write_may_fold = pg_write_may_fold,
+    .row_get = pg_row_get,
+    .row_put = pg_row_put,
+    .log_append = pg_log_append,
+    .log_scan = pg_log_scan,
+    .counts_add = pg_counts_add,
+    .checkpoint_get = pg_checkpoint_get,
+    .checkpoint_put = pg_checkpoint_put,
+    .idem_get = pg_idem_get,
+    .idem_put = pg_idem_put,
+    .idem_sweep = pg_idem_sweep,
+    .read_checkpoint = pg_read_checkpoint,
+    .read_log = pg_read_log,
+    .read_log_bounds = pg_read_log_bounds,
+    .read_tally_item = pg_read_tally_item,
+    .read_items = pg_read_items,
+    .stats = pg_stats,
+    .backup = pg_backup,
+    .item_users = pg_item_users,
+    .user_items = pg_user_items,
+    .idem_delete_user = pg_idem_delete_user,
+    .read_rows = pg_read_rows,
+    .read_log_seek = pg_read_log_seek,
+    .aux_put = pg_aux_put,
+    .aux_delete_range = pg_aux_delete_range,
+    .read_aux = pg_read_aux,
+    .log_prune = pg_log_prune,
+};

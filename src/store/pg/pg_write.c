@@ -1,0 +1,685 @@
+/* pg_write.c — the PostgreSQL store's write transaction: one database transaction per batch on the
+ * writer's connection. The batch's rows and idempotency records are claimed and locked in one key
+ * order up front (store_write_prepare), kept in a cache while the engine decides, and written back
+ * at commit as a few multi-row statements; the log's positions are taken last, from a one-row
+ * counter whose lock is held until the commit, so they are gap-free and in commit order. */
+#include "store/pg/pg_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+
+#define NUM_LEN 24
+
+PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params, int *rc)
+{
+    pg_store_t *s = w->store;
+    if (!w->began) {
+        if ((*rc = pg_run(s, s->wconn, what, "BEGIN", 0, NULL)) != STORE_OK)
+            return NULL;
+        w->began = true;
+    }
+    return pg_exec(s, s->wconn, what, sql, n, params, rc);
+}
+
+int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params)
+{
+    int rc;
+    if (w->piped) { /* results are read after the pipeline's sync (pg_write_commit) */
+        pg_store_t *s = w->store;
+        if (!w->began) {
+            if ((rc = pg_pipe_send(s, s->wconn, "BEGIN", 0, NULL)) != STORE_OK)
+                return rc;
+            w->began = true;
+            w->piped_count++;
+        }
+        rc = pg_pipe_send(s, s->wconn, sql, n, params);
+        w->piped_count += rc == STORE_OK;
+        return rc;
+    }
+    PQclear(pg_wexec(w, what, sql, n, params, &rc));
+    return rc;
+}
+
+int pg_write_begin(store_t *s_, store_write_t **out)
+{
+    pg_store_t *s = (pg_store_t *)s_;
+    pg_write_t *w = &s->write;
+    if (!pg_writer_conn(s))
+        return STORE_UNAVAILABLE;
+    w->active = true;
+    w->began = false;
+    w->log_count = 0;
+    w->checkpoint_dirty = false;
+    pg_cache_clear(&w->rows);
+    pg_cache_clear(&w->idem);
+    w->counts.count = 0;
+    if (w->counts.slots)
+        memset(w->counts.slots, 0, w->counts.nslots * sizeof *w->counts.slots);
+    *out = &w->base;
+    return STORE_OK;
+}
+
+void pg_write_abort(store_write_t *w_)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    if (w->began)
+        PQclear(PQexec(w->store->wconn, "ROLLBACK"));
+    w->active = w->began = false;
+}
+
+/* --- claiming and locking the batch's rows and records --- */
+
+static void pairs_arrays(const store_pair_t *p, size_t n, pg_buf_t *a, pg_buf_t *b)
+{
+    pg_buf_open(a);
+    pg_buf_open(b);
+    for (size_t i = 0; i < n; i++) {
+        pg_buf_text_elem(a, p[i].a.ptr, p[i].a.len);
+        pg_buf_text_elem(b, p[i].b.ptr, p[i].b.len);
+    }
+    pg_buf_close(a);
+    pg_buf_close(b);
+}
+
+static void row_entry_fill(pg_write_t *w, const PGresult *res, int i, int first_col)
+{
+    span_t item = {PQgetvalue(res, i, first_col), (size_t)PQgetlength(res, i, first_col)};
+    span_t user = {PQgetvalue(res, i, first_col + 1), (size_t)PQgetlength(res, i, first_col + 1)};
+    pg_entry_t *e = pg_cache_put(&w->rows, item, user);
+    if (!e)
+        return; /* not cached: read again when asked */
+    e->row.kind = pg_cfg_kind(w->store, strtol(PQgetvalue(res, i, first_col + 2), NULL, 10));
+    e->row.version = strtoull(PQgetvalue(res, i, first_col + 3), NULL, 10);
+    e->present = true;
+}
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+static int idem_entry_fill(pg_write_t *w, const PGresult *res, int i)
+{
+    span_t user = {PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)};
+    span_t key = {PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)};
+    pg_entry_t *e = pg_cache_put(&w->idem, user, key);
+    if (!e)
+        return STORE_ERROR;
+    uint16_t status = (uint16_t)strtoul(PQgetvalue(res, i, 4), NULL, 10);
+    e->present = status != 0; /* 0: a claim that never stored an answer */
+    if (!e->present)
+        return STORE_OK;
+    const char *fp = PQgetvalue(res, i, 3);
+    if (PQgetlength(res, i, 3) != 2 * FINGERPRINT_LEN) {
+        fprintf(stderr, "level=error event=store-corrupt what=idempotency-record\n");
+        return STORE_ERROR;
+    }
+    for (size_t k = 0; k < FINGERPRINT_LEN; k++)
+        e->rec.fingerprint[k] = (uint8_t)(hexval(fp[2 * k]) << 4 | hexval(fp[2 * k + 1]));
+    e->rec.expires_ms = strtoull(PQgetvalue(res, i, 2), NULL, 10);
+    e->rec.status = status;
+    e->rec.type = (uint8_t)strtoul(PQgetvalue(res, i, 5), NULL, 10);
+    e->rec.has_etag = PQgetvalue(res, i, 6)[0] == 't';
+    e->rec.etag_version = strtoull(PQgetvalue(res, i, 7), NULL, 10);
+    size_t len = (size_t)PQgetlength(res, i, 8);
+    free(e->body);
+    if (!(e->body = malloc(len + 1)))
+        return STORE_ERROR;
+    memcpy(e->body, PQgetvalue(res, i, 8), len);
+    e->rec.body = (span_t){e->body, len};
+    return STORE_OK;
+}
+
+#define IDEM_COLUMNS "\"user\", key, expires_ms, fingerprint, status, type, has_etag, etag_version, body"
+
+/* The claim inserts what is missing (a placeholder: no answer, version 0) and locks what exists, in
+ * key order; a key that another batch inserted and committed in between is in neither set and is
+ * locked by a second statement. */
+static const char CLAIM_IDEM_SQL[] =
+    "WITH k AS (SELECT DISTINCT u COLLATE \"C\" AS u, key COLLATE \"C\" AS key FROM unnest($1::text[], $2::text[]) "
+    "AS k(u, key)),"
+    " ins AS (INSERT INTO tally_idem SELECT u, key, 0, '', 0, 0, false, 0, '' FROM k ORDER BY u, key"
+    " ON CONFLICT DO NOTHING RETURNING \"user\", key),"
+    " locked AS (SELECT i.\"user\", i.key, i.expires_ms, i.fingerprint, i.status, i.type, i.has_etag, i.etag_version,"
+    " i.body FROM tally_idem i JOIN k ON i.\"user\" = k.u AND i.key = k.key ORDER BY 1, 2 FOR UPDATE OF i)"
+    " SELECT \"user\", key, 0, '', 0, 0, false, 0, '' FROM ins UNION ALL SELECT * FROM locked";
+static const char LOCK_IDEM_SQL[] =
+    "SELECT " IDEM_COLUMNS " FROM tally_idem WHERE (\"user\", key) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
+    " ORDER BY 1, 2 FOR UPDATE";
+static const char CLAIM_ROWS_SQL[] =
+    "WITH k AS (SELECT DISTINCT i COLLATE \"C\" AS i, u COLLATE \"C\" AS u FROM unnest($1::text[], $2::text[]) AS "
+    "k(i, u)),"
+    " ins AS (INSERT INTO tally_rows SELECT i, u, 0, 0 FROM k ORDER BY i, u ON CONFLICT DO NOTHING"
+    " RETURNING item, \"user\"),"
+    " locked AS (SELECT r.item, r.\"user\", r.kind, r.version FROM tally_rows r JOIN k ON r.item = k.i AND"
+    " r.\"user\" = k.u ORDER BY 1, 2 FOR UPDATE OF r)"
+    " SELECT item, \"user\", 0, 0 FROM ins UNION ALL SELECT * FROM locked";
+static const char LOCK_ROWS_SQL[] =
+    "SELECT item, \"user\", kind, version FROM tally_rows WHERE (item, \"user\") IN (SELECT * FROM unnest($1::text[], "
+    "$2::text[])) ORDER BY 1, 2 FOR UPDATE";
+
+/* Fills the cache from a claim's or a lock's rows. */
+static int claim_read(pg_write_t *w, const PGresult *res, bool rows)
+{
+    int rc = STORE_OK;
+    for (int i = 0; rc == STORE_OK && i < PQntuples(res); i++) {
+        if (rows)
+            row_entry_fill(w, res, i, 0);
+        else
+            rc = idem_entry_fill(w, res, i);
+    }
+    return rc;
+}
+
+/* Locks the pairs the cache does not know yet (claimed by a batch that committed after the claim
+ * began, or never prepared); what is still unknown then is absent (written at commit if at all). */
+static int lock_missing(pg_write_t *w, const char *what, const char *lock_sql, pg_cache_t *cache,
+                        const store_pair_t *pairs, size_t n, bool rows)
+{
+    store_pair_t *missing = NULL;
+    size_t m = 0;
+    int rc = STORE_OK;
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        if (pg_cache_find(cache, pairs[i].a, pairs[i].b))
+            continue;
+        if (!missing && !(missing = malloc(n * sizeof *missing)))
+            rc = STORE_ERROR;
+        else
+            missing[m++] = pairs[i];
+    }
+    if (rc == STORE_OK && m) {
+        pg_buf_t a = {0}, b = {0};
+        pairs_arrays(missing, m, &a, &b);
+        const char *p[] = {a.buf, b.buf};
+        PGresult *res = a.failed || b.failed ? NULL : pg_wexec(w, what, lock_sql, 2, p, &rc);
+        if (res)
+            rc = claim_read(w, res, rows);
+        else if (rc == STORE_OK)
+            rc = STORE_ERROR;
+        PQclear(res);
+        pg_buf_free(&a);
+        pg_buf_free(&b);
+    }
+    for (size_t i = 0; rc == STORE_OK && i < m; i++)
+        if (!pg_cache_put(cache, missing[i].a, missing[i].b))
+            rc = STORE_ERROR;
+    free(missing);
+    return rc;
+}
+
+int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_store_t *s = w->store;
+    if (!nrows && !nkeys)
+        return STORE_OK;
+    /* One order for everything a batch locks: idempotency records, then rows, each in key order;
+     * then (at commit) counts in key order and the log's head last. BEGIN and both claims go in
+     * one round trip. */
+    pg_buf_t ka = {0}, kb = {0}, ra = {0}, rb = {0};
+    pairs_arrays(keys, nkeys, &ka, &kb);
+    pairs_arrays(rows, nrows, &ra, &rb);
+    if (ka.failed || kb.failed || ra.failed || rb.failed) {
+        pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
+        return STORE_ERROR;
+    }
+    const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf};
+    bool send_begin = !w->began;
+    int rc = pg_pipe_enter(s, s->wconn);
+    bool entered = rc == STORE_OK;
+    if (rc == STORE_OK && send_begin)
+        rc = pg_pipe_send(s, s->wconn, "BEGIN", 0, NULL);
+    if (rc == STORE_OK && nkeys)
+        rc = pg_pipe_send(s, s->wconn, CLAIM_IDEM_SQL, 2, kp);
+    if (rc == STORE_OK && nrows)
+        rc = pg_pipe_send(s, s->wconn, CLAIM_ROWS_SQL, 2, rp);
+    pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
+    if (rc == STORE_OK)
+        rc = pg_pipe_sync(s, s->wconn);
+    if (rc == STORE_OK && send_begin) {
+        PQclear(pg_pipe_result(s, s->wconn, "begin", &rc));
+        w->began = rc == STORE_OK;
+    }
+    for (int part = 0; part < 2 && rc == STORE_OK; part++) {
+        if (part == 0 ? !nkeys : !nrows)
+            continue;
+        PGresult *res = pg_pipe_result(s, s->wconn, part == 0 ? "claim-keys" : "claim-rows", &rc);
+        if (res)
+            rc = claim_read(w, res, part == 1);
+        PQclear(res);
+    }
+    if (entered) {
+        int left = pg_pipe_leave(s, s->wconn);
+        if (rc == STORE_OK)
+            rc = left;
+    }
+    w->began = w->began || (send_begin && PQtransactionStatus(s->wconn) != PQTRANS_IDLE);
+    if (rc == STORE_OK)
+        rc = lock_missing(w, "lock-keys", LOCK_IDEM_SQL, &w->idem, keys, nkeys, false);
+    if (rc == STORE_OK)
+        rc = lock_missing(w, "lock-rows", LOCK_ROWS_SQL, &w->rows, rows, nrows, true);
+    return rc;
+}
+
+bool pg_write_may_fold(store_write_t *w_)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_store_t *s = w->store;
+    uint64_t now = clock_ms(CLOCK_MONOTONIC);
+    if (s->leader || now - s->leader_tried_ms < PG_FOLD_TRY_MS)
+        return s->leader;
+    s->leader_tried_ms = now;
+    int rc;
+    /* session-level: held while this connection lives, whatever becomes of the transaction */
+    PGresult *res =
+        pg_exec(s, s->wconn, "fold-lock", "SELECT pg_try_advisory_lock(" PG_LOCK_FOLD_SQL ")", 0, NULL, &rc);
+    s->leader = res && PQgetvalue(res, 0, 0)[0] == 't';
+    PQclear(res);
+    if (s->leader)
+        fprintf(stderr, "level=info event=fold-leader\n");
+    return s->leader;
+}
+
+/* --- rows --- */
+
+int pg_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *row)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_entry_t *e = pg_cache_find(&w->rows, item, user);
+    if (e) {
+        *row = e->present ? e->row : (reaction_row_t){KIND_NONE, 0};
+        return STORE_OK;
+    }
+    store_pair_t pair = {item, user}; /* not prepared: lock it now */
+    int rc = lock_missing(w, "lock-row", LOCK_ROWS_SQL, &w->rows, &pair, 1, true);
+    if (rc != STORE_OK)
+        return rc;
+    e = pg_cache_find(&w->rows, item, user);
+    *row = e && e->present ? e->row : (reaction_row_t){KIND_NONE, 0};
+    return STORE_OK;
+}
+
+int pg_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row_t *row)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_entry_t *e = pg_cache_put(&w->rows, item, user);
+    if (!e)
+        return STORE_ERROR;
+    e->row = *row;
+    e->present = true;
+    e->dirty = true;
+    return STORE_OK;
+}
+
+/* --- the log --- */
+
+int pg_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    if (t->item.len > 255 || t->user.len > 255)
+        return STORE_ERROR;
+    if (w->log_count == w->log_cap) {
+        size_t cap = w->log_cap ? w->log_cap * 2 : 256;
+        pg_logged_t *log = realloc(w->log, cap * sizeof *log);
+        if (!log)
+            return STORE_ERROR;
+        w->log = log;
+        w->log_cap = cap;
+    }
+    pg_logged_t *l = &w->log[w->log_count++];
+    memcpy(l->item, t->item.ptr, t->item.len);
+    memcpy(l->user, t->user.ptr, t->user.len);
+    l->item_len = (uint8_t)t->item.len;
+    l->user_len = (uint8_t)t->user.len;
+    l->from = w->store->cfg_to_db[t->from];
+    l->to = w->store->cfg_to_db[t->to];
+    l->version = t->version;
+    l->at_ms = t->at_ms;
+    *seq = 0; /* taken at commit, in commit order */
+    return STORE_OK;
+}
+
+int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    char a[NUM_LEN], l[NUM_LEN];
+    snprintf(a, sizeof a, "%" PRIu64, after);
+    snprintf(l, sizeof l, "%zu", limit > INT64_MAX ? (size_t)INT64_MAX : limit);
+    const char *p[] = {a, l};
+    int rc;
+    PGresult *res = pg_wexec(
+        w, "log-scan", "SELECT " PG_LOG_COLUMNS " FROM tally_log WHERE seq > $1 ORDER BY seq LIMIT $2", 2, p, &rc);
+    if (!res)
+        return rc;
+    rc = pg_log_rows(w->store, res, fn, arg);
+    PQclear(res);
+    return rc;
+}
+
+/* --- counts and the checkpoint --- */
+
+int pg_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX + 1])
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    itemmap_entry_t *e = itemmap_get(&w->counts, item);
+    if (!e)
+        return STORE_ERROR;
+    for (int k = 1; k <= w->store->kinds.count; k++)
+        e->deltas[k] += deltas[k];
+    return STORE_OK;
+}
+
+int pg_checkpoint_get(store_write_t *w_, uint64_t *seq)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    if (w->checkpoint_dirty) {
+        *seq = w->checkpoint;
+        return STORE_OK;
+    }
+    int rc;
+    /* The leader locks the checkpoint for its fold: even two nodes that both believed they lead
+     * would fold one after the other, each from where the other stopped. */
+    PGresult *res = pg_wexec(w, "checkpoint",
+                             w->store->leader ? "SELECT checkpoint FROM tally_pipeline WHERE id = 1 FOR UPDATE"
+                                              : "SELECT checkpoint FROM tally_pipeline WHERE id = 1",
+                             0, NULL, &rc);
+    if (!res)
+        return rc;
+    *seq = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+    PQclear(res);
+    return STORE_OK;
+}
+
+int pg_checkpoint_put(store_write_t *w_, uint64_t seq)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    w->checkpoint = seq;
+    w->checkpoint_dirty = true;
+    return STORE_OK;
+}
+
+/* --- idempotency records --- */
+
+int pg_idem_get(store_write_t *w_, span_t user, span_t key, store_idem_t *rec)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_entry_t *e = pg_cache_find(&w->idem, user, key);
+    if (!e) {
+        store_pair_t pair = {user, key};
+        int rc = lock_missing(w, "lock-key", LOCK_IDEM_SQL, &w->idem, &pair, 1, false);
+        if (rc != STORE_OK)
+            return rc;
+        e = pg_cache_find(&w->idem, user, key);
+    }
+    if (!e || !e->present)
+        return STORE_NOTFOUND;
+    *rec = e->rec;
+    return STORE_OK;
+}
+
+int pg_idem_put(store_write_t *w_, span_t user, span_t key, const store_idem_t *rec)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_entry_t *e = pg_cache_put(&w->idem, user, key);
+    char *body = e ? malloc(rec->body.len + 1) : NULL;
+    if (!body)
+        return STORE_ERROR;
+    memcpy(body, rec->body.ptr, rec->body.len);
+    free(e->body);
+    e->body = body;
+    e->rec = *rec;
+    e->rec.body = (span_t){body, rec->body.len};
+    e->present = e->dirty = true;
+    return STORE_OK;
+}
+
+int pg_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *deleted)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    char now[NUM_LEN], lim[NUM_LEN];
+    snprintf(now, sizeof now, "%" PRIu64, now_ms);
+    snprintf(lim, sizeof lim, "%zu", limit);
+    const char *p[] = {now, lim};
+    int rc;
+    /* SKIP LOCKED: a record another node's batch holds is that batch's; claims (expiry 0) are left */
+    PGresult *res = pg_wexec(w, "idem-sweep",
+                             "WITH d AS (DELETE FROM tally_idem WHERE ctid = ANY(ARRAY(SELECT ctid FROM tally_idem"
+                             " WHERE expires_ms > 0 AND expires_ms <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1)"
+                             " SELECT count(*) FROM d",
+                             2, p, &rc);
+    *deleted = 0;
+    if (!res)
+        return rc;
+    *deleted = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    return STORE_OK;
+}
+
+/* --- commit: the cached writes as multi-row statements, the log last --- */
+
+static int flush_rows(pg_write_t *w)
+{
+    pg_buf_t items = {0}, users = {0}, kinds = {0}, versions = {0};
+    pg_buf_open(&items), pg_buf_open(&users), pg_buf_open(&kinds), pg_buf_open(&versions);
+    size_t n = 0;
+    for (size_t i = 0; i < w->rows.count; i++) {
+        const pg_entry_t *e = &w->rows.entries[i];
+        if (!e->dirty)
+            continue;
+        pg_buf_text_elem(&items, e->a, e->alen);
+        pg_buf_text_elem(&users, e->b, e->blen);
+        pg_buf_int_elem(&kinds, w->store->cfg_to_db[e->row.kind]);
+        pg_buf_int_elem(&versions, (long long)e->row.version);
+        n++;
+    }
+    pg_buf_close(&items), pg_buf_close(&users), pg_buf_close(&kinds), pg_buf_close(&versions);
+    int rc = items.failed || users.failed || kinds.failed || versions.failed ? STORE_ERROR : STORE_OK;
+    if (rc == STORE_OK && n) {
+        const char *p[] = {items.buf, users.buf, kinds.buf, versions.buf};
+        rc = pg_wrun(w, "write-rows",
+                     "INSERT INTO tally_rows SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::int8[])"
+                     " ON CONFLICT (item, \"user\") DO UPDATE SET kind = excluded.kind, version = excluded.version",
+                     4, p);
+    }
+    pg_buf_free(&items), pg_buf_free(&users), pg_buf_free(&kinds), pg_buf_free(&versions);
+    return rc;
+}
+
+static int flush_idem(pg_write_t *w)
+{
+    enum { U, K, EXP, FP, ST, TY, HE, EV, BODY, NCOL };
+    pg_buf_t col[NCOL] = {0};
+    for (int c = 0; c < NCOL; c++)
+        pg_buf_open(&col[c]);
+    size_t n = 0;
+    for (size_t i = 0; i < w->idem.count; i++) {
+        const pg_entry_t *e = &w->idem.entries[i];
+        if (!e->dirty)
+            continue;
+        char fp[2 * FINGERPRINT_LEN + 1];
+        for (size_t k = 0; k < FINGERPRINT_LEN; k++)
+            snprintf(fp + 2 * k, 3, "%02x", e->rec.fingerprint[k]);
+        pg_buf_text_elem(&col[U], e->a, e->alen);
+        pg_buf_text_elem(&col[K], e->b, e->blen);
+        pg_buf_int_elem(&col[EXP], (long long)e->rec.expires_ms);
+        pg_buf_text_elem(&col[FP], fp, 2 * FINGERPRINT_LEN);
+        pg_buf_int_elem(&col[ST], e->rec.status);
+        pg_buf_int_elem(&col[TY], e->rec.type);
+        pg_buf_text_elem(&col[HE], e->rec.has_etag ? "t" : "f", 1);
+        pg_buf_int_elem(&col[EV], (long long)e->rec.etag_version);
+        pg_buf_text_elem(&col[BODY], e->rec.body.ptr, e->rec.body.len);
+        n++;
+    }
+    int rc = STORE_OK;
+    for (int c = 0; c < NCOL; c++) {
+        pg_buf_close(&col[c]);
+        if (col[c].failed)
+            rc = STORE_ERROR;
+    }
+    if (rc == STORE_OK && n) {
+        const char *p[NCOL];
+        for (int c = 0; c < NCOL; c++)
+            p[c] = col[c].buf;
+        rc = pg_wrun(
+            w, "write-keys",
+            "INSERT INTO tally_idem SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[],"
+            " $5::int4[], $6::int4[], $7::bool[], $8::int8[], $9::text[]) ON CONFLICT (\"user\", key) DO UPDATE"
+            " SET expires_ms = excluded.expires_ms, fingerprint = excluded.fingerprint, status = excluded.status,"
+            " type = excluded.type, has_etag = excluded.has_etag, etag_version = excluded.etag_version,"
+            " body = excluded.body",
+            NCOL, p);
+    }
+    for (int c = 0; c < NCOL; c++)
+        pg_buf_free(&col[c]);
+    return rc;
+}
+
+static int flush_counts(pg_write_t *w)
+{
+    pg_buf_t items = {0}, kinds = {0}, deltas = {0};
+    pg_buf_open(&items), pg_buf_open(&kinds), pg_buf_open(&deltas);
+    size_t n = 0;
+    for (size_t i = 0; i < w->counts.count; i++) {
+        const itemmap_entry_t *e = &w->counts.entries[i];
+        for (int k = 1; k <= w->store->kinds.count; k++) {
+            if (!e->deltas[k])
+                continue;
+            pg_buf_text_elem(&items, e->item, e->item_len);
+            pg_buf_int_elem(&kinds, w->store->cfg_to_db[k]);
+            pg_buf_int_elem(&deltas, (long long)e->deltas[k]);
+            n++;
+        }
+    }
+    pg_buf_close(&items), pg_buf_close(&kinds), pg_buf_close(&deltas);
+    int rc = items.failed || kinds.failed || deltas.failed ? STORE_ERROR : STORE_OK;
+    if (rc == STORE_OK && n) {
+        const char *p[] = {items.buf, kinds.buf, deltas.buf};
+        /* In key order, like every other lock. A count that went negative (a bug, or bad data) fails
+         * the statement, so the pipelined COMMIT after it cannot commit: the cast of a text to int
+         * is an error only when such a row exists (NULL casts to NULL). */
+        rc = pg_wrun(w, "write-counts",
+                     "WITH up AS (INSERT INTO tally_counts SELECT * FROM unnest($1::text[], $2::int2[], $3::int8[])"
+                     " AS t(item, kind, n) ORDER BY item COLLATE \"C\", kind ON CONFLICT (item, kind)"
+                     " DO UPDATE SET n = tally_counts.n + excluded.n RETURNING item, n)"
+                     " SELECT (SELECT 'count-below-zero:' || item FROM up WHERE n < 0 LIMIT 1)::int",
+                     3, p);
+    }
+    pg_buf_free(&items), pg_buf_free(&kinds), pg_buf_free(&deltas);
+    return rc;
+}
+
+static int flush_log(pg_write_t *w)
+{
+    if (!w->log_count)
+        return STORE_OK;
+    enum { N, ITEM, USER, FROM, TO, VERSION, AT, NCOL };
+    pg_buf_t col[NCOL] = {0};
+    for (int c = ITEM; c < NCOL; c++)
+        pg_buf_open(&col[c]);
+    for (size_t i = 0; i < w->log_count; i++) {
+        const pg_logged_t *l = &w->log[i];
+        pg_buf_text_elem(&col[ITEM], l->item, l->item_len);
+        pg_buf_text_elem(&col[USER], l->user, l->user_len);
+        pg_buf_int_elem(&col[FROM], l->from);
+        pg_buf_int_elem(&col[TO], l->to);
+        pg_buf_int_elem(&col[VERSION], (long long)l->version);
+        pg_buf_int_elem(&col[AT], (long long)l->at_ms);
+    }
+    int rc = STORE_OK;
+    for (int c = ITEM; c < NCOL; c++) {
+        pg_buf_close(&col[c]);
+        if (col[c].failed)
+            rc = STORE_ERROR;
+    }
+    char count[NUM_LEN];
+    snprintf(count, sizeof count, "%zu", w->log_count);
+    const char *p[NCOL] = {count};
+    for (int c = ITEM; c < NCOL; c++)
+        p[c] = col[c].buf;
+    /* The head's row lock is held until COMMIT: the next batch takes its positions only after this
+     * one is committed and visible, so positions are gap-free and in commit order. */
+    if (rc == STORE_OK)
+        rc = pg_wrun(
+            w, "write-log",
+            "WITH h AS (UPDATE tally_log_head SET seq = seq + $1::bigint WHERE id = 1 RETURNING seq - $1::bigint "
+            "AS base)"
+            " INSERT INTO tally_log SELECT h.base + t.n, t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
+            " unnest($2::text[], $3::text[], $4::int2[], $5::int2[], $6::int8[], $7::int8[])"
+            " WITH ORDINALITY AS t(item, u, f, t, v, at, n)",
+            NCOL, p);
+    for (int c = ITEM; c < NCOL; c++)
+        pg_buf_free(&col[c]);
+    return rc;
+}
+
+int pg_write_commit(store_write_t *w_)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_store_t *s = w->store;
+    bool dirty = w->log_count || w->checkpoint_dirty || w->counts.count;
+    for (size_t i = 0; !dirty && i < w->rows.count; i++)
+        dirty = w->rows.entries[i].dirty;
+    for (size_t i = 0; !dirty && i < w->idem.count; i++)
+        dirty = w->idem.entries[i].dirty;
+    if (!dirty && !w->began) { /* nothing was read or written */
+        w->active = false;
+        return STORE_OK;
+    }
+    /* Every write of the batch and the COMMIT in one round trip; the results are read in order. */
+    int rc = pg_pipe_enter(s, s->wconn);
+    if (rc != STORE_OK) {
+        pg_write_abort(w_);
+        return rc;
+    }
+    w->piped = true;
+    w->piped_count = 0;
+    rc = flush_rows(w);
+    if (rc == STORE_OK)
+        rc = flush_idem(w);
+    if (rc == STORE_OK)
+        rc = flush_counts(w);
+    if (rc == STORE_OK && w->checkpoint_dirty) {
+        char cp[NUM_LEN];
+        snprintf(cp, sizeof cp, "%" PRIu64, w->checkpoint);
+        const char *p[] = {cp};
+        rc = pg_wrun(w, "checkpoint", "UPDATE tally_pipeline SET checkpoint = $1 WHERE id = 1", 1, p);
+    }
+    if (rc == STORE_OK)
+        rc = flush_log(w);
+    w->piped = false;
+    uint64_t started = mono_ns();
+    bool committing = rc == STORE_OK;
+    if (committing)
+        rc = pg_pipe_send(s, s->wconn, "COMMIT", 0, NULL);
+    size_t expect = w->piped_count + (rc == STORE_OK);
+    int sent = rc;
+    if (w->piped_count || committing)
+        rc = pg_pipe_sync(s, s->wconn);
+    for (size_t i = 0; i < expect && PQstatus(s->wconn) == CONNECTION_OK; i++) {
+        int one;
+        PQclear(pg_pipe_result(s, s->wconn, i + 1 == expect && sent == STORE_OK ? "commit" : "write", &one));
+        if (rc == STORE_OK && one != STORE_OK)
+            rc = one; /* the first failure: the rest were aborted by it */
+    }
+    int left = pg_pipe_leave(s, s->wconn);
+    if (rc == STORE_OK)
+        rc = left;
+    if (rc == STORE_OK && sent == STORE_OK) {
+        histogram_observe(&s->commit_seconds, (double)(mono_ns() - started) / 1e9);
+        atomic_fetch_add_explicit(&s->transactions, 1, memory_order_relaxed);
+        pg_mark_up(s);
+        w->active = w->began = false;
+        return STORE_OK;
+    }
+    if (rc == STORE_OK)
+        rc = sent;
+    /* A lost connection leaves the outcome of a sent COMMIT unknown: STORE_UNAVAILABLE says so. */
+    if (PQstatus(s->wconn) == CONNECTION_OK && PQtransactionStatus(s->wconn) != PQTRANS_IDLE)
+        PQclear(PQexec(s->wconn, "ROLLBACK"));
+    w->active = w->began = false;
+    return rc;
+}
