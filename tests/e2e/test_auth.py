@@ -256,8 +256,8 @@ class WeakSecretTest(TallyTestCase):
         try:
             for weak in ("a", " ", "x" * 31, "x" * 31 + "\n"):
                 with self.subTest(secret=weak):
-                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data",
-                                               os.path.join(tmp, "data")],
+                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] +
+                                              store_args(os.path.join(tmp, "data")),
                                               env=child_env({"TALLY_JWT_SECRET": weak}))
                     self.assertEqual(rc, 1, err)
                     self.assertNotIn("listening on", out)
@@ -275,8 +275,9 @@ class WeakSecretTest(TallyTestCase):
                 with self.subTest(text=text):
                     with open(path, "w", newline="") as f:
                         f.write(text)
-                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data",
-                                               os.path.join(tmp, "data"), "--jwt-secret-file", path])
+                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] +
+                                              store_args(os.path.join(tmp, "data")) +
+                                              ["--jwt-secret-file", path])
                     self.assertEqual(rc, 2, err)
                     self.assertNotIn("listening on", out)
                     self.assertIn("--jwt-secret-file", err)

@@ -147,6 +147,7 @@ class StartupTest(TmpDirCase):
             self.assertWrite(a.put(item, user, "dislike"), item, "dislike", "like", 2, True)
             self.assertCounts(a, item, {"like": 0, "dislike": 1})
 
+    @embedded_only("the single-instance lock of --data")
     def test_lock_survives_deleting_files(self):
         """The instance lock is the directory itself: deleting the lock file of an earlier version
         (tallyd.lock), or any file, under a running server does not let a second one in."""
@@ -174,6 +175,7 @@ class StartupTest(TmpDirCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    @embedded_only("--data DIR: another program's files in the directory")
     def test_refuses_a_directory_that_is_not_a_tally_store(self):
         """Another program's files, or a data.mdb that is not LMDB, are refused before anything is
         written: exit 1, a message, every byte as it was."""

@@ -693,6 +693,7 @@ class RecountTest(TallyTestCase):
 
 
 # ============================================================================================
+@embedded_only("corrupt_count edits a count in the embedded store's files")
 class CorruptCountTest(TallyTestCase):
     """A count record that the log contradicts (a negative count on the disk) is an error of the
     store: the write whose fold would take it below zero gets 503 and changes nothing, the server
