@@ -1,4 +1,5 @@
-/* tally.c — the operator's tool: backup, verify, token, stats. Each subcommand has --help. */
+/* tally.c — the operator's tool: backup, verify, token, stats, import, export, erase-user, move. Each subcommand has
+ * --help. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -10,6 +11,7 @@
 #include "core/jwt.h"
 #include "core/parse.h"
 #include "engine/import.h"
+#include "engine/move.h"
 #include "engine/recount.h"
 #include "engine/writer.h"
 #include "store/store.h"
@@ -37,18 +39,24 @@ static int usage_error(const char *why)
 /* Parses the flags common to the subcommands. Returns -1 after --help (printed), -2 on an error
  * (printed), else the index of the first operand. */
 typedef struct {
-    const char *data, *user, *ttl, *secret_file, *reactions, *format, *on_error;
+    const char *data, *user, *ttl, *secret_file, *reactions, *format, *on_error, *store;
     bool admin;
 } flags_t;
 
 static int parse_common(int argc, char **argv, flags_t *f)
 {
     static const struct option opts[] = {
-        {"data", required_argument, NULL, 'd'},      {"user", required_argument, NULL, 'u'},
-        {"ttl", required_argument, NULL, 't'},       {"jwt-secret-file", required_argument, NULL, 's'},
-        {"admin", no_argument, NULL, 'a'},           {"help", no_argument, NULL, 'h'},
-        {"reactions", required_argument, NULL, 'r'}, {"format", required_argument, NULL, 'f'},
-        {"on-error", required_argument, NULL, 'e'},  {NULL, 0, NULL, 0},
+        {"data", required_argument, NULL, 'd'},
+        {"user", required_argument, NULL, 'u'},
+        {"ttl", required_argument, NULL, 't'},
+        {"jwt-secret-file", required_argument, NULL, 's'},
+        {"admin", no_argument, NULL, 'a'},
+        {"help", no_argument, NULL, 'h'},
+        {"reactions", required_argument, NULL, 'r'},
+        {"format", required_argument, NULL, 'f'},
+        {"on-error", required_argument, NULL, 'e'},
+        {"store", required_argument, NULL, 'S'},
+        {NULL, 0, NULL, 0},
     };
     opterr = 0;
     optind = 1;
@@ -78,6 +86,9 @@ static int parse_common(int argc, char **argv, flags_t *f)
             break;
         case 'e':
             f->on_error = optarg;
+            break;
+        case 'S':
+            f->store = optarg;
             break;
         case 'h':
             fputs(current->usage, stdout);
@@ -291,6 +302,44 @@ static store_t *open_existing(const char *dir)
     return store;
 }
 
+static int cmd_move(int argc, char **argv)
+{
+    flags_t f = {0};
+    int first = parse_common(argc, argv, &f);
+    if (first < 0)
+        return first == -1 ? 0 : EXIT_USAGE;
+    if (!f.data || !f.store || first != argc)
+        return usage_error("needs --data DIR and --store URI");
+    if (!store_location_is_url(f.store))
+        return usage_error("--store: expected a postgresql:// (or postgres://) URI");
+    char err[512];
+    if (store_lock_dir(f.data, err, sizeof err) < 0) {
+        fprintf(stderr, "tally move: %s (stop tallyd first)\n", err);
+        return EXIT_FAILED;
+    }
+    store_t *from = open_existing(f.data), *to = NULL;
+    if (!from)
+        return EXIT_FAILED;
+    store_options_t opt = {0};
+    if (store_open(f.store, store_kinds(from), &opt, &to, err, sizeof err) != STORE_OK) {
+        fprintf(stderr, "tally move: %s\n", err);
+        store_close(from);
+        return EXIT_FAILED;
+    }
+    move_result_t res;
+    int rc = move_store(from, to, &res, err, sizeof err);
+    store_close(to);
+    store_close(from);
+    if (rc != STORE_OK) {
+        fprintf(stderr, "tally move: %s\n", err);
+        return EXIT_FAILED;
+    }
+    printf("{\"rows\":%llu,\"keys\":%llu,\"log_entries\":%llu,\"items\":%llu,\"checkpoint\":%llu}\n",
+           (unsigned long long)res.rows, (unsigned long long)res.keys, (unsigned long long)res.log_entries,
+           (unsigned long long)res.items, (unsigned long long)res.checkpoint);
+    return 0;
+}
+
 static int cmd_backup(int argc, char **argv)
 {
     flags_t f = {0};
@@ -435,6 +484,12 @@ static const command_t commands[] = {
     {"erase-user",
      "tally erase-user --data DIR USER\n  every reaction of USER becomes none; their idempotency records are deleted\n",
      cmd_erase_user},
+    {"move",
+     "tally move --data DIR --store URI\n  copies the embedded store in DIR into an empty PostgreSQL database: rows "
+     "with\n"
+     "  their versions, live idempotency records, the retained log at its own positions, the counts;\n"
+     "  no tallyd may run on either meanwhile\n",
+     cmd_move},
 };
 
 int main(int argc, char **argv)

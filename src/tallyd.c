@@ -476,7 +476,9 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
     };
     trending_options_t topt = {.capacity = o->trending_capacity, .hot_threshold = (double)o->hot_threshold};
     const char *what = NULL;
-    if (feed_start(app->store, &app->feed) != 0)
+    if (store_shared(app->store) && readers_start(READERS_THREADS_DEFAULT, READERS_QUEUE_MAX, &app->readers) != 0)
+        what = "the reader threads";
+    else if (feed_start(app->store, &app->feed) != 0)
         what = "the change feed thread";
     else if (writer_start(app->store, app->kinds, &wopt, &app->writer) != 0)
         what = "the writer thread";
@@ -545,6 +547,7 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     size_t left = http_server_drain(DRAIN_TIMEOUT_MS);
     if (left)
         fprintf(stderr, "level=warn event=shutdown-drain unanswered=%zu\n", left);
+    readers_stop(app->readers); /* what is queued is answered while the loops still run */
     const struct timespec flush = {0, SHUTDOWN_FLUSH_MS * 1000000L};
     nanosleep(&flush, NULL); /* the loops keep running: the last answers leave their sockets */
     http_server_stop();
@@ -558,6 +561,7 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     trending_stop(app->trending); /* persists its open buckets through the writer */
     writer_stop(app->writer);
     feed_free(app->feed);
+    readers_free(app->readers);
     store_close(app->store);
 }
 

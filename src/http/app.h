@@ -11,6 +11,7 @@
 #include "core/kinds.h"
 #include "core/ratelimit.h"
 #include "engine/feed.h"
+#include "engine/readers.h"
 #include "engine/trending.h"
 #include "engine/writer.h"
 #include "http/auth.h"
@@ -32,6 +33,7 @@ typedef struct app {
     const kinds_t *kinds;
     store_t *store;
     writer_t *writer;
+    readers_t *readers; /* reads run here when the store's reads wait on a server; NULL: on the HTTP threads */
     feed_t *feed;
     trending_t *trending;
     const char *data_dir;

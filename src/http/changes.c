@@ -12,7 +12,9 @@
 #define CHANGES_WAIT_MAX_S 30
 
 typedef struct {
+    read_job_t job; /* first: the first page read on a reader thread (app->readers) */
     app_t *app;
+    uint64_t wait_ms;
     bool has_after;
     uint64_t after;
     size_t limit;
@@ -112,6 +114,26 @@ static void changes_wake(void *arg)
     http_pending_respond(q->pending, &q->answer, query_free, q);
 }
 
+/* After the first page: nothing yet and a wait asked for → wait on the feed thread from where the
+ * empty page ended (q->pending is deferred); else answer. Any thread. */
+static void changes_first_done(changes_query_t *q, int n)
+{
+    if (n != 0 || q->wait_ms == 0) {
+        http_pending_respond(q->pending, &q->answer, query_free, q);
+        return;
+    }
+    q->has_after = true;
+    q->after = q->next;
+    if (feed_wait(q->app->feed, q->after, q->wait_ms, changes_wake, q) != 0)
+        http_pending_respond(q->pending, &q->answer, query_free, q); /* shutting down: the empty page at once */
+}
+
+static void changes_job(read_job_t *job)
+{
+    changes_query_t *q = (changes_query_t *)job;
+    changes_first_done(q, changes_page(q));
+}
+
 static bool number_param_or_reply(http_request_t *req, span_t query, const char *name, uint64_t min, uint64_t max,
                                   bool *given, uint64_t *value)
 {
@@ -146,20 +168,28 @@ void changes_get(app_t *app, http_request_t *req, span_t query)
         return;
     }
     q->limit = (size_t)limit;
+    q->wait_ms = wait_s * 1000;
+    if (app->readers) { /* the store's reads wait on a server: not on this event loop */
+        q->job.run = changes_job;
+        if ((q->pending = http_defer(req)) && readers_submit(app->readers, &q->job) == 0)
+            return;
+        if (q->pending)
+            http_pending_cancel(q->pending);
+        free(q);
+        reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
+        return;
+    }
     int n = changes_page(q);
     if (n != 0 || wait_s == 0) {
         http_respond(req, &q->answer);
         query_free(q);
         return;
     }
-    /* Nothing yet: wait on the feed thread from where the empty page ended. */
-    q->has_after = true;
-    q->after = q->next;
     q->pending = http_defer(req);
-    if (!q->pending || feed_wait(app->feed, q->after, wait_s * 1000, changes_wake, q) != 0) {
-        if (q->pending)
-            http_pending_cancel(q->pending);
-        http_respond(req, &q->answer); /* shutting down: answer the empty page at once */
+    if (!q->pending) {
+        http_respond(req, &q->answer);
         query_free(q);
+        return;
     }
+    changes_first_done(q, n);
 }

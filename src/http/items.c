@@ -8,6 +8,7 @@
 #include "core/ids.h"
 #include "core/itemjson.h"
 #include "core/parse.h"
+#include "engine/readers.h"
 #include "http/items.h"
 
 #define HEADER_IDEMPOTENCY_KEY "idempotency-key"
@@ -27,46 +28,143 @@ static bool item_or_reply(http_request_t *req, span_t item)
 
 /* --- reads --- */
 
-/* Appends {"item":…,"counts":{…}[,"viewer":{…}]} read from snap. Returns a STORE_ code. */
-/* Reads ids (a list, or one item when many is false) from one snapshot and answers. */
-static void reply_items(app_t *app, http_request_t *req, span_t ids, bool many, const auth_t *who)
+/* A read, copied out of its request so that it can run on a reader thread (app->readers, when
+ * the store's reads wait on a server) as well as on the HTTP thread. */
+typedef struct {
+    read_job_t job; /* first: a read_job_t * is an item_read_t * */
+    app_t *app;
+    http_pending_t *pending;
+    bool many;     /* GET /v1/items?ids=: {"items":[…]} */
+    bool reaction; /* GET /v1/items/{item}/reaction */
+    size_t n;
+    char ids[BATCH_IDS_MAX][ID_MAX_LEN];
+    size_t id_lens[BATCH_IDS_MAX];
+    bool known; /* a user is known: item objects carry viewer */
+    char user[ID_MAX_LEN];
+    size_t user_len;
+    answer_t answer;
+} item_read_t;
+
+static void read_problem(item_read_t *rd, int status, const char *code, const char *detail)
 {
-    span_t items[BATCH_IDS_MAX];
-    int64_t counts[BATCH_IDS_MAX][KINDS_MAX + 1];
-    reaction_row_t rows[BATCH_IDS_MAX];
-    size_t n = 0;
-    if (!many)
-        items[n++] = ids;
-    for (size_t pos = 0; many && n < BATCH_IDS_MAX && parse_list_next(ids, &pos, &items[n]);)
-        n++;
-    store_read_t *snap;
-    int rc = store_read_begin(app->store, &snap);
-    if (rc != STORE_OK) {
-        reply_problem(req, 503, "unavailable", "the store cannot be read");
+    answer_problem(&rd->answer, status, code, detail);
+    if (status == 503)
+        rd->answer.retry_after_s = 1;
+}
+
+/* {"item":…,"reaction":…,"version":…} with its ETag, from the row read. */
+static void reaction_answer(item_read_t *rd, span_t item, const reaction_row_t *row)
+{
+    json_t *obj = json_pack("{s:s%,s:s,s:I}", "item", item.ptr, item.len, "reaction",
+                            kinds_name(rd->app->kinds, row->kind), "version", (json_int_t)row->version);
+    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    if (!text) {
+        read_problem(rd, 500, "internal", "out of memory");
         return;
     }
-    rc = store_read_many(snap, items, n, who->known ? who->user : (span_t){"", 0}, counts, rows);
-    store_read_end(snap);
-    if (rc == STORE_UNAVAILABLE) {
-        reply_problem(req, 503, "unavailable", "the store cannot be read");
+    answer_set_body(&rd->answer, 200, ANSWER_JSON, text, strlen(text));
+    rd->answer.has_etag = true;
+    rd->answer.etag_version = row->version;
+}
+
+/* Reads the items (and the user's rows) from one snapshot and fills rd->answer. */
+static void item_read_answer(item_read_t *rd)
+{
+    span_t items[BATCH_IDS_MAX], user = {rd->user, rd->known ? rd->user_len : 0};
+    int64_t counts[BATCH_IDS_MAX][KINDS_MAX + 1];
+    reaction_row_t rows[BATCH_IDS_MAX];
+    for (size_t i = 0; i < rd->n; i++)
+        items[i] = (span_t){rd->ids[i], rd->id_lens[i]};
+    store_read_t *snap;
+    int rc = store_read_begin(rd->app->store, &snap);
+    if (rc == STORE_OK) {
+        rc = store_read_many(snap, items, rd->n, user, counts, rows);
+        store_read_end(snap);
+    }
+    if (rc != STORE_OK) {
+        if (rc == STORE_UNAVAILABLE || rc == STORE_RETRY)
+            read_problem(rd, 503, "unavailable", "the store cannot be read");
+        else
+            read_problem(rd, 500, "internal", "reading the items failed");
+        return;
+    }
+    if (rd->reaction) {
+        reaction_answer(rd, items[0], &rows[0]);
         return;
     }
     textbuf_t out = {0};
-    if (many)
+    if (rd->many)
         textbuf_append(&out, "{\"items\":[", 10);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+    for (size_t i = 0; i < rd->n; i++) {
         if (i)
             textbuf_append(&out, ",", 1);
-        itemjson_append(&out, app->kinds, items[i], counts[i], who->known ? &rows[i] : NULL);
+        itemjson_append(&out, rd->app->kinds, items[i], counts[i], rd->known ? &rows[i] : NULL);
     }
-    if (many)
+    if (rd->many)
         textbuf_append(&out, "]}", 2);
-    if (rc != STORE_OK || out.failed) {
+    if (out.failed) {
         free(out.buf);
-        reply_problem(req, 500, "internal", "reading the items failed");
+        read_problem(rd, 500, "internal", "out of memory");
         return;
     }
-    reply_body(req, 200, ANSWER_JSON, out.buf, out.len);
+    answer_set_body(&rd->answer, 200, ANSWER_JSON, out.buf, out.len);
+}
+
+static void read_release(void *arg)
+{
+    item_read_t *rd = arg;
+    answer_free(&rd->answer);
+    free(rd);
+}
+
+static void read_job_run(read_job_t *job)
+{
+    item_read_t *rd = (item_read_t *)job;
+    item_read_answer(rd);
+    http_pending_respond(rd->pending, &rd->answer, read_release, rd);
+}
+
+/* Runs the read here, or hands it to a reader thread and answers when it is done. */
+static void read_and_reply(app_t *app, http_request_t *req, item_read_t *rd)
+{
+    if (!app->readers) {
+        item_read_answer(rd);
+        http_respond(req, &rd->answer);
+        read_release(rd);
+        return;
+    }
+    rd->job.run = read_job_run;
+    rd->pending = http_defer(req);
+    if (!rd->pending || readers_submit(app->readers, &rd->job) != 0) {
+        if (rd->pending)
+            http_pending_cancel(rd->pending);
+        free(rd);
+        reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
+    }
+}
+
+/* A read of ids (a list when many, else one item) for who, or NULL having answered. */
+static item_read_t *item_read_new(app_t *app, http_request_t *req, span_t ids, bool many, const auth_t *who)
+{
+    item_read_t *rd = calloc(1, sizeof *rd);
+    if (!rd) {
+        reply_problem(req, 500, "internal", "out of memory");
+        return NULL;
+    }
+    rd->app = app;
+    rd->many = many;
+    span_t id = ids;
+    for (size_t pos = 0; rd->n < BATCH_IDS_MAX && (many ? parse_list_next(ids, &pos, &id) : rd->n == 0);) {
+        memcpy(rd->ids[rd->n], id.ptr, id.len);
+        rd->id_lens[rd->n++] = id.len;
+    }
+    rd->known = who->known;
+    if (who->known) {
+        memcpy(rd->user, who->user.ptr, who->user.len);
+        rd->user_len = who->user.len;
+    }
+    return rd;
 }
 
 void items_get_one(app_t *app, http_request_t *req, span_t item)
@@ -74,7 +172,9 @@ void items_get_one(app_t *app, http_request_t *req, span_t item)
     auth_t who;
     if (!auth_user_or_reply(app, req, false, &who) || !read_rate_or_reply(app, req, &who) || !item_or_reply(req, item))
         return;
-    reply_items(app, req, item, false, &who);
+    item_read_t *rd = item_read_new(app, req, item, false, &who);
+    if (rd)
+        read_and_reply(app, req, rd);
 }
 
 void items_get_many(app_t *app, http_request_t *req, span_t query)
@@ -96,45 +196,21 @@ void items_get_many(app_t *app, http_request_t *req, span_t query)
         if (!item_or_reply(req, id))
             return;
     }
-    reply_items(app, req, ids, true, &who);
+    item_read_t *rd = item_read_new(app, req, ids, true, &who);
+    if (rd)
+        read_and_reply(app, req, rd);
 }
 
 void items_get_reaction(app_t *app, http_request_t *req, span_t item)
 {
     auth_t who;
-    store_read_t *snap;
-    reaction_row_t row;
     if (!auth_user_or_reply(app, req, true, &who) || !item_or_reply(req, item))
         return;
-    if (store_read_begin(app->store, &snap) != STORE_OK) {
-        reply_problem(req, 503, "unavailable", "the store cannot be read");
+    item_read_t *rd = item_read_new(app, req, item, false, &who);
+    if (!rd)
         return;
-    }
-    int64_t counts[1][KINDS_MAX + 1];
-    int rc = store_read_many(snap, &item, 1, who.user, counts, &row);
-    store_read_end(snap);
-    if (rc == STORE_UNAVAILABLE) {
-        reply_problem(req, 503, "unavailable", "the store cannot be read");
-        return;
-    }
-    if (rc != STORE_OK) {
-        reply_problem(req, 500, "internal", "reading the reaction failed");
-        return;
-    }
-    json_t *obj = json_pack("{s:s%,s:s,s:I}", "item", item.ptr, item.len, "reaction", kinds_name(app->kinds, row.kind),
-                            "version", (json_int_t)row.version);
-    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
-    json_decref(obj);
-    if (!text) {
-        reply_problem(req, 500, "internal", "out of memory");
-        return;
-    }
-    answer_t a = {0};
-    answer_set_body(&a, 200, ANSWER_JSON, text, strlen(text));
-    a.has_etag = true;
-    a.etag_version = row.version;
-    http_respond(req, &a);
-    answer_free(&a);
+    rd->reaction = true;
+    read_and_reply(app, req, rd);
 }
 
 /* --- writes --- */

@@ -118,6 +118,16 @@ int store_log_append(store_write_t *w, const transition_t *t, uint64_t *seq)
     return w->ops->log_append(w, t, seq);
 }
 
+int store_log_put(store_write_t *w, uint64_t seq, const transition_t *t)
+{
+    return w->ops->log_put(w, seq, t);
+}
+
+int store_read_idem(store_read_t *r, store_idem_fn fn, void *arg)
+{
+    return r->ops->read_idem(r, fn, arg);
+}
+
 int store_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
     return w->ops->log_scan(w, after, limit, fn, arg);

@@ -117,6 +117,10 @@ int store_row_put(store_write_t *w, span_t item, span_t user, const reaction_row
  * commit, as on a shared store, where positions are taken in commit order). */
 int store_log_append(store_write_t *w, const transition_t *t, uint64_t *seq);
 
+/* Writes t at log position seq, above every position in the log: moving a store to another keeps
+ * the positions, so change-feed cursors stay valid. log_append goes on after it. */
+int store_log_put(store_write_t *w, uint64_t seq, const transition_t *t);
+
 /* Calls fn for each log entry with seq > after, in order, at most limit of them. fn returns 0 to go
  * on, non-zero to stop. The transition's spans are valid only during the call. */
 typedef int (*store_log_fn)(void *arg, uint64_t seq, const transition_t *t);
@@ -182,6 +186,11 @@ int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, 
                      size_t *visited);
 int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
                      size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
+
+/* Every idempotency record, in key order (moving a store). fn returns 0 to go on; spans are valid
+ * only during the call. */
+typedef int (*store_idem_fn)(void *arg, span_t user, span_t key, const store_idem_t *rec);
+int store_read_idem(store_read_t *r, store_idem_fn fn, void *arg);
 
 /* Deletes up to limit idempotency records of user. */
 int store_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted);

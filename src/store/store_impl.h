@@ -33,6 +33,7 @@ typedef struct store_ops {
     int (*row_get)(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
     int (*row_put)(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
     int (*log_append)(store_write_t *w, const transition_t *t, uint64_t *seq);
+    int (*log_put)(store_write_t *w, uint64_t seq, const transition_t *t);
     int (*log_scan)(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg);
     int (*counts_add)(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1]);
     int (*checkpoint_get)(store_write_t *w, uint64_t *seq);
@@ -51,6 +52,7 @@ typedef struct store_ops {
                       size_t *visited);
     int (*user_items)(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
                       size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
+    int (*read_idem)(store_read_t *r, store_idem_fn fn, void *arg);
     int (*idem_delete_user)(store_write_t *w, span_t user, size_t limit, size_t *deleted);
     int (*read_rows)(store_read_t *r, store_row_fn fn, void *arg);
     int (*read_log_seek)(store_read_t *r, uint64_t at_ms, uint64_t *seq);

@@ -361,6 +361,10 @@ class ConnectionCapTest(TallyTestCase):
             finally:
                 for s in socks:
                     s.close()
+            # the server frees a slot once its event loop has seen the close: within moments
+            deadline = time.monotonic() + 3
+            while srv.json("GET", "/v1/items/x")[0] != 200 and time.monotonic() < deadline:
+                time.sleep(0.05)
             self.assertOk(srv.json("GET", "/v1/items/x"))
             self.assertGreater(metric(srv, "tally_http_connections_refused_total"), 0)
 

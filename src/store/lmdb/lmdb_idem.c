@@ -12,6 +12,21 @@ static size_t exp_key(char buf[8 + KEY_BUF_LEN], uint64_t expires_ms, const char
     return 8 + idem_len;
 }
 
+static int idem_decode(const MDB_val *val, store_idem_t *rec)
+{
+    const uint8_t *p = val->mv_data;
+    if (val->mv_size < IDEM_HEADER_LEN)
+        return STORE_ERROR;
+    rec->expires_ms = lmdb_get_u64(p);
+    memcpy(rec->fingerprint, p + 8, FINGERPRINT_LEN);
+    memcpy(&rec->status, p + 40, sizeof rec->status);
+    rec->type = p[42];
+    rec->has_etag = p[43];
+    rec->etag_version = lmdb_get_u64(p + 44);
+    rec->body = (span_t){(const char *)p + IDEM_HEADER_LEN, val->mv_size - IDEM_HEADER_LEN};
+    return STORE_OK;
+}
+
 int lmdb_idem_get(store_write_t *w_, span_t user, span_t key_text, store_idem_t *rec)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
@@ -20,17 +35,31 @@ int lmdb_idem_get(store_write_t *w_, span_t user, span_t key_text, store_idem_t 
     int rc = mdb_get(w->txn, w->store->idem, &key, &val);
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
-    const uint8_t *p = val.mv_data;
-    if (val.mv_size < IDEM_HEADER_LEN)
-        return STORE_ERROR;
-    rec->expires_ms = lmdb_get_u64(p);
-    memcpy(rec->fingerprint, p + 8, FINGERPRINT_LEN);
-    memcpy(&rec->status, p + 40, sizeof rec->status);
-    rec->type = p[42];
-    rec->has_etag = p[43];
-    rec->etag_version = lmdb_get_u64(p + 44);
-    rec->body = (span_t){(const char *)p + IDEM_HEADER_LEN, val.mv_size - IDEM_HEADER_LEN};
-    return STORE_OK;
+    return idem_decode(&val, rec);
+}
+
+int lmdb_read_idem(store_read_t *r_, store_idem_fn fn, void *arg)
+{
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(r->txn, r->store->idem, &cur);
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    MDB_val key, val;
+    store_idem_t rec;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+        const char *k = key.mv_data;
+        size_t ulen = key.mv_size ? (uint8_t)k[0] : 0;
+        if (key.mv_size < 1 + ulen || idem_decode(&val, &rec) != STORE_OK) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        if (fn(arg, (span_t){k + 1, ulen}, (span_t){k + 1 + ulen, key.mv_size - 1 - ulen}, &rec) != 0)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND || rc == MDB_SUCCESS ? STORE_OK : lmdb_rc(rc);
 }
 
 int lmdb_idem_put(store_write_t *w_, span_t user, span_t key_text, const store_idem_t *rec)

@@ -508,6 +508,16 @@ int lmdb_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
     return lmdb_rc(rc);
 }
 
+int lmdb_log_put(store_write_t *w_, uint64_t seq, const transition_t *t)
+{
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    uint64_t got;
+    if (seq < w->next_seq)
+        return STORE_ERROR; /* not above the log's positions */
+    w->next_seq = seq;
+    return lmdb_log_append(w_, t, &got);
+}
+
 static int log_decode(const lmdb_store_t *s, const MDB_val *val, transition_t *t)
 {
     const uint8_t *p = val->mv_data;
@@ -611,6 +621,7 @@ const store_ops_t lmdb_store_ops = {
     .row_get = lmdb_row_get,
     .row_put = lmdb_row_put,
     .log_append = lmdb_log_append,
+    .log_put = lmdb_log_put,
     .log_scan = lmdb_log_scan,
     .counts_add = lmdb_counts_add,
     .checkpoint_get = lmdb_checkpoint_get,
@@ -627,6 +638,7 @@ const store_ops_t lmdb_store_ops = {
     .backup = lmdb_backup,
     .item_users = lmdb_item_users,
     .user_items = lmdb_user_items,
+    .read_idem = lmdb_read_idem,
     .idem_delete_user = lmdb_idem_delete_user,
     .read_rows = lmdb_read_rows,
     .read_log_seek = lmdb_read_log_seek,

@@ -372,7 +372,8 @@ int lmdb_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
     MDB_val key = {prefix.len, (void *)prefix.ptr}, val;
-    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS;
+    /* LMDB takes no empty key: every record is read from the first */
+    for (rc = mdb_cursor_get(cur, &key, &val, prefix.len ? MDB_SET_RANGE : MDB_FIRST); rc == MDB_SUCCESS;
          rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
         if (key.mv_size < prefix.len || memcmp(key.mv_data, prefix.ptr, prefix.len) != 0)
             break;

@@ -55,6 +55,7 @@ typedef struct {
     uint8_t item_len, user_len;
     int from, to; /* disk codes */
     uint64_t version, at_ms;
+    uint64_t seq; /* 0: taken at commit (log_append); else given (log_put) */
 } pg_logged_t;
 
 struct pg_write {
@@ -138,6 +139,9 @@ void pg_buf_open(pg_buf_t *b);  /* "{" */
 void pg_buf_close(pg_buf_t *b); /* "}" and a terminating NUL */
 void pg_buf_free(pg_buf_t *b);
 
+/* A fingerprint from its hex text; -1 (logged as corrupt) when it is not. */
+int pg_hex_fingerprint(const char *hex, size_t len, uint8_t out[FINGERPRINT_LEN]);
+
 /* The cache of a write transaction. */
 pg_entry_t *pg_cache_find(const pg_cache_t *c, span_t a, span_t b);
 pg_entry_t *pg_cache_put(pg_cache_t *c, span_t a, span_t b); /* found or added (zeroed); NULL: out of memory */
@@ -169,6 +173,8 @@ bool pg_write_may_fold(store_write_t *w);
 int pg_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
 int pg_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
 int pg_log_append(store_write_t *w, const transition_t *t, uint64_t *seq);
+int pg_log_put(store_write_t *w, uint64_t seq, const transition_t *t);
+int pg_read_idem(store_read_t *r, store_idem_fn fn, void *arg);
 int pg_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg);
 int pg_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1]);
 int pg_checkpoint_get(store_write_t *w, uint64_t *seq);

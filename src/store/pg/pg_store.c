@@ -26,8 +26,10 @@ PGconn *pg_connect(const pg_store_t *s, char *err, size_t errlen)
                           "application_name", "options",
                           "dbname",           NULL};
     const char *values[] = {
-        "3",         "1",    "5",      "2",
-        "2",         "5000", "tallyd", "-c idle_in_transaction_session_timeout=60000 -c lock_timeout=30000",
+        "3",         "1",
+        "5",         "2",
+        "2",         "5000",
+        "tallyd",    "-c idle_in_transaction_session_timeout=60000 -c lock_timeout=30000 -c statement_timeout=60000",
         s->conninfo, NULL};
     PGconn *conn = PQconnectdbParams(keys, values, 1);
     if (!conn || PQstatus(conn) != CONNECTION_OK) {
@@ -321,6 +323,28 @@ void pg_buf_free(pg_buf_t *b)
     *b = (pg_buf_t){0};
 }
 
+/* --- fingerprints are kept as hex text --- */
+
+static int hexval(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int pg_hex_fingerprint(const char *hex, size_t len, uint8_t out[FINGERPRINT_LEN])
+{
+    for (size_t k = 0; len == 2 * FINGERPRINT_LEN && k < FINGERPRINT_LEN; k++) {
+        int hi = hexval(hex[2 * k]), lo = hexval(hex[2 * k + 1]);
+        if (hi < 0 || lo < 0)
+            break;
+        out[k] = (uint8_t)(hi << 4 | lo);
+        if (k + 1 == FINGERPRINT_LEN)
+            return 0;
+    }
+    fprintf(stderr, "level=error event=store-corrupt table=tally_idem error=\"a fingerprint is not %d hex digits\"\n",
+            2 * FINGERPRINT_LEN);
+    return -1;
+}
+
 /* --- the write transaction's cache --- */
 
 static size_t pg_pair_hash(span_t a, span_t b)
@@ -550,15 +574,25 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
             goto fail;
         fprintf(stderr, "level=info event=pg-schema-created version=%d\n", PG_SCHEMA_VERSION);
     } else {
-        res =
-            pg_exec(s, s->wconn, "schema", "SELECT value FROM tally_meta WHERE name = 'schema_version'", 0, NULL, &rc);
+        /* A newer schema says down to which version its nodes can run beside it (a rolling upgrade:
+         * old and new nodes share the database until the last old one is replaced). */
+        res = pg_exec(s, s->wconn, "schema",
+                      "SELECT (SELECT value FROM tally_meta WHERE name = 'schema_version'),"
+                      " coalesce((SELECT value FROM tally_meta WHERE name = 'schema_compatible_from'), '0')",
+                      0, NULL, &rc);
         long stored = res && PQntuples(res) == 1 ? strtol(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+        long compatible_from = res && PQntuples(res) == 1 ? strtol(PQgetvalue(res, 0, 1), NULL, 10) : 0;
         PQclear(res);
-        if (stored > PG_SCHEMA_VERSION) {
-            snprintf(err, errlen, "the database's schema is version %ld, newer than this tallyd's (%d): upgrade tallyd",
-                     stored, PG_SCHEMA_VERSION);
+        if (stored > PG_SCHEMA_VERSION && (compatible_from == 0 || compatible_from > PG_SCHEMA_VERSION)) {
+            snprintf(err, errlen,
+                     "the database's schema is version %ld, newer than this tallyd's (%d), and its nodes do not run "
+                     "beside version %d ones: upgrade tallyd",
+                     stored, PG_SCHEMA_VERSION, PG_SCHEMA_VERSION);
             goto fail_quiet;
         }
+        if (stored > PG_SCHEMA_VERSION)
+            fprintf(stderr, "level=warn event=pg-schema-newer version=%ld this=%d msg=\"running beside newer nodes\"\n",
+                    stored, PG_SCHEMA_VERSION);
         if (stored < 1) {
             snprintf(err, errlen, "the database's tally_meta has no schema version");
             goto fail_quiet;
@@ -851,6 +885,7 @@ const store_ops_t pg_store_ops = {
     .row_get = pg_row_get,
     .row_put = pg_row_put,
     .log_append = pg_log_append,
+    .log_put = pg_log_put,
     .log_scan = pg_log_scan,
     .counts_add = pg_counts_add,
     .checkpoint_get = pg_checkpoint_get,
@@ -867,6 +902,7 @@ const store_ops_t pg_store_ops = {
     .backup = pg_backup,
     .item_users = pg_item_users,
     .user_items = pg_user_items,
+    .read_idem = pg_read_idem,
     .idem_delete_user = pg_idem_delete_user,
     .read_rows = pg_read_rows,
     .read_log_seek = pg_read_log_seek,

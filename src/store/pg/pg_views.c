@@ -362,3 +362,34 @@ int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)
     const char *p[] = {f, t};
     return pg_wrun((pg_write_t *)w_, "aux-delete", "DELETE FROM tally_aux WHERE key >= $1 AND key < $2", 2, p);
 }
+
+int pg_read_idem(store_read_t *r_, store_idem_fn fn, void *arg)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    int rc;
+    PGresult *res = pg_rexec(r, "read-keys",
+                             "SELECT \"user\", key, expires_ms, fingerprint, status, type, has_etag, etag_version, body"
+                             " FROM tally_idem WHERE status <> 0 ORDER BY \"user\", key",
+                             0, NULL, &rc);
+    if (!res)
+        return rc;
+    for (int i = 0; i < PQntuples(res); i++) {
+        store_idem_t rec = {
+            .expires_ms = strtoull(PQgetvalue(res, i, 2), NULL, 10),
+            .status = (uint16_t)strtoul(PQgetvalue(res, i, 4), NULL, 10),
+            .type = (uint8_t)strtoul(PQgetvalue(res, i, 5), NULL, 10),
+            .has_etag = PQgetvalue(res, i, 6)[0] == 't',
+            .etag_version = strtoull(PQgetvalue(res, i, 7), NULL, 10),
+            .body = {PQgetvalue(res, i, 8), (size_t)PQgetlength(res, i, 8)},
+        };
+        if (pg_hex_fingerprint(PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3), rec.fingerprint) != 0) {
+            rc = STORE_ERROR;
+            break;
+        }
+        if (fn(arg, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
+               (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)}, &rec) != 0)
+            break;
+    }
+    PQclear(res);
+    return rc;
+}

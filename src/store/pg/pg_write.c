@@ -97,11 +97,6 @@ static void row_entry_fill(pg_write_t *w, const PGresult *res, int i, int first_
     e->present = true;
 }
 
-static int hexval(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 static int idem_entry_fill(pg_write_t *w, const PGresult *res, int i)
 {
     span_t user = {PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)};
@@ -113,13 +108,8 @@ static int idem_entry_fill(pg_write_t *w, const PGresult *res, int i)
     e->present = status != 0; /* 0: a claim that never stored an answer */
     if (!e->present)
         return STORE_OK;
-    const char *fp = PQgetvalue(res, i, 3);
-    if (PQgetlength(res, i, 3) != 2 * FINGERPRINT_LEN) {
-        fprintf(stderr, "level=error event=store-corrupt what=idempotency-record\n");
+    if (pg_hex_fingerprint(PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3), e->rec.fingerprint) != 0)
         return STORE_ERROR;
-    }
-    for (size_t k = 0; k < FINGERPRINT_LEN; k++)
-        e->rec.fingerprint[k] = (uint8_t)(hexval(fp[2 * k]) << 4 | hexval(fp[2 * k + 1]));
     e->rec.expires_ms = strtoull(PQgetvalue(res, i, 2), NULL, 10);
     e->rec.status = status;
     e->rec.type = (uint8_t)strtoul(PQgetvalue(res, i, 5), NULL, 10);
@@ -339,8 +329,21 @@ int pg_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
     l->to = w->store->cfg_to_db[t->to];
     l->version = t->version;
     l->at_ms = t->at_ms;
+    l->seq = 0;
     *seq = 0; /* taken at commit, in commit order */
     return STORE_OK;
+}
+
+int pg_log_put(store_write_t *w_, uint64_t seq, const transition_t *t)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    uint64_t none;
+    if (seq == 0 || (w->log_count && (w->log[w->log_count - 1].seq == 0 || w->log[w->log_count - 1].seq >= seq)))
+        return STORE_ERROR; /* positions given rise, and are not mixed with positions taken at commit */
+    int rc = pg_log_append(w_, t, &none);
+    if (rc == STORE_OK)
+        w->log[w->log_count - 1].seq = seq;
+    return rc;
 }
 
 int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
