@@ -21,7 +21,7 @@ UNIT_SRC   := $(LIB_SRC) src/http/router.c $(wildcard tests/unit/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 
-.PHONY: all deps run test unit e2e format format-check clean
+.PHONY: all deps run run-pg test unit e2e e2e-pg format format-check clean
 all: $(BUILD)/tallyd $(BUILD)/tally
 
 deps:
@@ -64,7 +64,12 @@ $(BUILD)/san/unit_tests: $(call obj,san,$(UNIT_SRC))
 run: deps all
 	$(BUILD)/tallyd --listen 127.0.0.1:8080 --data ./data
 
-# The whole suite: unit tests (sanitized), end-to-end against the release build and the sanitized one.
+# A throwaway local PostgreSQL and two tallyd nodes on it (8081, 8082); Ctrl-C stops everything.
+run-pg: deps all
+	scripts/run_pg.sh
+
+# The whole suite: unit tests (sanitized), end-to-end against the release build and the sanitized
+# one, and against the release build on PostgreSQL (tests/run_all.sh).
 test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/syncorder.so fuzz-build
 	@tests/run_all.sh
 
@@ -73,6 +78,10 @@ unit: $(BUILD)/san/unit_tests
 
 e2e: all
 	python3 tests/e2e/run_e2e.py
+
+# The end-to-end suite on the PostgreSQL store (its own throwaway cluster; needs postgresql-15).
+e2e-pg: all
+	TALLY_STORE=pg python3 tests/e2e/run_e2e.py
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

@@ -7,6 +7,11 @@ Environment:
   TALLY_E2E_START_TIMEOUT  seconds to wait for the "listening on" line (default 20)
   TALLY_E2E_KEEP           if set, temporary directories are kept (for post-mortems)
   TALLY_SANITIZED          if set, waits for counts to converge are 3x longer (ASan build)
+  TALLY_STORE              "embedded" (default: --data DIR) or "pg": one throwaway PostgreSQL 15
+                           cluster per run (tests/pg/pgcluster.py, started at the first server,
+                           destroyed at exit), and every Server gets a fresh database and
+                           --store <uri> instead of --data <dir>. Tests that only make sense on
+                           the embedded store are marked @embedded_only(reason).
 """
 
 import http.client
@@ -19,6 +24,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -45,16 +51,107 @@ SANITIZER_RE = re.compile(
 
 DEFAULT_KINDS = ("like", "dislike")
 
+# ---- which store the servers run on -----------------------------------------------------
+STORE = os.environ.get("TALLY_STORE", "embedded").strip().lower() or "embedded"
+if STORE in ("postgresql", "postgres"):
+    STORE = "pg"
+if STORE not in ("embedded", "pg"):
+    raise SystemExit("TALLY_STORE=%r: want 'embedded' or 'pg'" % STORE)
+PG = STORE == "pg"
+
+
+def embedded_only(reason):
+    """Decorator (test method or class): runs only on the embedded store (--data DIR); with
+    TALLY_STORE=pg it is skipped, saying why."""
+    return unittest.skipIf(PG, "embedded store only: " + reason)
+
+
+def pg_only(reason="needs TALLY_STORE=pg"):
+    """Decorator: runs only with TALLY_STORE=pg (multi-node, failover)."""
+    return unittest.skipUnless(PG, reason)
+
+
+_pg = None  # the run's cluster (a pgcluster.Cluster), started by pg_cluster()
+_pg_lock = threading.Lock()
+
+
+def pgcluster_module():
+    """tests/pg/pgcluster.py, imported on first use (the embedded runs never load it)."""
+    pg_dir = os.path.join(REPO_ROOT, "tests", "pg")
+    if pg_dir not in sys.path:
+        sys.path.insert(0, pg_dir)
+    import pgcluster
+    return pgcluster
+
+
+def pg_cluster():
+    """The run's throwaway PostgreSQL cluster (fsync off: functional tests), started on first
+    use and destroyed at exit (pgcluster's atexit). A cluster that cannot start fails every
+    test that needs it with the reason."""
+    global _pg
+    with _pg_lock:
+        if _pg is None or _pg.destroyed:
+            _pg = pgcluster_module().start_primary(name="e2e", fsync=False,
+                                                   max_connections=300)
+        return _pg
+
+
+class PgDatabase:
+    """One database of a cluster, for one Server (and the further nodes it starts)."""
+
+    def __init__(self, cluster=None, name=None):
+        self.cluster = cluster or pg_cluster()
+        self.name = pgcluster_module().create_database(self.cluster, name)
+        self.dropped = False
+
+    def uri(self, **params):
+        return self.cluster.uri(self.name, **params)
+
+    def sql(self, statement, timeout=60):
+        return self.cluster.sql(statement, db=self.name, timeout=timeout)
+
+    def drop(self):
+        """DROP DATABASE … WITH (FORCE). Never raises (the cluster goes at exit anyway)."""
+        if self.dropped:
+            return
+        self.dropped = True
+        try:
+            if self.cluster.alive():
+                pgcluster_module().drop_database(self.cluster, self.name)
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<PgDatabase %s on %r>" % (self.name, self.cluster)
+
+
+_ephemeral_dbs = {}  # uri -> PgDatabase made by store_args() for one run_tallyd()
+
+
+def store_args(data_dir=None):
+    """The store flags for a tallyd started by hand (run_tallyd): ["--data", data_dir] on the
+    embedded store; with TALLY_STORE=pg, ["--store", <uri of a fresh database>] (data_dir is
+    then unused; run_tallyd drops that database once the process is gone)."""
+    if not PG:
+        if data_dir is None:
+            raise ValueError("store_args: the embedded store needs a data directory")
+        return ["--data", data_dir]
+    db = PgDatabase()
+    uri = db.uri()
+    _ephemeral_dbs[uri] = db
+    return ["--store", uri]
+
 
 class ServerExited(Exception):
     """The server exited (or never printed its listening line)."""
 
-    def __init__(self, returncode, stdout, stderr, reason="exited before listening"):
+    def __init__(self, returncode, stdout, stderr, reason="exited before listening", argv=None):
         self.returncode = returncode
         self.stdout = stdout
         self.stderr = stderr
-        super().__init__("tallyd %s (exit status %r)\n--- stdout ---\n%s\n--- stderr ---\n%s"
-                         % (reason, returncode, tail(stdout), tail(stderr)))
+        cmd = "\n--- command ---\n%s" % " ".join(argv) if argv else ""
+        super().__init__("tallyd %s (exit status %r)%s\n--- stdout ---\n%s\n--- stderr ---\n%s"
+                         % (reason, returncode, cmd, tail(stdout), tail(stderr)))
 
 
 def tail(text, n=4000):
@@ -208,6 +305,10 @@ def run_tallyd(args, env=None, timeout=START_TIMEOUT_S, workdir=None):
         p.close()
         return rc, out, err
     finally:
+        for a in args:
+            db = _ephemeral_dbs.pop(a, None) if isinstance(a, str) else None
+            if db is not None:
+                db.drop()
         if own and not KEEP_TMP:
             shutil.rmtree(workdir, ignore_errors=True)
 
@@ -296,14 +397,38 @@ class Server:
     """A running tallyd on 127.0.0.1:<free port> with its own data directory.
 
     Server(args=[...]) starts it at construction unless start=False. The data directory
-    survives stop()/kill9()/restart() and is removed by close() (or the with-block)."""
+    survives stop()/kill9()/restart() and is removed by close() (or the with-block).
 
-    def __init__(self, args=(), data_dir=None, env=None, start=True, listen="127.0.0.1:0"):
+    With TALLY_STORE=pg it has its own fresh database instead (self.db, a PgDatabase; dropped
+    by close()) and runs with --store <uri>; data_dir is None. Server(store=db) (or
+    srv.node()) starts another node on the same database, which it does not drop; store_uri
+    overrides the URI (a two-host URI for failover)."""
+
+    def __init__(self, args=(), data_dir=None, env=None, start=True, listen="127.0.0.1:0",
+                 store=None, store_uri=None):
         self.args = list(args)
         self.listen = listen
         self.env = env if env is not None else child_env()
         self.tmp = tempfile.mkdtemp(prefix="tally-e2e-")
-        self.data_dir = data_dir or os.path.join(self.tmp, "data")
+        self.db = None
+        self.owns_db = False
+        self.store_uri = store_uri
+        if PG or store is not None or store_uri is not None:
+            if data_dir is not None:
+                shutil.rmtree(self.tmp, ignore_errors=True)
+                raise AssertionError("Server(data_dir=...) on the PostgreSQL store: mark the "
+                                     "test @embedded_only")
+            self.data_dir = None
+            if store is None and store_uri is None:
+                try:
+                    store = PgDatabase()
+                except BaseException:
+                    shutil.rmtree(self.tmp, ignore_errors=True)
+                    raise
+                self.owns_db = True
+            self.db = store
+        else:
+            self.data_dir = data_dir or os.path.join(self.tmp, "data")
         self.proc = None
         self.host = self.port = None
         self.starts = 0
@@ -316,9 +441,24 @@ class Server:
                 raise
 
     # ---- process control -------------------------------------------------------------
+    def store_args(self):
+        """["--data", dir] or ["--store", uri]: the store of this server, for run_tallyd."""
+        if self.data_dir is not None:
+            return ["--data", self.data_dir]
+        return ["--store", self.store_uri or self.db.uri()]
+
     def argv(self, args=None):
-        return [TALLYD, "--listen", self.listen, "--data", self.data_dir] + list(
+        return [TALLYD, "--listen", self.listen] + self.store_args() + list(
             self.args if args is None else args)
+
+    def node(self, args=None, **kw):
+        """Another tallyd on this server's database (PostgreSQL only): a second node. Its
+        args default to this server's; the caller closes it (before this one)."""
+        if self.db is None and self.store_uri is None:
+            raise AssertionError("a second node needs the PostgreSQL store (TALLY_STORE=pg)")
+        kw.setdefault("env", self.env)
+        return Server(args=self.args if args is None else args, store=self.db,
+                      store_uri=self.store_uri, **kw)
 
     def start(self, args=None, timeout=START_TIMEOUT_S):
         """Start (again) on the same data dir. `args` replaces the extra args if given.
@@ -339,7 +479,8 @@ class Server:
             p.close()
             self.logs.append(err)
             raise ServerExited(rc, out, err, "did not print its listening line within %ss"
-                               % timeout if state == "timeout" else "exited before listening")
+                               % timeout if state == "timeout" else "exited before listening",
+                               argv=p.argv)
         self.proc = p
         self.host, self.port = p.host, p.port
         return self
@@ -415,6 +556,8 @@ class Server:
                 self._retire()
         except Exception:
             pass
+        if self.owns_db and self.db is not None and not KEEP_TMP:
+            self.db.drop()
         if not KEEP_TMP:
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -5,7 +5,8 @@
 
 Prints one line per test (name and ok / FAIL / ERROR / skip), the failures' tracebacks,
 and a last line "N passed, N failed" (errors count as failed, skips as neither).
-Exit status 0 only if nothing failed.
+Exit status 0 only if nothing failed. TALLY_STORE=pg runs the servers on PostgreSQL
+(tests/e2e/harness.py).
 """
 
 import argparse
@@ -102,6 +103,10 @@ def main(argv=None):
         loader.testNamePatterns = [p if "*" in p else "*%s*" % p for p in args.patterns]
     suite = loader.discover(start_dir=HERE, pattern="test_*.py", top_level_dir=HERE)
 
+    import harness  # after the path insert: the store this run uses
+    sys.stdout.write("store: %s (TALLY_STORE), tallyd: %s\n" % (
+        "PostgreSQL (a throwaway cluster per run)" if harness.PG else "embedded (--data DIR)",
+        harness.TALLYD))
     result = LineResult(sys.stdout)
     t0 = time.monotonic()
     suite.run(result)

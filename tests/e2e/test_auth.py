@@ -16,7 +16,7 @@ import time
 import unittest
 
 from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
-                     run_tallyd, secret as new_secret, uid)
+                     run_tallyd, secret as new_secret, store_args, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
 SECRET = new_secret("e2e-secret")
@@ -110,6 +110,7 @@ class BearerTest(SharedServerTestCase, AuthCase):
         self.assertWrite(self.put(s, item, "like", bearer(tok)), item, "like", "none", 1, True)
         self.assertEqual(self.reaction_of(s, item, tok),
                          {"item": item, "reaction": "like", "version": 1})
+        s.wait_counts(item, {"like": 1, "dislike": 0})  # counts may lag the write a moment
         doc = self.assertOk(s.json("GET", "/v1/items/" + item, headers=bearer(tok)))
         self.assertEqual(doc, {"item": item, "counts": {"like": 1, "dislike": 0},
                                "viewer": {"reaction": "like", "version": 1}})
@@ -221,6 +222,7 @@ class BearerTest(SharedServerTestCase, AuthCase):
         s, item, user = self.srv, uid("item"), uid("user")
         self.assertWrite(self.put(s, item, "dislike", bearer(token(user))),
                          item, "dislike", "none", 1, True)
+        s.wait_counts(item, {"like": 0, "dislike": 1})  # counts may lag the write a moment
         doc = self.assertOk(s.json("GET", "/v1/items/" + item))
         self.assertEqual(doc, {"item": item, "counts": {"like": 0, "dislike": 1}})
         doc = self.assertOk(s.json("GET", "/v1/items?ids=%s,%s" % (item, uid("item"))))
@@ -237,8 +239,8 @@ class DevelopmentModeTest(TallyTestCase):
     def test_refuses_non_loopback_without_secret(self):
         tmp = tempfile.mkdtemp(prefix="tally-e2e-auth-")
         try:
-            rc, out, err = run_tallyd(["--listen", "0.0.0.0:0", "--data",
-                                       os.path.join(tmp, "data")])
+            rc, out, err = run_tallyd(["--listen", "0.0.0.0:0"] +
+                                      store_args(os.path.join(tmp, "data")))
             self.assertEqual(rc, 1, "development mode on 0.0.0.0\n" + err)
             self.assertNotIn("listening on", out)
             self.assertTrue(err.strip(), "no message")
@@ -254,8 +256,8 @@ class WeakSecretTest(TallyTestCase):
         try:
             for weak in ("a", " ", "x" * 31, "x" * 31 + "\n"):
                 with self.subTest(secret=weak):
-                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data",
-                                               os.path.join(tmp, "data")],
+                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] +
+                                              store_args(os.path.join(tmp, "data")),
                                               env=child_env({"TALLY_JWT_SECRET": weak}))
                     self.assertEqual(rc, 1, err)
                     self.assertNotIn("listening on", out)
@@ -273,8 +275,9 @@ class WeakSecretTest(TallyTestCase):
                 with self.subTest(text=text):
                     with open(path, "w", newline="") as f:
                         f.write(text)
-                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data",
-                                               os.path.join(tmp, "data"), "--jwt-secret-file", path])
+                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] +
+                                              store_args(os.path.join(tmp, "data")) +
+                                              ["--jwt-secret-file", path])
                     self.assertEqual(rc, 2, err)
                     self.assertNotIn("listening on", out)
                     self.assertIn("--jwt-secret-file", err)

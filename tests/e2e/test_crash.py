@@ -7,6 +7,7 @@ import time
 import unittest
 
 from harness import Server, TallyTestCase, uid
+from keyed_load import FAST, LoadCase
 
 CYCLES = 3
 THREADS = 8
@@ -136,6 +137,23 @@ class CrashTest(TallyTestCase):
             s.restart()
             for it, t in item_tallies.items():
                 self.assertCounts(s, it, t, timeout=3)
+
+
+class KeyedRetryAcrossKill9Test(LoadCase):
+    """kill -9 and restart under load from 8 clients that retry every write with its
+    Idempotency-Key until answered (keyed_load.py): every acknowledged write present, no key
+    applied twice, one feed entry per change, no drift. The same check as test_pg_failover's,
+    on one server, on both stores."""
+
+    def test_kill9_restart_under_keyed_load(self):
+        seed = random.randrange(1 << 30)
+        with Server(args=FAST) as s:
+            def crash():
+                s.kill9()
+                s.start()
+
+            ledgers, items, pairs, t_crash = self.run_load([s], crash, seed)
+            self.verify([s], ledgers, items, pairs, t_crash, "kill -9 + restart, seed %d" % seed)
 
 
 if __name__ == "__main__":

@@ -7,11 +7,12 @@ import re
 import time
 import threading
 
-from harness import Server, TallyTestCase, metric
+from harness import Server, TallyTestCase, embedded_only, metric
 
 MAP = "16M"  # the smallest --map-size; a few tens of thousands of rows fill it
 
 
+@embedded_only("--map-size: the embedded store's map filling up (PostgreSQL has no map)")
 class DiskFullTest(TallyTestCase):
 
     def test_full_store_answers_503_and_loses_nothing(self):

@@ -12,7 +12,7 @@ import threading
 import time
 
 from harness import (REPO_ROOT, SLOW, TALLYD, Client, Server, TallyTestCase, child_env, metric,
-                     run_tallyd, uid)
+                     run_tallyd, store_args, uid)
 
 ADMIN = {"X-User-Id": "admin"}
 BODY_BYTES = 15 * 1000 * 1000
@@ -161,7 +161,7 @@ class FileDescriptorTest(TallyTestCase):
         return tmp
 
     def start_limited(self, args, n, tmp):
-        p = subprocess.Popen([TALLYD, "--listen", "127.0.0.1:0", "--data", os.path.join(tmp, "data")] + args,
+        p = subprocess.Popen([TALLYD, "--listen", "127.0.0.1:0"] + store_args(os.path.join(tmp, "data")) + args,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env(), cwd=REPO_ROOT,
                              preexec_fn=self.low_limit(n))
         return p

@@ -6,8 +6,8 @@ import tempfile
 import time
 import unittest
 
-from harness import (Server, ServerExited, SharedServerTestCase, TallyTestCase, metric,
-                     run_tallyd, uid)
+from harness import (Server, ServerExited, SharedServerTestCase, TallyTestCase, embedded_only,
+                     metric, run_tallyd, uid)
 
 ZERO = {"like": 0, "dislike": 0}
 
@@ -185,6 +185,9 @@ class ReadTest(SharedServerTestCase):
 
 class CustomKindsTest(TallyTestCase):
 
+    @embedded_only("restarts with a kind added; on PostgreSQL the kinds are a setting the "
+                   "nodes share, and a node with others refuses to start (API.md § Running on "
+                   "PostgreSQL; test_pg_nodes)")
     def test_custom_kinds_order_and_restart(self):
         with Server(args=["--reactions", "like,love,haha"]) as s:
             item, u1, u2, u3 = uid("item"), uid("user"), uid("user"), uid("user")
@@ -202,8 +205,8 @@ class CustomKindsTest(TallyTestCase):
             s.stop()
 
             # a kind removed: refuse to start
-            rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data", s.data_dir,
-                                       "--reactions", "like,love"])
+            rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] + s.store_args() +
+                                      ["--reactions", "like,love"])
             self.assertNotEqual(rc, 0, "started without a configured kind that has data\n" + err)
             self.assertNotEqual(rc, "listening", "started without kind haha")
             self.assertIsInstance(rc, int, "no exit (%r)" % rc)
@@ -227,8 +230,8 @@ class CustomKindsTest(TallyTestCase):
         # kinds are fixed for a data directory once it was opened with them
         with Server(args=["--reactions", "like,love,haha"]) as s:
             s.stop()
-            rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data", s.data_dir,
-                                       "--reactions", "like,haha"])
+            rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] + s.store_args() +
+                                      ["--reactions", "like,haha"])
             self.assertIsInstance(rc, int, "did not exit (%r)" % rc)
             self.assertNotEqual(rc, 0)
             self.assertTrue(err.strip(), "no message on stderr")
@@ -238,6 +241,8 @@ if __name__ == "__main__":
     unittest.main()
 
 
+@embedded_only("the row filter (--row-filter) belongs to the embedded store; on PostgreSQL a "
+               "per-node filter must not decide reads (DESIGN.md)")
 class RowFilterTest(TallyTestCase):
     """The store's row filter (--row-filter): a missing row is answered from memory, an existing
     one always from the B-tree. Reads must be the same with it, without it, and while it fills."""

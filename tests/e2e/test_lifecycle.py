@@ -10,7 +10,8 @@ import threading
 import time
 import unittest
 
-from harness import (LISTEN_RE, Server, TallyTestCase, child_env, run_tallyd, uid)
+from harness import (LISTEN_RE, Server, TallyTestCase, child_env, embedded_only, run_tallyd,
+                     store_args, uid)
 
 
 class TmpDirCase(TallyTestCase):
@@ -20,7 +21,7 @@ class TmpDirCase(TallyTestCase):
         self.addCleanup(shutil.rmtree, self.tmp, True)
 
     def run_flags(self, *extra, data=None, listen="127.0.0.1:0", env=None):
-        args = ["--listen", listen, "--data", data or os.path.join(self.tmp, "data")] + list(extra)
+        args = ["--listen", listen] + store_args(data or os.path.join(self.tmp, "data")) + list(extra)
         return run_tallyd(args, env=env)
 
 
@@ -45,6 +46,7 @@ class StartupTest(TmpDirCase):
             self.assertEqual(a.request("GET", "/healthz")[0], 200)
             self.assertEqual(b.request("GET", "/healthz")[0], 200)
 
+    @embedded_only("--data DIR is created if needed")
     def test_data_dir_is_created(self):
         data = os.path.join(self.tmp, "new")
         with Server(data_dir=data) as s:
@@ -52,6 +54,7 @@ class StartupTest(TmpDirCase):
             item, user = uid("item"), uid("user")
             self.assertWrite(s.put(item, user, "like"), item, "like", "none", 1, True)
 
+    @embedded_only("--data DIR is created if needed")
     def test_nested_data_dir_is_created(self):
         # "--data DIR creates the directory if needed": parents included, like mkdir -p
         data = os.path.join(self.tmp, "a", "b", "c")
@@ -129,6 +132,8 @@ class StartupTest(TmpDirCase):
         with Server(args=["--reactions", "a_1,b"]) as s:
             self.assertEqual(list(self.assertOk(s.item("x"))["counts"]), ["a_1", "b"])
 
+    @embedded_only("the single-instance lock of --data; on PostgreSQL several nodes share one "
+                   "database (test_pg_nodes)")
     def test_second_server_on_same_data_dir(self):
         with Server() as a:
             item, user = uid("item"), uid("user")
@@ -142,6 +147,7 @@ class StartupTest(TmpDirCase):
             self.assertWrite(a.put(item, user, "dislike"), item, "dislike", "like", 2, True)
             self.assertCounts(a, item, {"like": 0, "dislike": 1})
 
+    @embedded_only("the single-instance lock of --data")
     def test_lock_survives_deleting_files(self):
         """The instance lock is the directory itself: deleting the lock file of an earlier version
         (tallyd.lock), or any file, under a running server does not let a second one in."""
@@ -169,6 +175,7 @@ class StartupTest(TmpDirCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    @embedded_only("--data DIR: another program's files in the directory")
     def test_refuses_a_directory_that_is_not_a_tally_store(self):
         """Another program's files, or a data.mdb that is not LMDB, are refused before anything is
         written: exit 1, a message, every byte as it was."""

@@ -16,7 +16,7 @@ import time
 import unittest
 
 from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
-                     uid)
+                     embedded_only, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
 ADMIN = {"X-User-Id": "admin"}
@@ -507,6 +507,7 @@ class EraseDeleteTest(DataCase, SharedServerTestCase):
 
 
 # ============================================================================================
+@embedded_only("the tally tool (import, export, verify, erase-user) works on a data directory")
 class OfflineToolTest(DataCase):
 
     def setUp(self):

@@ -22,7 +22,7 @@ import time
 import unittest
 
 from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
-                     secret as new_secret, server_without_rate_limit, tail, uid)
+                     embedded_only, secret as new_secret, server_without_rate_limit, tail, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
 CORRUPT_COUNT = os.path.join(REPO_ROOT, "build", "corrupt_count")
@@ -234,6 +234,8 @@ class FeedCase(TallyTestCase):
 # ============================================================================================
 class MetricsTest(SharedServerTestCase):
 
+    @embedded_only("asserts tally_store_file_bytes and tally_store_used_bytes, the embedded "
+                   "store's files (the other families are covered on both by the tests below)")
     def test_format_and_families(self):
         self.srv.put(uid("item"), uid("user"), "like")
         m = scrape(self, self.srv)
@@ -638,6 +640,7 @@ class RecountTest(TallyTestCase):
             doc = self.assertOk(s.json("POST", path, {}, headers=ADMIN))
             self.assertEqual(doc, {"checked": 0, "corrected": 0, "drift": []})
 
+    @embedded_only("corrupt_count edits a count in the embedded store's files")
     def test_drift_found_and_corrected(self):
         a, b, c, d = (uid("rc") for _ in range(4))
         with Server() as s:
@@ -690,6 +693,7 @@ class RecountTest(TallyTestCase):
 
 
 # ============================================================================================
+@embedded_only("corrupt_count edits a count in the embedded store's files")
 class CorruptCountTest(TallyTestCase):
     """A count record that the log contradicts (a negative count on the disk) is an error of the
     store: the write whose fold would take it below zero gets 503 and changes nothing, the server
@@ -748,6 +752,7 @@ class ToolTest(TallyTestCase):
         s.put(c, "u1", "dislike", headers={"Idempotency-Key": "k1"})
         return a, b, c
 
+    @embedded_only("tally stats/verify work on a data directory (and corrupt_count)")
     def test_stats_and_verify(self):
         with Server() as s:
             a, b, c = self._populate(s)
@@ -787,6 +792,7 @@ class ToolTest(TallyTestCase):
             r = tally("verify", "--data", s.data_dir)
             self.assertEqual(r.returncode, 0, show(r))
 
+    @embedded_only("tally stats/verify on a data directory")
     def test_stats_on_missing_store_fails(self):
         tmp = tempfile.mkdtemp(prefix="tally-e2e-nostore-")
         try:
@@ -797,6 +803,7 @@ class ToolTest(TallyTestCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    @embedded_only("tally backup copies a data directory (PostgreSQL has its own backups)")
     def test_backup_under_write_load(self):
         items = [uid("bi") for _ in range(4)]
         users = [[uid("bu%d" % n) for _ in range(3)] for n in range(2)]

@@ -5,12 +5,13 @@ import os
 import re
 import time
 
-from harness import SLOW, Server, TallyTestCase
+from harness import SLOW, Server, TallyTestCase, embedded_only
 from test_ops import corrupt_count, tally, show
 
 
 class PeriodicRecountTest(TallyTestCase):
 
+    @embedded_only("corrupt_count edits a count in the embedded store's files")
     def test_drift_is_found_corrected_and_logged(self):
         with Server(args=["--recount-interval", "1s"]) as s:
             for u in ("a", "b"):
@@ -72,6 +73,7 @@ class AccessLogTest(TallyTestCase):
             s.close()
 
 
+@embedded_only("the tally tool imports into a data directory")
 class HugeLineImportTest(TallyTestCase):
 
     def test_a_1gb_line_is_rejected_by_number_and_the_rest_applied(self):

@@ -15,7 +15,7 @@ import os
 import threading
 import unittest
 
-from harness import REPO_ROOT, Server, child_env
+from harness import REPO_ROOT, Server, child_env, embedded_only
 
 SHIM = os.path.join(REPO_ROOT, "build", "syncorder.so")
 RELEASE = os.path.join(REPO_ROOT, "build", "tallyd")
@@ -71,6 +71,8 @@ class PowerLossOrderTest(unittest.TestCase):
         self.assertEqual(check_order(good), ([], 1, 1))
         self.assertEqual(len(check_order(stale)[0]), 1)
 
+    @embedded_only("the power-loss shim watches LMDB's meta-page syncs; on PostgreSQL durability "
+                   "is the server's commit (test_pg_failover)")
     @unittest.skipUnless(os.path.exists(SHIM) and os.path.exists(RELEASE), "needs build/syncorder.so")
     def test_every_acknowledged_write_follows_its_sync(self):
         srv = ShimServer(args=["--rate-limit", "off"], start=False)

@@ -17,7 +17,8 @@ import threading
 import time
 import unittest
 
-from harness import (SLOW, Server, TallyTestCase, child_env, run_tallyd, secret as new_secret, uid, metric)
+from harness import (SLOW, Server, TallyTestCase, child_env, run_tallyd, secret as new_secret,
+                     store_args, uid, metric)
 
 ZERO = {"like": 0, "dislike": 0}
 ADMIN = {"X-User-Id": "admin"}
@@ -27,8 +28,8 @@ def exit_of(flag, value):
     """(exit status, stderr) of tallyd started with one extra flag; it should not listen."""
     tmp = tempfile.mkdtemp(prefix="tally-e2e-flag-")
     try:
-        rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--data",
-                                   os.path.join(tmp, "data"), flag, value])
+        rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] +
+                                  store_args(os.path.join(tmp, "data")) + [flag, value])
         return rc, err
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

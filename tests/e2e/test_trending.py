@@ -104,13 +104,24 @@ class TrendCase(TallyTestCase):
             time.sleep(0.1)
 
     def exact_counts(self, srv, items):
-        out = {}
-        for n in range(0, len(items), 100):
-            st, _, doc, raw = srv.json("GET", "/v1/items?ids=" + ",".join(items[n:n + 100]))
-            self.assertEqual(st, 200, raw[:300])
-            for e in doc["items"]:
-                out[e["item"]] = e["counts"]
-        return out
+        """The items' counts once the pipeline has folded everything written so far (counts
+        may lag the writes: ~50 ms on PostgreSQL, where the fold polls the shared log)."""
+        deadline = time.monotonic() + 5 * SLOW
+        while metric(srv, "tally_pipeline_lag_seconds") not in (0, None) and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        last = None
+        while True:  # and two reads alike, 0.1 s apart
+            out = {}
+            for n in range(0, len(items), 100):
+                st, _, doc, raw = srv.json("GET", "/v1/items?ids=" + ",".join(items[n:n + 100]))
+                self.assertEqual(st, 200, raw[:300])
+                for e in doc["items"]:
+                    out[e["item"]] = e["counts"]
+            if out == last or time.monotonic() >= deadline:
+                return out
+            last = out
+            time.sleep(0.1)
 
     def assertWithinBound(self, doc, exact, kind, msg=""):
         bound = doc["error_bound"]
