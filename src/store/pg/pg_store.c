@@ -578,8 +578,9 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
         res = PQexec(s->wconn, SCHEMA_SQL);
         bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
         PQclear(res);
-        if (!ok ||
-            pg_run(s, s->wconn, "schema", "INSERT INTO tally_meta VALUES ('schema_version', $1)", 1, p) != STORE_OK)
+        if (!ok || pg_run(s, s->wconn, "schema",
+                          "INSERT INTO tally_meta VALUES ('schema_version', $1), ('schema_compatible_from', $1)", 1,
+                          p) != STORE_OK)
             goto fail;
         fprintf(stderr, "level=info event=pg-schema-created version=%d\n", PG_SCHEMA_VERSION);
     } else {
