@@ -8,6 +8,11 @@
 #include <string.h>
 
 #define NUM_LEN 24
+#define STATS_EXACT_MAX "100000"
+/* The number of rows of table (count(what)), exact while the table is small. */
+#define PG_COUNT(table, what)                                                                                          \
+    "(SELECT CASE WHEN reltuples >= " STATS_EXACT_MAX " THEN reltuples::bigint ELSE (SELECT count(" what               \
+    ") FROM " table ") END FROM pg_class WHERE oid = '" table "'::regclass)"
 
 static void num(char out[NUM_LEN], uint64_t v)
 {
@@ -200,17 +205,18 @@ int pg_stats(store_t *s_, store_stats_t *st)
         return STORE_UNAVAILABLE;
     }
     int rc;
-    /* estimates from the planner's statistics: an exact count(*) would read whole tables */
-    PGresult *res =
-        pg_exec(s, conn, "stats",
-                "SELECT (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'tally_rows'::regclass),"
-                " (SELECT count(*) FROM tally_log),"
-                " pg_total_relation_size('tally_log'),"
-                " (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'tally_idem'::regclass),"
-                " pg_database_size(current_database()),"
-                " (SELECT checkpoint FROM tally_pipeline WHERE id = 1),"
-                " (SELECT greatest(reltuples, 0)::bigint FROM pg_class WHERE oid = 'tally_counts'::regclass)",
-                0, NULL, &rc);
+    /* Exact below STATS_EXACT_MAX rows, past it the planner's estimate: an exact count(*) of a
+     * large table reads all of it, on every scrape. */
+    PGresult *res = pg_exec(
+        s, conn, "stats",
+        "SELECT " PG_COUNT("tally_rows", "*") ", " PG_COUNT(
+            "tally_log", "*") ","
+                              " pg_total_relation_size('tally_log'), " PG_COUNT(
+                                  "tally_idem", "*") ","
+                                                     " pg_database_size(current_database()),"
+                                                     " (SELECT checkpoint FROM tally_pipeline WHERE id = 1), " PG_COUNT(
+                                                         "tally_counts", "DISTINCT item"),
+        0, NULL, &rc);
     if (res) {
         *st = (store_stats_t){
             .rows = strtoull(PQgetvalue(res, 0, 0), NULL, 10),
