@@ -102,12 +102,13 @@ cat <<EOF
 Two tallyd nodes share database "$DB" on $uri
 Development mode: the user is the X-User-Id header, admin is X-User-Id: admin. Try:
 
-  curl -s -X PUT -H 'X-User-Id: alice' -d '{"reaction":"like"}' http://127.0.0.1:$NODE_A_PORT/v1/items/post-1/reaction
-  curl -s http://127.0.0.1:$NODE_B_PORT/v1/items/post-1                       # the other node sees it
-  curl -s -X POST -H 'X-User-Id: bob' -H 'Idempotency-Key: k1' -d '{"reaction":"like"}' \\
-       http://127.0.0.1:$NODE_B_PORT/v1/items/post-1/reaction:toggle          # again: replayed, not applied twice
-  curl -s -H 'X-User-Id: admin' http://127.0.0.1:$NODE_A_PORT/v1/changes     # one change feed for both nodes
-  curl -s -X POST -H 'X-User-Id: admin' -d '{}' http://127.0.0.1:$NODE_B_PORT/v1/admin/recount
+  J='Content-Type: application/json'
+  curl -s -X PUT -H "\$J" -H 'X-User-Id: alice' -d '{"reaction":"like"}' http://127.0.0.1:$NODE_A_PORT/v1/items/post-1/reaction
+  curl -s http://127.0.0.1:$NODE_B_PORT/v1/items/post-1                  # the other node sees it
+  curl -si -X POST -H "\$J" -H 'X-User-Id: bob' -H 'Idempotency-Key: k1' -d '{"reaction":"like"}' \\
+       http://127.0.0.1:$NODE_B_PORT/v1/items/post-1/reaction:toggle     # once more, on :$NODE_A_PORT too: replayed
+  curl -s -H 'X-User-Id: admin' http://127.0.0.1:$NODE_A_PORT/v1/changes  # one change feed for both nodes
+  curl -s -X POST -H "\$J" -H 'X-User-Id: admin' -d '{}' http://127.0.0.1:$NODE_B_PORT/v1/admin/recount
   $PGBIN/psql -h 127.0.0.1 -p $pg_port -U postgres $DB            # the tables
 
 Ctrl-C stops both nodes and PostgreSQL and removes $tmp.
