@@ -3,8 +3,9 @@
 # the peers' B_zipf.sql at 16 and 64 clients, alternating, on a throwaway cluster (127.0.0.1:56441) with pg_bench.sh's
 # settings, 10 s each. Run from the project root as root. Not part of the test suite.
 set -u
-cd /work/wt-bench
+cd "$(dirname "$0")/.."
 T=$(mktemp -d /tmp/tally-sweep.XXXX); chmod 755 $T; mkdir -p $T/pg; chown postgres:postgres $T/pg; B=/usr/lib/postgresql/15/bin
+trap 'runuser -u postgres -- $B/pg_ctl -D $T/pg/d -m fast -w stop >/dev/null 2>&1; rm -rf $T' EXIT
 runuser -u postgres -- $B/initdb -D $T/pg/d -A trust -E UTF8 --no-locale >/dev/null
 printf "port=56441\nlisten_addresses='127.0.0.1'\nunix_socket_directories='$T/pg'\nmax_connections=100\nshared_buffers=2GB\nmax_wal_size=8GB\ncheckpoint_timeout=30min\n" >> $T/pg/d/postgresql.conf
 runuser -u postgres -- $B/pg_ctl -D $T/pg/d -l $T/pg/log -w start >/dev/null
@@ -26,4 +27,3 @@ peer() { # clients
   echo "peer-write c$1: $(PGOPTIONS='-c synchronous_commit=on' pgbench -h 127.0.0.1 -p 56441 -U postgres -n -M prepared -c $1 -j 2 -T 10 -f ../shared/peers/B_zipf.sql bench 2>/dev/null | grep -E '^(tps|latency average)' | tr '\n' ' ')"
 }
 peer 16; keyed 64; keyed 256; peer 64; peer 64; keyed 256; keyed 64; peer 16
-runuser -u postgres -- $B/pg_ctl -D $T/pg/d -m fast -w stop >/dev/null; rm -rf $T
