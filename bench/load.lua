@@ -2,7 +2,10 @@
 --
 --   wrk -t1 -c64 -d12s --latency -s bench/load.lua URL -- SCENARIO TARGET OUT SEED [RATE]
 --
--- SCENARIO  write | viral | feed | mixed | toggle | paced (the write requests, RATE a second)
+-- SCENARIO  write | keyed | viral | feed | mixed | toggle | paced (the write requests, RATE a second) |
+--           paced_keyed (the keyed requests, RATE a second)
+--           keyed: the writes of `write`, each with a fresh Idempotency-Key (as the peers store an
+--           idempotency record for every write)
 -- TARGET    tally | nginx (nginx: same requests, no record of what was sent)
 -- OUT       file prefix: OUT.result (one line of key=value) and, for tally writes,
 --           OUT.pairs ("item user" for every write sent, for the correctness check)
@@ -105,6 +108,14 @@ local function write_req()
                write_bodies[pick_kind()])
 end
 
+local function keyed_req()
+   local ii, ui = item_index(zipf_rank()), user_index()
+   record(ii, ui)
+   return http("PUT", "/v1/items/p" .. ii .. "/reaction",
+               "X-User-Id: u" .. ui .. "\r\nIdempotency-Key: w" .. seed .. "-" .. tid .. "-" .. n_req .. "\r\n",
+               write_bodies[pick_kind()])
+end
+
 local function viral_req()
    local ui = user_index()
    record(-1, ui)
@@ -181,7 +192,7 @@ end
 
 function init(args)
    scenario, target, seed = args[1], args[2], tonumber(args[4] or "1")
-   if scenario == "paced" then
+   if scenario == "paced" or scenario == "paced_keyed" then
       local rate = tonumber(args[5] or "")
       if not rate or rate <= 0 then error("paced needs RATE (requests a second per thread)") end
       start_pacing(rate)
@@ -198,6 +209,8 @@ function request()
    n_req = n_req + 1
    if scenario == "write" or scenario == "paced" then
       return write_req()
+   elseif scenario == "keyed" or scenario == "paced_keyed" then
+      return keyed_req()
    elseif scenario == "viral" then
       return viral_req()
    elseif scenario == "feed" then
