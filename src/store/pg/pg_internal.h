@@ -37,6 +37,7 @@ typedef struct {
     uint8_t alen, blen;
     bool dirty;   /* written in this transaction: flushed at commit */
     bool present; /* a row: version > 0; a record: a stored answer */
+    bool stored;  /* it is in the table (read and locked from it): written back by an update, else inserted */
     reaction_row_t row;
     store_idem_t rec; /* rec.body points at body */
     char *body;

@@ -1,8 +1,11 @@
 /* pg_write.c — the PostgreSQL store's write transaction: one database transaction per batch on the
- * writer's connection. The batch's rows and idempotency records are claimed and locked in one key
+ * writer's connection. The batch's rows and idempotency records that exist are locked in one key
  * order up front (store_write_prepare), kept in a cache while the engine decides, and written back
- * at commit as a few multi-row statements; the log's positions are taken last, from a one-row
- * counter whose lock is held until the commit, so they are gap-free and in commit order. */
+ * at commit as a few multi-row statements. Those that did not exist are inserted at commit by a
+ * plain INSERT: if another batch inserted one meanwhile, the INSERT waits for it and then fails
+ * with a unique violation, and the batch is run again (STORE_RETRY), this time finding it. The
+ * log's positions are taken last, from a one-row counter whose lock is held until the commit, so
+ * they are gap-free and in commit order. */
 #include "store/pg/pg_internal.h"
 
 #include <inttypes.h>
@@ -94,7 +97,7 @@ static void row_entry_fill(pg_write_t *w, const PGresult *res, int i, int first_
         return; /* not cached: read again when asked */
     e->row.kind = pg_cfg_kind(w->store, strtol(PQgetvalue(res, i, first_col + 2), NULL, 10));
     e->row.version = strtoull(PQgetvalue(res, i, first_col + 3), NULL, 10);
-    e->present = true;
+    e->present = e->stored = true;
 }
 
 static int idem_entry_fill(pg_write_t *w, const PGresult *res, int i)
@@ -105,7 +108,8 @@ static int idem_entry_fill(pg_write_t *w, const PGresult *res, int i)
     if (!e)
         return STORE_ERROR;
     uint16_t status = (uint16_t)strtoul(PQgetvalue(res, i, 4), NULL, 10);
-    e->present = status != 0; /* 0: a claim that never stored an answer */
+    e->stored = true;
+    e->present = status != 0; /* 0: a claim (schema 1's first builds) that never stored an answer */
     if (!e->present)
         return STORE_OK;
     if (pg_hex_fingerprint(PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3), e->rec.fingerprint) != 0)
@@ -126,28 +130,10 @@ static int idem_entry_fill(pg_write_t *w, const PGresult *res, int i)
 
 #define IDEM_COLUMNS "\"user\", key, expires_ms, fingerprint, status, type, has_etag, etag_version, body"
 
-/* The claim inserts what is missing (a placeholder: no answer, version 0) and locks what exists, in
- * key order; a key that another batch inserted and committed in between is in neither set and is
- * locked by a second statement. */
-static const char CLAIM_IDEM_SQL[] =
-    "WITH k AS (SELECT DISTINCT u COLLATE \"C\" AS u, key COLLATE \"C\" AS key FROM unnest($1::text[], $2::text[]) "
-    "AS k(u, key)),"
-    " ins AS (INSERT INTO tally_idem SELECT u, key, 0, '', 0, 0, false, 0, '' FROM k ORDER BY u, key"
-    " ON CONFLICT DO NOTHING RETURNING \"user\", key),"
-    " locked AS (SELECT i.\"user\", i.key, i.expires_ms, i.fingerprint, i.status, i.type, i.has_etag, i.etag_version,"
-    " i.body FROM tally_idem i JOIN k ON i.\"user\" = k.u AND i.key = k.key ORDER BY 1, 2 FOR UPDATE OF i)"
-    " SELECT \"user\", key, 0, '', 0, 0, false, 0, '' FROM ins UNION ALL SELECT * FROM locked";
+/* The batch's existing records and rows, locked in key order. */
 static const char LOCK_IDEM_SQL[] =
     "SELECT " IDEM_COLUMNS " FROM tally_idem WHERE (\"user\", key) IN (SELECT * FROM unnest($1::text[], $2::text[]))"
     " ORDER BY 1, 2 FOR UPDATE";
-static const char CLAIM_ROWS_SQL[] =
-    "WITH k AS (SELECT DISTINCT i COLLATE \"C\" AS i, u COLLATE \"C\" AS u FROM unnest($1::text[], $2::text[]) AS "
-    "k(i, u)),"
-    " ins AS (INSERT INTO tally_rows SELECT i, u, 0, 0 FROM k ORDER BY i, u ON CONFLICT DO NOTHING"
-    " RETURNING item, \"user\"),"
-    " locked AS (SELECT r.item, r.\"user\", r.kind, r.version FROM tally_rows r JOIN k ON r.item = k.i AND"
-    " r.\"user\" = k.u ORDER BY 1, 2 FOR UPDATE OF r)"
-    " SELECT item, \"user\", 0, 0 FROM ins UNION ALL SELECT * FROM locked";
 static const char LOCK_ROWS_SQL[] =
     "SELECT item, \"user\", kind, version FROM tally_rows WHERE (item, \"user\") IN (SELECT * FROM unnest($1::text[], "
     "$2::text[])) ORDER BY 1, 2 FOR UPDATE";
@@ -165,8 +151,8 @@ static int claim_read(pg_write_t *w, const PGresult *res, bool rows)
     return rc;
 }
 
-/* Locks the pairs the cache does not know yet (claimed by a batch that committed after the claim
- * began, or never prepared); what is still unknown then is absent (written at commit if at all). */
+/* Locks the pairs the cache does not know yet (not prepared); what is not found is absent (inserted
+ * at commit if written at all). */
 static int lock_missing(pg_write_t *w, const char *what, const char *lock_sql, pg_cache_t *cache,
                         const store_pair_t *pairs, size_t n, bool rows)
 {
@@ -208,8 +194,8 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     if (!nrows && !nkeys)
         return STORE_OK;
     /* One order for everything a batch locks: idempotency records, then rows, each in key order;
-     * then (at commit) counts in key order and the log's head last. BEGIN and both claims go in
-     * one round trip. */
+     * then (at commit) counts in key order and the log's head last. BEGIN and both locking reads go
+     * in one round trip. */
     pg_buf_t ka = {0}, kb = {0}, ra = {0}, rb = {0};
     pairs_arrays(keys, nkeys, &ka, &kb);
     pairs_arrays(rows, nrows, &ra, &rb);
@@ -224,9 +210,9 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     if (rc == STORE_OK && send_begin)
         rc = pg_pipe_send(s, s->wconn, "BEGIN", 0, NULL);
     if (rc == STORE_OK && nkeys)
-        rc = pg_pipe_send(s, s->wconn, CLAIM_IDEM_SQL, 2, kp);
+        rc = pg_pipe_send(s, s->wconn, LOCK_IDEM_SQL, 2, kp);
     if (rc == STORE_OK && nrows)
-        rc = pg_pipe_send(s, s->wconn, CLAIM_ROWS_SQL, 2, rp);
+        rc = pg_pipe_send(s, s->wconn, LOCK_ROWS_SQL, 2, rp);
     pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
     if (rc == STORE_OK)
         rc = pg_pipe_sync(s, s->wconn);
@@ -237,7 +223,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     for (int part = 0; part < 2 && rc == STORE_OK; part++) {
         if (part == 0 ? !nkeys : !nrows)
             continue;
-        PGresult *res = pg_pipe_result(s, s->wconn, part == 0 ? "claim-keys" : "claim-rows", &rc);
+        PGresult *res = pg_pipe_result(s, s->wconn, part == 0 ? "lock-keys" : "lock-rows", &rc);
         if (res)
             rc = claim_read(w, res, part == 1);
         PQclear(res);
@@ -248,10 +234,13 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
             rc = left;
     }
     w->began = w->began || (send_begin && PQtransactionStatus(s->wconn) != PQTRANS_IDLE);
-    if (rc == STORE_OK)
-        rc = lock_missing(w, "lock-keys", LOCK_IDEM_SQL, &w->idem, keys, nkeys, false);
-    if (rc == STORE_OK)
-        rc = lock_missing(w, "lock-rows", LOCK_ROWS_SQL, &w->rows, rows, nrows, true);
+    /* what was not found does not exist yet: absent, inserted at commit if written */
+    for (size_t i = 0; rc == STORE_OK && i < nkeys; i++)
+        if (!pg_cache_put(&w->idem, keys[i].a, keys[i].b))
+            rc = STORE_ERROR;
+    for (size_t i = 0; rc == STORE_OK && i < nrows; i++)
+        if (!pg_cache_put(&w->rows, rows[i].a, rows[i].b))
+            rc = STORE_ERROR;
     return rc;
 }
 
@@ -464,14 +453,16 @@ int pg_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *dele
 
 /* --- commit: the cached writes as multi-row statements, the log last --- */
 
-static int flush_rows(pg_write_t *w)
+/* The dirty rows that were stored (an update of locked rows) or not (a plain insert: a row that
+ * another batch inserted meanwhile fails it with a unique violation, and the batch runs again). */
+static int flush_rows_part(pg_write_t *w, bool stored)
 {
     pg_buf_t items = {0}, users = {0}, kinds = {0}, versions = {0};
     pg_buf_open(&items), pg_buf_open(&users), pg_buf_open(&kinds), pg_buf_open(&versions);
     size_t n = 0;
     for (size_t i = 0; i < w->rows.count; i++) {
         const pg_entry_t *e = &w->rows.entries[i];
-        if (!e->dirty)
+        if (!e->dirty || e->stored != stored)
             continue;
         pg_buf_text_elem(&items, e->a, e->alen);
         pg_buf_text_elem(&users, e->b, e->blen);
@@ -484,15 +475,34 @@ static int flush_rows(pg_write_t *w)
     if (rc == STORE_OK && n) {
         const char *p[] = {items.buf, users.buf, kinds.buf, versions.buf};
         rc = pg_wrun(w, "write-rows",
-                     "INSERT INTO tally_rows SELECT * FROM unnest($1::text[], $2::text[], $3::int2[], $4::int8[])"
-                     " ON CONFLICT (item, \"user\") DO UPDATE SET kind = excluded.kind, version = excluded.version",
+                     stored ? "UPDATE tally_rows r SET kind = t.k, version = t.v FROM unnest($1::text[], $2::text[],"
+                              " $3::int2[], $4::int8[]) AS t(i, u, k, v) WHERE r.item = t.i AND r.\"user\" = t.u"
+                            : "INSERT INTO tally_rows SELECT * FROM unnest($1::text[], $2::text[], $3::int2[],"
+                              " $4::int8[])",
                      4, p);
     }
     pg_buf_free(&items), pg_buf_free(&users), pg_buf_free(&kinds), pg_buf_free(&versions);
     return rc;
 }
 
-static int flush_idem(pg_write_t *w)
+static int flush_rows(pg_write_t *w)
+{
+    int rc = flush_rows_part(w, true);
+    return rc == STORE_OK ? flush_rows_part(w, false) : rc;
+}
+
+#define IDEM_UNNEST                                                                                                    \
+    "SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::int4[], $6::int4[], $7::bool[],"         \
+    " $8::int8[], $9::text[])"
+static const char INSERT_IDEM_SQL[] = "INSERT INTO tally_idem " IDEM_UNNEST;
+static const char REPLACE_IDEM_SQL[] =
+    "INSERT INTO tally_idem " IDEM_UNNEST " ON CONFLICT (\"user\", key) DO UPDATE SET expires_ms = excluded.expires_ms,"
+    " fingerprint = excluded.fingerprint, status = excluded.status, type = excluded.type, has_etag = excluded.has_etag,"
+    " etag_version = excluded.etag_version, body = excluded.body";
+
+/* The dirty records that were stored (replaced: an expired record, or a claim of schema 1's first
+ * builds) or not (a plain insert, as for rows). */
+static int flush_idem_part(pg_write_t *w, bool stored)
 {
     enum { U, K, EXP, FP, ST, TY, HE, EV, BODY, NCOL };
     pg_buf_t col[NCOL] = {0};
@@ -501,7 +511,7 @@ static int flush_idem(pg_write_t *w)
     size_t n = 0;
     for (size_t i = 0; i < w->idem.count; i++) {
         const pg_entry_t *e = &w->idem.entries[i];
-        if (!e->dirty)
+        if (!e->dirty || e->stored != stored)
             continue;
         char fp[2 * FINGERPRINT_LEN + 1];
         for (size_t k = 0; k < FINGERPRINT_LEN; k++)
@@ -527,18 +537,17 @@ static int flush_idem(pg_write_t *w)
         const char *p[NCOL];
         for (int c = 0; c < NCOL; c++)
             p[c] = col[c].buf;
-        rc = pg_wrun(
-            w, "write-keys",
-            "INSERT INTO tally_idem SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[],"
-            " $5::int4[], $6::int4[], $7::bool[], $8::int8[], $9::text[]) ON CONFLICT (\"user\", key) DO UPDATE"
-            " SET expires_ms = excluded.expires_ms, fingerprint = excluded.fingerprint, status = excluded.status,"
-            " type = excluded.type, has_etag = excluded.has_etag, etag_version = excluded.etag_version,"
-            " body = excluded.body",
-            NCOL, p);
+        rc = pg_wrun(w, "write-keys", stored ? REPLACE_IDEM_SQL : INSERT_IDEM_SQL, NCOL, p);
     }
     for (int c = 0; c < NCOL; c++)
         pg_buf_free(&col[c]);
     return rc;
+}
+
+static int flush_idem(pg_write_t *w)
+{
+    int rc = flush_idem_part(w, true);
+    return rc == STORE_OK ? flush_idem_part(w, false) : rc;
 }
 
 static int flush_counts(pg_write_t *w)
