@@ -217,6 +217,14 @@ PGresult *pg_rexec(pg_read_t *r, const char *what, const char *sql, int n, const
 int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void *arg);
 #define PG_LOG_COLUMNS "seq, item, \"user\", from_kind, to_kind, version, at_ms"
 
+/* Entries after $1, at most $2: positions have no gaps, so they lie in ($1, $3] with $3 = $1 + $2,
+ * a range of the primary key that is planned as one whatever the table's statistics say. */
+#define PG_LOG_RANGE_SQL "SELECT " PG_LOG_COLUMNS " FROM tally_log WHERE seq > $1 AND seq <= $3 ORDER BY seq LIMIT $2"
+static inline uint64_t pg_log_range_end(uint64_t after, uint64_t limit)
+{
+    return limit > (uint64_t)INT64_MAX - after ? (uint64_t)INT64_MAX : after + limit;
+}
+
 extern const store_ops_t pg_store_ops;
 
 #endif

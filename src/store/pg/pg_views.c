@@ -39,13 +39,13 @@ int pg_read_checkpoint(store_read_t *r_, uint64_t *seq)
 int pg_read_log(store_read_t *r_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
     pg_read_t *r = (pg_read_t *)r_;
-    char a[NUM_LEN], l[NUM_LEN];
+    char a[NUM_LEN], l[NUM_LEN], h[NUM_LEN];
     num(a, after);
     num(l, limit);
-    const char *p[] = {a, l};
+    num(h, pg_log_range_end(after, limit));
+    const char *p[] = {a, l, h};
     int rc;
-    PGresult *res = pg_rexec(
-        r, "read-log", "SELECT " PG_LOG_COLUMNS " FROM tally_log WHERE seq > $1 ORDER BY seq LIMIT $2", 2, p, &rc);
+    PGresult *res = pg_rexec(r, "read-log", PG_LOG_RANGE_SQL, 3, p, &rc);
     if (!res)
         return rc;
     rc = pg_log_rows(r->store, res, fn, arg);

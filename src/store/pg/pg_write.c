@@ -338,13 +338,13 @@ int pg_log_put(store_write_t *w_, uint64_t seq, const transition_t *t)
 int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
     pg_write_t *w = (pg_write_t *)w_;
-    char a[NUM_LEN], l[NUM_LEN];
+    char a[NUM_LEN], l[NUM_LEN], h[NUM_LEN];
     snprintf(a, sizeof a, "%" PRIu64, after);
     snprintf(l, sizeof l, "%zu", limit > INT64_MAX ? (size_t)INT64_MAX : limit);
-    const char *p[] = {a, l};
+    snprintf(h, sizeof h, "%" PRIu64, pg_log_range_end(after, limit));
+    const char *p[] = {a, l, h};
     int rc;
-    PGresult *res = pg_wexec(
-        w, "log-scan", "SELECT " PG_LOG_COLUMNS " FROM tally_log WHERE seq > $1 ORDER BY seq LIMIT $2", 2, p, &rc);
+    PGresult *res = pg_wexec(w, "log-scan", PG_LOG_RANGE_SQL, 3, p, &rc);
     if (!res)
         return rc;
     rc = pg_log_rows(w->store, res, fn, arg);
