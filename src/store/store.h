@@ -98,7 +98,7 @@ int store_write_commit(store_write_t *w); /* durable on STORE_OK; w is gone eith
 void store_write_abort(store_write_t *w);
 
 /* Names the rows and idempotency records the batch's commands will read, before any is read: a
- * shared store claims and locks them in one order (so two processes' batches cannot deadlock) and
+ * shared store locks the ones that exist in one order (so two processes' batches cannot deadlock) and
  * reads them in one round trip. Rows not named may still be read (slower). keys[i] is (user, key). */
 typedef struct {
     span_t a, b;

@@ -74,7 +74,7 @@ void pg_write_abort(store_write_t *w_)
     w->active = w->began = false;
 }
 
-/* --- claiming and locking the batch's rows and records --- */
+/* --- locking the batch's rows and records --- */
 
 static void pairs_arrays(const store_pair_t *p, size_t n, pg_buf_t *a, pg_buf_t *b)
 {
@@ -138,8 +138,8 @@ static const char LOCK_ROWS_SQL[] =
     "SELECT item, \"user\", kind, version FROM tally_rows WHERE (item, \"user\") IN (SELECT * FROM unnest($1::text[], "
     "$2::text[])) ORDER BY 1, 2 FOR UPDATE";
 
-/* Fills the cache from a claim's or a lock's rows. */
-static int claim_read(pg_write_t *w, const PGresult *res, bool rows)
+/* Fills the cache from a locking read's rows. */
+static int lock_read(pg_write_t *w, const PGresult *res, bool rows)
 {
     int rc = STORE_OK;
     for (int i = 0; rc == STORE_OK && i < PQntuples(res); i++) {
@@ -173,7 +173,7 @@ static int lock_missing(pg_write_t *w, const char *what, const char *lock_sql, p
         const char *p[] = {a.buf, b.buf};
         PGresult *res = a.failed || b.failed ? NULL : pg_wexec(w, what, lock_sql, 2, p, &rc);
         if (res)
-            rc = claim_read(w, res, rows);
+            rc = lock_read(w, res, rows);
         else if (rc == STORE_OK)
             rc = STORE_ERROR;
         PQclear(res);
@@ -225,7 +225,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
             continue;
         PGresult *res = pg_pipe_result(s, s->wconn, part == 0 ? "lock-keys" : "lock-rows", &rc);
         if (res)
-            rc = claim_read(w, res, part == 1);
+            rc = lock_read(w, res, part == 1);
         PQclear(res);
     }
     if (entered) {
@@ -437,7 +437,7 @@ int pg_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *dele
     snprintf(lim, sizeof lim, "%zu", limit);
     const char *p[] = {now, lim};
     int rc;
-    /* SKIP LOCKED: a record another node's batch holds is that batch's; claims (expiry 0) are left */
+    /* SKIP LOCKED: a record another node's batch holds is that batch's; claims of the first builds (expiry 0) are left */
     PGresult *res = pg_wexec(w, "idem-sweep",
                              "WITH d AS (DELETE FROM tally_idem WHERE ctid = ANY(ARRAY(SELECT ctid FROM tally_idem"
                              " WHERE expires_ms > 0 AND expires_ms <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1)"
