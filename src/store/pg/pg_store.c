@@ -66,7 +66,8 @@ int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *w
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
     if (state && (strcmp(state, "40P01") == 0 || strcmp(state, "40001") == 0 || strcmp(state, "23505") == 0 ||
                   strcmp(state, "55P03") == 0))
-        return STORE_RETRY; /* deadlock, serialization failure, a row or key inserted by another batch meanwhile, lock timeout */
+        return STORE_RETRY; /* deadlock, serialization failure, a row or key inserted by another batch meanwhile, lock
+                               timeout */
     if (state && strncmp(state, "08", 2) == 0) {
         pg_mark_down(s);
         return STORE_UNAVAILABLE;

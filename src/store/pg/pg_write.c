@@ -437,7 +437,8 @@ int pg_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *dele
     snprintf(lim, sizeof lim, "%zu", limit);
     const char *p[] = {now, lim};
     int rc;
-    /* SKIP LOCKED: a record another node's batch holds is that batch's; claims of the first builds (expiry 0) are left */
+    /* SKIP LOCKED: a record another node's batch holds is that batch's; claims of the first builds (expiry 0) are left
+     */
     PGresult *res = pg_wexec(w, "idem-sweep",
                              "WITH d AS (DELETE FROM tally_idem WHERE ctid = ANY(ARRAY(SELECT ctid FROM tally_idem"
                              " WHERE expires_ms > 0 AND expires_ms <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1)"
