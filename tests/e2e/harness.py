@@ -179,6 +179,28 @@ _uid_counter = itertools.count(1)
 _uid_salt = "%04x" % random.randrange(0x10000)
 
 
+def run_threads(targets, timeout=60):
+    """Run callables in threads; returns the exceptions they raised (bounded wait)."""
+    errors = []
+
+    def wrap(fn):
+        try:
+            fn()
+        except BaseException as e:  # reported by the test
+            errors.append(e)
+
+    threads = [threading.Thread(target=wrap, args=(fn,), daemon=True) for fn in targets]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    alive = sum(t.is_alive() for t in threads)
+    if alive:
+        errors.append(AssertionError("%d threads still running after %ss" % (alive, timeout)))
+    return errors
+
+
 def uid(prefix="x"):
     """A fresh id in the item/user alphabet, unique within this test run."""
     return "%s-%s-%d" % (prefix, _uid_salt, next(_uid_counter))

@@ -5,31 +5,9 @@ import threading
 import time
 import unittest
 
-from harness import SharedServerTestCase, uid
+from harness import SharedServerTestCase, uid, run_threads
 
 KINDS = ("like", "dislike")
-
-
-def run_threads(targets, timeout=60):
-    """Run callables in threads; returns the exceptions they raised (bounded wait)."""
-    errors = []
-
-    def wrap(fn):
-        try:
-            fn()
-        except BaseException as e:  # collected and reported by the test
-            errors.append(e)
-
-    threads = [threading.Thread(target=wrap, args=(fn,), daemon=True) for fn in targets]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    alive = sum(t.is_alive() for t in threads)
-    if alive:
-        errors.append(AssertionError("%d threads still running after %ss" % (alive, timeout)))
-    return errors
 
 
 class ConcurrencyTest(SharedServerTestCase):

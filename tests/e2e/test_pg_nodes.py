@@ -19,34 +19,12 @@ import time
 import unittest
 
 from harness import (PG, SLOW, PgDatabase, Server, TallyTestCase, pg_only, pgcluster_module,
-                     run_tallyd, tail, uid)
+                     run_tallyd, tail, uid, run_threads)
 
 ADMIN = {"X-User-Id": "admin"}
 KINDS = ("like", "dislike")
 FAST = ["--rate-limit", "off", "--recount-interval", "0"]  # no limit, no periodic recount
 TAKEOVER_S = 5.0  # API/issue: another node takes the fold over within seconds
-
-
-def run_threads(targets, timeout=60):
-    """Runs callables in threads; returns the exceptions they raised (bounded wait)."""
-    errors = []
-
-    def wrap(fn):
-        try:
-            fn()
-        except BaseException as e:  # reported by the test
-            errors.append(e)
-
-    threads = [threading.Thread(target=wrap, args=(fn,), daemon=True) for fn in targets]
-    for t in threads:
-        t.start()
-    deadline = time.monotonic() + timeout
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
-    alive = sum(t.is_alive() for t in threads)
-    if alive:
-        errors.append(AssertionError("%d threads still running after %ss" % (alive, timeout)))
-    return errors
 
 
 def toggle(node, item, user, reaction, key, client=None):
