@@ -15,6 +15,8 @@
 
 /* --- connections --- */
 
+static bool page_prepare(PGconn *conn);
+
 PGconn *pg_connect(const pg_store_t *s, char *err, size_t errlen)
 {
     /* tally's defaults first: the URI's own settings (expanded from dbname) override them. The
@@ -235,6 +237,11 @@ PGconn *pg_pool_take(pg_store_t *s, uint64_t *made)
     if (!pg_may_try(s))
         return NULL;
     conn = pg_connect(s, NULL, 0);
+    if (conn && !page_prepare(conn)) {
+        pg_result_rc(s, conn, NULL, "prepare");
+        PQfinish(conn);
+        conn = NULL;
+    }
     if (!conn) {
         pg_mark_down(s);
         atomic_store(&s->down_since_ms, clock_ms(CLOCK_MONOTONIC));
@@ -795,13 +802,34 @@ int pg_read_row(store_read_t *r_, span_t item, span_t user, reaction_row_t *row)
     return STORE_OK;
 }
 
-/* One statement for a feed page: the items' counts and the user's rows (a second, begun with the
- * snapshot in the same round trip when it is the snapshot's first). */
+/* The feed page's statement, prepared on every reader connection (parsed and planned once, not
+ * per page): the items' counts and, with a user, the user's rows among them. */
+#define PAGE_COUNTS_SQL "SELECT 0, item, kind, n FROM tally_counts WHERE item = ANY($1::text[])"
+static const char PAGE_SQL[] = PAGE_COUNTS_SQL;
+static const char PAGE_USER_SQL[] = PAGE_COUNTS_SQL " UNION ALL SELECT 1, item, kind, version FROM tally_rows"
+                                                    " WHERE \"user\" = $2 AND item = ANY($1::text[])";
+
+static bool page_prepare(PGconn *conn)
+{
+    bool ok = true;
+    for (int u = 0; u < 2 && ok; u++) {
+        PGresult *res = PQprepare(conn, u ? "tally_page_user" : "tally_page", u ? PAGE_USER_SQL : PAGE_SQL, 0, NULL);
+        ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
+        PQclear(res);
+    }
+    return ok;
+}
+
+/* A feed page in one round trip: the snapshot's BEGIN (when this is its first read) and the
+ * prepared statement, pipelined. */
 int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
                  reaction_row_t *rows)
 {
     pg_read_t *r = (pg_read_t *)r_;
-    pg_buf_t list = {0}, sql = {0};
+    pg_store_t *s = r->store;
+    pg_buf_t list = {0};
+    char who[ID_MAX_LEN + 1];
+    snprintf(who, sizeof who, "%.*s", (int)(user.len < ID_MAX_LEN ? user.len : ID_MAX_LEN), user.ptr);
     pg_buf_open(&list);
     for (size_t i = 0; i < n; i++) {
         memset(counts[i], 0, sizeof counts[i]);
@@ -810,54 +838,50 @@ int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, i
         pg_buf_text_elem(&list, items[i].ptr, items[i].len);
     }
     pg_buf_close(&list);
-    char *ids = list.failed ? NULL : PQescapeLiteral(r->conn, list.buf, list.len);
-    char *who = user.len ? PQescapeLiteral(r->conn, user.ptr, user.len) : NULL;
-    int rc = STORE_OK;
-    if (!ids || (user.len && !who)) {
-        rc = STORE_ERROR;
-        goto done;
+    if (list.failed) {
+        pg_buf_free(&list);
+        return STORE_ERROR;
     }
-    if (!r->began)
-        pg_buf_str(&sql, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY;");
-    pg_buf_str(&sql, "SELECT 0, item, kind, n FROM tally_counts WHERE item = ANY(");
-    pg_buf_str(&sql, ids);
-    pg_buf_str(&sql, "::text[])");
-    if (who) {
-        pg_buf_str(&sql, " UNION ALL SELECT 1, item, kind, version FROM tally_rows WHERE \"user\" = ");
-        pg_buf_str(&sql, who);
-        pg_buf_str(&sql, " AND item = ANY(");
-        pg_buf_str(&sql, ids);
-        pg_buf_str(&sql, "::text[])");
+    const char *p[] = {list.buf, who};
+    bool send_begin = !r->began;
+    int rc = pg_pipe_enter(s, r->conn);
+    bool entered = rc == STORE_OK;
+    if (rc == STORE_OK && send_begin)
+        rc = pg_pipe_send(s, r->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL);
+    if (rc == STORE_OK) {
+        atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
+        if (PQsendQueryPrepared(r->conn, user.len ? "tally_page_user" : "tally_page", user.len ? 2 : 1, p, NULL, NULL,
+                                0) != 1)
+            rc = pg_result_rc(s, r->conn, NULL, "read-many");
     }
-    if (sql.failed || !PQsendQuery(r->conn, sql.buf)) {
-        rc = sql.failed ? STORE_ERROR : pg_result_rc(r->store, r->conn, NULL, "read-many");
-        goto done;
-    }
-    r->began = true;
-    for (PGresult *res; (res = PQgetResult(r->conn));) {
-        ExecStatusType st = PQresultStatus(res);
-        if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK && rc == STORE_OK)
-            rc = pg_result_rc(r->store, r->conn, res, "read-many");
-        for (int t = 0; st == PGRES_TUPLES_OK && t < PQntuples(res); t++) {
-            span_t item = {PQgetvalue(res, t, 1), (size_t)PQgetlength(res, t, 1)};
-            int k = pg_cfg_kind(r->store, strtol(PQgetvalue(res, t, 2), NULL, 10));
-            long long v = strtoll(PQgetvalue(res, t, 3), NULL, 10);
-            for (size_t i = 0; i < n; i++) { /* an id may be asked twice */
-                if (!span_eq(items[i], item))
-                    continue;
-                if (PQgetvalue(res, t, 0)[0] == '0' && k != KIND_NONE)
-                    counts[i][k] = v;
-                else if (PQgetvalue(res, t, 0)[0] == '1')
-                    rows[i] = (reaction_row_t){k, (uint64_t)v};
-            }
-        }
-        PQclear(res);
-    }
-done:
-    PQfreemem(ids);
-    PQfreemem(who);
     pg_buf_free(&list);
-    pg_buf_free(&sql);
+    if (rc == STORE_OK)
+        rc = pg_pipe_sync(s, r->conn);
+    if (rc == STORE_OK && send_begin) {
+        PQclear(pg_pipe_result(s, r->conn, "begin", &rc));
+        r->began = rc == STORE_OK;
+    }
+    PGresult *res = rc == STORE_OK ? pg_pipe_result(s, r->conn, "read-many", &rc) : NULL;
+    for (int t = 0; res && t < PQntuples(res); t++) {
+        span_t item = {PQgetvalue(res, t, 1), (size_t)PQgetlength(res, t, 1)};
+        int k = pg_cfg_kind(s, strtol(PQgetvalue(res, t, 2), NULL, 10));
+        long long v = strtoll(PQgetvalue(res, t, 3), NULL, 10);
+        for (size_t i = 0; i < n; i++) { /* an id may be asked twice */
+            if (!span_eq(items[i], item))
+                continue;
+            if (PQgetvalue(res, t, 0)[0] == '0' && k != KIND_NONE)
+                counts[i][k] = v;
+            else if (PQgetvalue(res, t, 0)[0] == '1')
+                rows[i] = (reaction_row_t){k, (uint64_t)v};
+        }
+    }
+    PQclear(res);
+    if (entered) {
+        int left = pg_pipe_leave(s, r->conn);
+        if (rc == STORE_OK)
+            rc = left;
+    }
+    r->began = r->began || (send_begin && PQtransactionStatus(r->conn) != PQTRANS_IDLE);
     return rc;
 }
 
