@@ -264,7 +264,7 @@ static int walk(pg_write_t *w, const char *sql, span_t fixed, span_t after, size
         if (!e && (e = pg_cache_put(&w->rows, item, user))) {
             e->row.kind = pg_cfg_kind(w->store, strtol(PQgetvalue(res, i, 2), NULL, 10));
             e->row.version = strtoull(PQgetvalue(res, i, 3), NULL, 10);
-            e->present = true;
+            e->present = e->stored = true;
         }
     }
     for (int i = 0; i < n; i++) {
