@@ -24,16 +24,24 @@ static void cstr(char out[ID_MAX_LEN + 1], span_t s)
     snprintf(out, ID_MAX_LEN + 1, "%.*s", (int)(s.len > ID_MAX_LEN ? ID_MAX_LEN : s.len), s.ptr);
 }
 
-int pg_read_checkpoint(store_read_t *r_, uint64_t *seq)
+/* The first row of a query of ncols numbers, in r's snapshot (zeros when there is no row). */
+static int read_numbers(pg_read_t *r, const char *what, const char *sql, int n, const char *const *params,
+                        uint64_t *out, int ncols)
 {
-    pg_read_t *r = (pg_read_t *)r_;
     int rc;
-    PGresult *res = pg_rexec(r, "read-checkpoint", "SELECT checkpoint FROM tally_pipeline WHERE id = 1", 0, NULL, &rc);
+    PGresult *res = pg_rexec(r, what, sql, n, params, &rc);
     if (!res)
         return rc;
-    *seq = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+    for (int c = 0; c < ncols; c++)
+        out[c] = PQntuples(res) >= 1 && c < PQnfields(res) ? strtoull(PQgetvalue(res, 0, c), NULL, 10) : 0;
     PQclear(res);
     return STORE_OK;
+}
+
+int pg_read_checkpoint(store_read_t *r_, uint64_t *seq)
+{
+    return read_numbers((pg_read_t *)r_, "read-checkpoint", "SELECT checkpoint FROM tally_pipeline WHERE id = 1", 0,
+                        NULL, seq, 1);
 }
 
 int pg_read_log(store_read_t *r_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
@@ -55,18 +63,14 @@ int pg_read_log(store_read_t *r_, uint64_t after, size_t limit, store_log_fn fn,
 
 int pg_read_log_bounds(store_read_t *r_, uint64_t *first, uint64_t *last)
 {
-    pg_read_t *r = (pg_read_t *)r_;
-    int rc;
-    PGresult *res = pg_rexec(r, "log-bounds",
-                             "SELECT coalesce((SELECT min(seq) FROM tally_log), 0), coalesce((SELECT max(seq) FROM "
-                             "tally_log), 0)",
-                             0, NULL, &rc);
-    if (!res)
-        return rc;
-    *first = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-    *last = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
-    PQclear(res);
-    return STORE_OK;
+    uint64_t bounds[2] = {0, 0};
+    int rc = read_numbers((pg_read_t *)r_, "log-bounds",
+                          "SELECT coalesce((SELECT min(seq) FROM tally_log), 0),"
+                          " coalesce((SELECT max(seq) FROM tally_log), 0)",
+                          0, NULL, bounds, 2);
+    *first = bounds[0];
+    *last = bounds[1];
+    return rc;
 }
 
 int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX + 1])
@@ -148,22 +152,15 @@ int pg_read_rows(store_read_t *r_, store_row_fn fn, void *arg)
 
 int pg_read_log_seek(store_read_t *r_, uint64_t at_ms, uint64_t *seq)
 {
-    pg_read_t *r = (pg_read_t *)r_;
     char a[NUM_LEN];
     num(a, at_ms);
     const char *p[] = {a};
-    int rc;
     /* Nodes' clocks differ a little: the first entry at or after at_ms in log order is close enough
      * for what uses it (where trending starts replaying). */
-    PGresult *res = pg_rexec(r, "log-seek",
-                             "SELECT coalesce((SELECT seq FROM tally_log WHERE at_ms >= $1 ORDER BY seq LIMIT 1),"
-                             " (SELECT coalesce(max(seq), 0) + 1 FROM tally_log))",
-                             1, p, &rc);
-    if (!res)
-        return rc;
-    *seq = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-    PQclear(res);
-    return STORE_OK;
+    return read_numbers((pg_read_t *)r_, "log-seek",
+                        "SELECT coalesce((SELECT seq FROM tally_log WHERE at_ms >= $1 ORDER BY seq LIMIT 1),"
+                        " (SELECT coalesce(max(seq), 0) + 1 FROM tally_log))",
+                        1, p, seq, 1);
 }
 
 int pg_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
