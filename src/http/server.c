@@ -181,6 +181,30 @@ static bool framing_conflicts(const struct phr_header *headers, size_t n)
     return differ || encodings > 1 || (encodings && lengths);
 }
 
+/* A request head as it stands at the start of a connection's input buffer. */
+typedef struct {
+    span_t method, path;
+    struct phr_header headers[HEAD_HEADERS_MAX];
+    size_t nheaders;
+    size_t len; /* bytes looked at */
+} raw_head_t;
+
+/* Parses the head at the start of sock's input: picohttpparser's result (the head's length, -2
+ * when it is incomplete, -1 when it is malformed). */
+static int raw_head_parse(h2o_socket_t *sock, raw_head_t *head)
+{
+    const char *method = NULL, *path = NULL;
+    size_t method_len = 0, path_len = 0;
+    int minor;
+    head->nheaders = HEAD_HEADERS_MAX;
+    head->len = sock->input->size < H2O_MAX_REQLEN ? sock->input->size : H2O_MAX_REQLEN;
+    int n = phr_parse_request(sock->input->bytes, head->len, &method, &method_len, &path, &path_len, &minor,
+                              head->headers, &head->nheaders, 0);
+    head->method = (span_t){method, method_len};
+    head->path = (span_t){path, path_len};
+    return n;
+}
+
 /* h2o keeps neither Content-Length nor Transfer-Encoding among the headers a handler sees, so the
  * head is parsed again from the connection's input buffer, where it stays (lower-cased names aside)
  * until the answer is sent: with a body, h2o reads it after the head, and chunked decoding only
@@ -191,16 +215,10 @@ bool http_req_framing_ok(const http_request_t *request)
     h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
     if (!sock || !sock->input || sock->input->size == 0)
         return true;
-    const char *method, *path;
-    size_t method_len, path_len, nheaders = HEAD_HEADERS_MAX;
-    int minor;
-    struct phr_header headers[HEAD_HEADERS_MAX];
-    size_t len = sock->input->size < H2O_MAX_REQLEN ? sock->input->size : H2O_MAX_REQLEN;
-    int n = phr_parse_request(sock->input->bytes, len, &method, &method_len, &path, &path_len, &minor, headers,
-                              &nheaders, 0);
-    if (n <= 0)
+    raw_head_t head;
+    if (raw_head_parse(sock, &head) <= 0)
         return true; /* not the head of this request: nothing to say */
-    return !framing_conflicts(headers, nheaders);
+    return !framing_conflicts(head.headers, head.nheaders);
 }
 
 span_t http_req_body(const http_request_t *req)
@@ -586,14 +604,9 @@ static void on_peek_read(h2o_socket_t *sock, const char *err)
         h2o_socket_close(sock);
         return;
     }
-    const char *method, *path;
-    size_t method_len, path_len, nheaders = HEAD_HEADERS_MAX;
-    int minor;
-    struct phr_header headers[HEAD_HEADERS_MAX];
-    size_t len = sock->input->size < H2O_MAX_REQLEN ? sock->input->size : H2O_MAX_REQLEN;
-    int n = phr_parse_request(sock->input->bytes, len, &method, &method_len, &path, &path_len, &minor, headers,
-                              &nheaders, 0);
-    if (n == -2 && len < H2O_MAX_REQLEN)
+    raw_head_t head;
+    int n = raw_head_parse(sock, &head);
+    if (n == -2 && head.len < H2O_MAX_REQLEN)
         return; /* wait for the rest of the head */
     if (n < 0) {
         if (slot->reserve_slot) {
@@ -604,7 +617,7 @@ static void on_peek_read(h2o_socket_t *sock, const char *err)
         }
         return;
     }
-    classify(slot, (span_t){method, method_len}, (span_t){path, path_len}, headers, nheaders);
+    classify(slot, head.method, head.path, head.headers, head.nheaders);
 }
 
 static void note_accept_error(int err)
