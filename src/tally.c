@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "core/jwt.h"
+#include "core/kindsjson.h"
 #include "core/parse.h"
 #include "engine/import.h"
 #include "engine/move.h"
@@ -221,9 +222,17 @@ static int cmd_import(int argc, char **argv)
 static int export_row(void *arg, span_t item, span_t user, const reaction_row_t *row)
 {
     const kinds_t *kinds = arg;
-    if (row->kind != KIND_NONE)
-        printf("{\"item\":\"%.*s\",\"user\":\"%.*s\",\"reaction\":\"%s\"}\n", (int)item.len, item.ptr, (int)user.len,
-               user.ptr, kinds_name(kinds, row->kind));
+    if (row->set == KINDSET_EMPTY)
+        return 0;
+    /* the import's own line: a reaction in one mode, reactions in many */
+    json_t *line = json_pack("{s:s%,s:s%,s:o?}", "item", item.ptr, item.len, "user", user.ptr, user.len,
+                             kindset_member(kinds), kindset_json(kinds, row->set));
+    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    json_decref(line);
+    if (!text)
+        return 1;
+    puts(text);
+    free(text);
     return ferror(stdout) ? 1 : 0;
 }
 
@@ -383,7 +392,7 @@ static int cmd_verify(int argc, char **argv)
         const kinds_t *kinds = store_kinds(store);
         for (size_t i = 0; i < rep.ndrift; i++)
             printf("drift item=%s kind=%s counted=%lld stored=%lld\n", rep.drift[i].item,
-                   kinds_name(kinds, rep.drift[i].kind), (long long)rep.drift[i].counted,
+                   kinds_count_name(kinds, rep.drift[i].kind), (long long)rep.drift[i].counted,
                    (long long)rep.drift[i].stored);
         printf("checked %zu items, %zu drift\n", rep.checked, rep.ndrift);
     } else {

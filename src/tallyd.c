@@ -45,6 +45,7 @@ typedef struct {
     const char *data;
     const char *store; /* --store URI; NULL: the embedded store in data */
     const char *reactions;
+    const char *reaction_mode;
     const char *jwt_secret_file;
     uint64_t threads; /* 0: the number of CPUs */
     uint64_t idem_ttl_ms;
@@ -138,6 +139,15 @@ static const char *set_rate(const flag_t *f, const char *value, void *dest)
     return ratelimit_parse(value, dest) == 0 ? NULL : f->why;
 }
 
+static const char *set_mode(const flag_t *f, const char *value, void *dest)
+{
+    (void)f;
+    if (strcmp(value, "one") != 0 && strcmp(value, "many") != 0)
+        return "expected one or many";
+    *(const char **)dest = value;
+    return NULL;
+}
+
 static const char *set_store(const flag_t *f, const char *value, void *dest)
 {
     (void)f;
@@ -180,6 +190,9 @@ static const flag_t flags[] = {
      "(libpq's URI; PG* variables and ~/.pgpass apply; not with --data)",
      set_store, OPT(store)},
     {"--reactions", "LIST", KINDS_DEFAULT, "reaction kinds, comma-separated, a-z 0-9 _", set_string, OPT(reactions)},
+    {"--reaction-mode", "one|many", "one",
+     "one: a user holds one kind per item; many: any set of kinds\n(a store of one mode may be reopened in many)",
+     set_mode, OPT(reaction_mode)},
     {"--jwt-secret-file", "FILE", NULL,
      "HS256 secrets, one per line (the first signs; all verify); re-read on\n"
      "SIGHUP (default: the TALLY_JWT_SECRET environment variable)",
@@ -579,6 +592,7 @@ int main(int argc, char **argv)
         o.data = DATA_DIR_DEFAULT;
     if (kinds_parse(&kinds, o.reactions, err, sizeof err) != 0)
         die_usage("--reactions", err);
+    kinds.mode = strcmp(o.reaction_mode, "many") == 0 ? REACTION_MODE_MANY : REACTION_MODE_ONE;
     int rc = auth_setup(&app, &keys, &o);
     if (rc != 0)
         return rc;
@@ -610,7 +624,7 @@ int main(int argc, char **argv)
         .row_filter_bytes = o.row_filter,
         .idem_ttl_ms = o.idem_ttl_ms,
         .log_retention_ms = o.log_retention_ms,
-        .reaction_mode = "one",
+        .reaction_mode = o.reaction_mode,
     };
     if (store_open(o.store ? o.store : o.data, &kinds, &sopt, &store, err, sizeof err) != STORE_OK) {
         fprintf(stderr, "tallyd: %s\n", err);

@@ -1,6 +1,8 @@
 /* answer.c — rendering of write answers and problem details with jansson. */
 #include "core/answer.h"
 
+#include "core/kindsjson.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,12 +79,12 @@ static int answer_from_json(answer_t *a, int status, answer_type_t type, json_t 
     return 0;
 }
 
-int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, int reaction, int previous, uint64_t version,
-                        bool changed)
+int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, kindset_t reaction, kindset_t previous,
+                        uint64_t version, bool changed)
 {
-    json_t *obj =
-        json_pack("{s:s%,s:s,s:s,s:I,s:b}", "item", item.ptr, item.len, "reaction", kinds_name(kinds, reaction),
-                  "previous", kinds_name(kinds, previous), "version", (json_int_t)version, "changed", changed);
+    json_t *obj = json_pack("{s:s%,s:o?,s:o?,s:I,s:b}", "item", item.ptr, item.len, kindset_member(kinds),
+                            kindset_json(kinds, reaction), "previous", kindset_json(kinds, previous), "version",
+                            (json_int_t)version, "changed", changed);
     int rc = answer_from_json(a, 200, ANSWER_JSON, obj);
     if (rc == 0) {
         a->has_etag = true;
@@ -104,13 +106,13 @@ int answer_problem(answer_t *a, int status, const char *code, const char *detail
     return answer_from_json(a, status, ANSWER_PROBLEM, problem_object(status, code, detail));
 }
 
-int answer_version_mismatch(answer_t *a, const kinds_t *kinds, int reaction, uint64_t version)
+int answer_version_mismatch(answer_t *a, const kinds_t *kinds, kindset_t reaction, uint64_t version)
 {
     char detail[96];
     snprintf(detail, sizeof detail, "the reaction is at version %llu", (unsigned long long)version);
     json_t *obj = problem_object(412, "version-mismatch", detail);
     if (obj) {
-        json_object_set_new(obj, "reaction", json_string(kinds_name(kinds, reaction)));
+        json_object_set_new(obj, kindset_member(kinds), kindset_json(kinds, reaction));
         json_object_set_new(obj, "version", json_integer((json_int_t)version));
     }
     return answer_from_json(a, 412, ANSWER_PROBLEM, obj);

@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "core/kinds.h"
+#include "core/reaction.h"
 #include "core/span.h"
 
 typedef enum {
@@ -31,15 +32,16 @@ typedef struct {
 /* Each render function fills a (previous body freed) and returns 0, or -1 when out of memory, in
  * which case a holds a 500 problem with a static body-less fallback. */
 
-/* {"item":…,"reaction":…,"previous":…,"version":…,"changed":…} with ETag. */
-int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, int reaction, int previous, uint64_t version,
-                        bool changed);
+/* {"item":…,"reaction":…,"previous":…,"version":…,"changed":…} with ETag ("reactions" and arrays in
+ * many mode). */
+int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, kindset_t reaction, kindset_t previous,
+                        uint64_t version, bool changed);
 
 /* RFC 9457 problem: {"type":"urn:tally:error:<code>","title":…,"status":…,"detail":…}. */
 int answer_problem(answer_t *a, int status, const char *code, const char *detail);
 
 /* 412 version-mismatch, with the row's current reaction and version as members. */
-int answer_version_mismatch(answer_t *a, const kinds_t *kinds, int reaction, uint64_t version);
+int answer_version_mismatch(answer_t *a, const kinds_t *kinds, kindset_t reaction, uint64_t version);
 
 /* Takes ownership of a malloc'd JSON body. */
 void answer_set_body(answer_t *a, int status, answer_type_t type, char *body, size_t len);

@@ -64,9 +64,26 @@ void itemjson_append(textbuf_t *b, const kinds_t *kinds, span_t item, const int6
         integer(b, counts[k]);
     }
     LIT(b, "}");
+    if (kinds->mode == REACTION_MODE_MANY) {
+        LIT(b, ",\"reactors\":");
+        integer(b, counts[KIND_NONE]);
+    }
     if (viewer) {
-        LIT(b, ",\"viewer\":{\"reaction\":");
-        safe_string(b, span_of(kinds_name(kinds, viewer->kind)));
+        if (kinds->mode == REACTION_MODE_MANY) {
+            LIT(b, ",\"viewer\":{\"reactions\":[");
+            bool first = true;
+            for (int k = 1; k <= kinds->count; k++)
+                if (kindset_has(viewer->set, k)) {
+                    if (!first)
+                        LIT(b, ",");
+                    first = false;
+                    safe_string(b, span_of(kinds_name(kinds, k)));
+                }
+            LIT(b, "]");
+        } else {
+            LIT(b, ",\"viewer\":{\"reaction\":");
+            safe_string(b, span_of(kinds_name(kinds, kindset_single(viewer->set))));
+        }
         LIT(b, ",\"version\":");
         integer(b, (int64_t)viewer->version);
         LIT(b, "}");

@@ -11,7 +11,15 @@
 #define KIND_NONE 0
 #define KINDS_DEFAULT "like,dislike"
 
+/* --reaction-mode: one kind per user and item (YouTube) or a set of kinds (GitHub, Slack). */
+typedef enum {
+    REACTION_MODE_ONE,
+    REACTION_MODE_MANY,
+} reaction_mode_t;
+
+/* The configured vocabulary of reactions: the kinds and the mode they are held in. */
 typedef struct {
+    reaction_mode_t mode;
     int count;                                    /* number of kinds, 1..KINDS_MAX */
     char names[KINDS_MAX + 1][KIND_NAME_MAX + 1]; /* names[0] is "none" */
 } kinds_t;
@@ -26,6 +34,12 @@ int kinds_find(const kinds_t *kinds, span_t name, bool allow_none);
 static inline const char *kinds_name(const kinds_t *kinds, int code)
 {
     return kinds->names[code];
+}
+
+/* The name of a count slot: a kind, or "reactors" for slot 0 (users whose set is not empty). */
+static inline const char *kinds_count_name(const kinds_t *kinds, int code)
+{
+    return code == KIND_NONE ? "reactors" : kinds->names[code];
 }
 
 #endif

@@ -1,5 +1,7 @@
 /* reaction.h — the reaction row, what a click asks for, and the transition it causes.
- * Pure logic: the delta table of the seed generalised to N kinds. */
+ * Pure logic: the delta table of the seed generalised to sets of kinds. A row holds a set of kinds;
+ * one-of mode (`--reaction-mode one`) is the case of sets of at most one kind, so both modes share
+ * one write path and one fold. */
 #ifndef TALLY_CORE_REACTION_H
 #define TALLY_CORE_REACTION_H
 
@@ -8,34 +10,64 @@
 #include "core/kinds.h"
 #include "core/span.h"
 
+/* A set of kind codes: bit c for code c (1..KINDS_MAX); bit 0 (`none`) is never set, and the empty
+ * set is the reaction `none`. */
+typedef uint32_t kindset_t;
+#define KINDSET_EMPTY ((kindset_t)0)
+#define KINDSET_ALL(count) ((kindset_t)(((1u << (count)) - 1u) << 1))
+
+static inline kindset_t kindset_of(int code)
+{
+    return code == KIND_NONE ? KINDSET_EMPTY : (kindset_t)1 << code;
+}
+
+static inline bool kindset_has(kindset_t set, int code)
+{
+    return code != KIND_NONE && (set >> code & 1u);
+}
+
+static inline int kindset_size(kindset_t set)
+{
+    return __builtin_popcount(set);
+}
+
+/* The kind of a set of at most one kind: KIND_NONE for the empty set. */
+static inline int kindset_single(kindset_t set)
+{
+    return set ? __builtin_ctz(set) : KIND_NONE;
+}
+
 /* One user's reaction to one item: the truth every count is derived from. version 0 = no row. */
 typedef struct {
-    int kind;
+    kindset_t set;
     uint64_t version;
 } reaction_row_t;
 
-/* What a write asks for. */
+/* What a write asks for, with a set of kinds as its argument. */
 typedef enum {
-    REACT_SET,      /* set kind (KIND_NONE clears) */
-    REACT_CLEAR_IF, /* clear only if the current reaction is kind */
-    REACT_TOGGLE,   /* clear if the current reaction is kind, else set it */
+    REACT_SET,    /* the set becomes the argument (empty clears) */
+    REACT_ADD,    /* the argument's kind joins: in one mode it replaces the current kind */
+    REACT_REMOVE, /* the argument's kinds leave (in one mode: clear only if the reaction is that kind) */
+    REACT_TOGGLE, /* remove the kind if it is held, else add it */
 } react_op_t;
 
 /* One real change of a row. */
 typedef struct {
     span_t item;
     span_t user;
-    int from;
-    int to;
+    kindset_t from;
+    kindset_t to;
     uint64_t version; /* the row's version after the change */
     uint64_t at_ms;   /* wall-clock commit time, ms since the epoch */
 } transition_t;
 
-/* The reaction a row ends up with when op(kind) is applied to current. */
-int reaction_target(react_op_t op, int kind, int current);
+/* The set a row ends up with when op(arg) is applied to current in mode. In one mode every result
+ * holds at most one kind when arg and current do. */
+kindset_t reaction_target(reaction_mode_t mode, react_op_t op, kindset_t arg, kindset_t current);
 
-/* Adds the transition from→to to deltas (indexed by kind code; index 0, `none`, is never touched):
- * -1 on from unless none, +1 on to unless none. from == to adds nothing. */
-void reaction_deltas_add(int from, int to, int64_t deltas[KINDS_MAX + 1]);
+/* Adds the transition from→to to deltas (indexed by kind code): -1 for each kind that left the set,
+ * +1 for each that joined; and deltas[0], the item's reactors (users whose set is not empty), +1
+ * when the set stops being empty, -1 when it becomes empty. from == to adds nothing. */
+void reaction_deltas_add(kindset_t from, kindset_t to, int64_t deltas[KINDS_MAX + 1]);
 
 #endif

@@ -1,13 +1,16 @@
 /* import.c — parsing import records and feeding them to the writer in batches. */
 #include "engine/import.h"
 
+#include "core/kindsjson.h"
+
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 typedef struct {
     span_t item, user;
-    int kind;
+    kindset_t set;
+    char error[96]; /* what is wrong with the reactions, when they are */
 } record_t;
 
 static int reject(import_report_t *rep, uint64_t line, const char *error)
@@ -27,30 +30,50 @@ static int reject(import_report_t *rep, uint64_t line, const char *error)
     return 0;
 }
 
-/* Checks the fields of a record; returns NULL or what is wrong. */
-static const char *record_check(const kinds_t *kinds, record_t *rec, span_t reaction)
+/* Checks the ids of a record; returns NULL or what is wrong. */
+static const char *record_check(record_t *rec)
 {
     if (!id_valid(rec->item))
         return "invalid item id";
     if (!id_valid(rec->user))
         return "invalid user id";
-    rec->kind = kinds_find(kinds, reaction, true);
-    return rec->kind < 0 ? "unknown reaction" : NULL;
+    return NULL;
 }
 
-/* {"item":…,"user":…,"reaction":…}; the spans point into doc. */
+/* One reaction name (or none) as a set. */
+static const char *record_kind(const kinds_t *kinds, record_t *rec, span_t reaction)
+{
+    int k = kinds_find(kinds, reaction, true);
+    rec->set = kindset_of(k);
+    return k < 0 ? "unknown reaction" : NULL;
+}
+
+/* {"item":…,"user":…,"reaction":…}, or in many mode {"item":…,"user":…,"reactions":[…]}; the spans
+ * point into doc. */
 static const char *parse_ndjson(const kinds_t *kinds, span_t line, json_t **doc, record_t *rec)
 {
     *doc = json_loadb(line.ptr, line.len, JSON_REJECT_DUPLICATES, NULL);
     json_t *item = json_object_get(*doc, "item"), *user = json_object_get(*doc, "user"),
-           *reaction = json_object_get(*doc, "reaction");
+           *reaction = json_object_get(*doc, "reaction"), *reactions = json_object_get(*doc, "reactions");
     if (!json_is_object(*doc))
         return "not a JSON object";
-    if (!json_is_string(item) || !json_is_string(user) || !json_is_string(reaction))
-        return "item, user and reaction must be strings";
+    if (!json_is_string(item) || !json_is_string(user))
+        return "item and user must be strings";
     rec->item = (span_t){json_string_value(item), json_string_length(item)};
     rec->user = (span_t){json_string_value(user), json_string_length(user)};
-    return record_check(kinds, rec, (span_t){json_string_value(reaction), json_string_length(reaction)});
+    const char *error = record_check(rec);
+    if (error)
+        return error;
+    if (reactions && kinds->mode == REACTION_MODE_ONE)
+        return "reactions (a set) needs --reaction-mode many; give one reaction";
+    if (!reaction == !reactions)
+        return kinds->mode == REACTION_MODE_MANY ? "give either reaction (a string) or reactions (an array)"
+                                                 : "reaction must be a string";
+    if (reactions)
+        return kindset_from_json(kinds, reactions, &rec->set, rec->error, sizeof rec->error) ? rec->error : NULL;
+    if (!json_is_string(reaction))
+        return "reaction must be a string";
+    return record_kind(kinds, rec, (span_t){json_string_value(reaction), json_string_length(reaction)});
 }
 
 static span_t csv_field(span_t f)
@@ -60,8 +83,9 @@ static span_t csv_field(span_t f)
     return f;
 }
 
-/* item,user,reaction — ids cannot hold commas or quotes, so a field is plain or simply quoted. */
-static const char *parse_csv(const kinds_t *kinds, span_t line, record_t *rec)
+/* item,user,reaction (or, with a header naming reactions, kinds joined by |) — ids cannot hold commas
+ * or quotes, so a field is plain or simply quoted. */
+static const char *parse_csv(const kinds_t *kinds, span_t line, bool sets, record_t *rec)
 {
     span_t f[3];
     size_t pos = 0, n = 0;
@@ -75,7 +99,10 @@ static const char *parse_csv(const kinds_t *kinds, span_t line, record_t *rec)
         return "expected 3 fields: item,user,reaction";
     rec->item = f[0];
     rec->user = f[1];
-    return record_check(kinds, rec, f[2]);
+    const char *error = record_check(rec);
+    if (error || !sets)
+        return error ? error : record_kind(kinds, rec, f[2]);
+    return kindset_from_text(kinds, f[2], '|', &rec->set, rec->error, sizeof rec->error) ? rec->error : NULL;
 }
 
 /* Writer thread: one record's answer is final. */
@@ -95,7 +122,7 @@ static int record_submit(writer_t *w, writer_group_t *g, const record_t *rec)
         return -1;
     cmd->type = WRITE_REACT;
     cmd->react.op = REACT_SET;
-    cmd->react.kind = rec->kind;
+    cmd->react.arg = rec->set;
     memcpy(cmd->react.item, rec->item.ptr, rec->item.len);
     cmd->react.item_len = rec->item.len;
     memcpy(cmd->react.user, rec->user.ptr, rec->user.len);
@@ -115,6 +142,7 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
     uint64_t lineno = 0;
     int got;
     bool header_pending = opt->format == IMPORT_CSV;
+    bool csv_sets = false; /* the header names reactions: kinds joined by | */
     while ((got = src->next(src->arg, &line)) != 0) {
         lineno++;
         if (got == 2) {
@@ -129,18 +157,20 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
             continue;
         if (header_pending) {
             header_pending = false;
-            if (!span_eq_str(line, "item,user,reaction") &&
-                reject(rep, lineno, "the header must be item,user,reaction") != 0)
-                return -1;
-            if (!span_eq_str(line, "item,user,reaction"))
-                return 0; /* nothing else can be read right */
+            csv_sets = kinds->mode == REACTION_MODE_MANY && span_eq_str(line, "item,user,reactions");
+            if (!csv_sets && !span_eq_str(line, "item,user,reaction")) {
+                const char *want = kinds->mode == REACTION_MODE_MANY ? "the header must be item,user,reaction or "
+                                                                       "item,user,reactions"
+                                                                     : "the header must be item,user,reaction";
+                return reject(rep, lineno, want) != 0 ? -1 : 0; /* nothing else can be read right */
+            }
             continue;
         }
         rep->read++;
         record_t rec;
         json_t *doc = NULL;
         const char *error =
-            opt->format == IMPORT_CSV ? parse_csv(kinds, line, &rec) : parse_ndjson(kinds, line, &doc, &rec);
+            opt->format == IMPORT_CSV ? parse_csv(kinds, line, csv_sets, &rec) : parse_ndjson(kinds, line, &doc, &rec);
         int rc = 0;
         if (error)
             rc = reject(rep, lineno, error);

@@ -39,6 +39,7 @@ typedef struct {
     itemmap_t *fixes;
     recount_report_t *report;
     int kinds;
+    bool many;
     int rc;
     char last[ID_MAX_LEN]; /* the last item checked, to continue after it */
     size_t last_len;
@@ -76,7 +77,8 @@ static int check_item(void *arg, span_t item)
         return 1;
     const itemmap_entry_t *pending = itemmap_find(c->unfolded, item);
     c->report->checked++;
-    for (int k = 1; k <= c->kinds; k++) {
+    /* [0], the reactors, is kept in many mode; in one mode it is the sum of the others */
+    for (int k = c->many ? KIND_NONE : 1; k <= c->kinds; k++) {
         int64_t effective = stored[k] + (pending ? pending->deltas[k] : 0);
         if (effective == counted[k])
             continue;
@@ -176,7 +178,8 @@ static int recount_locked(store_t *store, writer_t *writer, const span_t *items,
 {
     *report = (recount_report_t){0};
     itemmap_t fixes = {0};
-    chunk_t c = {.fixes = &fixes, .report = report, .kinds = store_kinds(store)->count};
+    chunk_t c = {.fixes = &fixes, .report = report, .kinds = store_kinds(store)->count,
+                 .many = store_kinds(store)->mode == REACTION_MODE_MANY};
     int rc = STORE_OK;
     bool more = true;
     if (items) {

@@ -15,8 +15,8 @@
 
 typedef struct {
     char item[ID_MAX_LEN + 1];
-    int kind;
-    int64_t counted; /* rows holding the kind */
+    int kind;        /* a kind code, or 0: the reactors */
+    int64_t counted; /* rows holding the kind (or any kind) */
     int64_t stored;  /* the counts, plus the log not yet folded into them */
 } recount_drift_t;
 

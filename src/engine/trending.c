@@ -108,10 +108,13 @@ static void add_event(trending_t *t, const transition_t *tr)
     for (int l = 0; l < LEVELS; l++) {
         bucket_t *b = bucket_for(t, l, tr->at_ms);
         spacesaving_t *s;
-        if (tr->to != KIND_NONE && (s = summary(t, &b->gain[tr->to])))
-            ss_add(s, tr->item, 1);
-        if (tr->from != KIND_NONE && (s = summary(t, &b->loss[tr->from])))
-            ss_add(s, tr->item, 1);
+        /* per kind: a user who added it is a gain, one who removed it a loss */
+        for (kindset_t joined = tr->to & ~tr->from; joined; joined &= joined - 1)
+            if ((s = summary(t, &b->gain[__builtin_ctz(joined)])))
+                ss_add(s, tr->item, 1);
+        for (kindset_t left = tr->from & ~tr->to; left; left &= left - 1)
+            if ((s = summary(t, &b->loss[__builtin_ctz(left)])))
+                ss_add(s, tr->item, 1);
         if (l == LEVEL_5S && (s = summary(t, &b->all)))
             ss_add(s, tr->item, 1);
         b->dirty = true;

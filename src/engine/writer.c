@@ -128,12 +128,13 @@ static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, ui
 }
 
 /* Applies one real change: the row at version+1, its transition in the log. The caller decided
- * that target differs from the row's kind (invariant 2: a transition is a real change). */
-static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t user, reaction_row_t *row, int target,
-                             uint64_t now_ms)
+ * that target differs from the row's set (invariant 2: a transition is a real change). */
+static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t user, reaction_row_t *row,
+                             kindset_t target, uint64_t now_ms)
 {
-    assert(target != row->kind && "a transition changes the kind");
-    assert(target >= KIND_NONE && target <= w->kinds->count && row->kind >= KIND_NONE && row->kind <= w->kinds->count);
+    assert(target != row->set && "a transition changes the set");
+    assert(!(target & ~KINDSET_ALL(w->kinds->count)) && !(row->set & ~KINDSET_ALL(w->kinds->count)));
+    assert((w->kinds->mode == REACTION_MODE_MANY || kindset_size(target) <= 1) && "one mode holds one kind");
     if (row->version == UINT64_MAX) { /* read from the disk: no row reaches it by counting */
         fprintf(stderr, "level=error event=store-corrupt table=rows item=\"%.*s\" error=\"version at its maximum\"\n",
                 (int)item.len, item.ptr);
@@ -141,7 +142,7 @@ static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t
     }
     reaction_row_t next = {target, row->version + 1};
     assert(next.version == row->version + 1 && next.version > row->version && "a version rises by exactly one");
-    transition_t t = {item, user, row->kind, target, next.version, now_ms};
+    transition_t t = {item, user, row->set, target, next.version, now_ms};
     uint64_t seq, none = 0;
     int rc = store_row_put(tx, item, user, &next);
     if (rc == STORE_OK)
@@ -175,9 +176,9 @@ static int clear_one(void *arg, span_t name)
     cl->resume_len = name.len;
     if ((c->rc = store_row_get(c->tx, item, user, &row)) != STORE_OK)
         return 1;
-    if (row.kind == KIND_NONE)
+    if (row.set == KINDSET_EMPTY)
         return 0;
-    if ((c->rc = writer_transition(c->w, c->tx, item, user, &row, KIND_NONE, c->now_ms)) != STORE_OK)
+    if ((c->rc = writer_transition(c->w, c->tx, item, user, &row, KINDSET_EMPTY, c->now_ms)) != STORE_OK)
         return 1;
     cl->changed++;
     return 0;
@@ -228,7 +229,6 @@ static int writer_aux(store_write_t *tx, write_cmd_t *cmd)
 static int writer_adjust(store_write_t *tx, write_cmd_t *cmd)
 {
     const write_counts_adjust_t *adj = &cmd->counts_adjust;
-    assert(adj->deltas[KIND_NONE] == 0 && "none is not counted");
     int rc = store_counts_add(tx, (span_t){adj->item, adj->item_len}, adj->deltas);
     if (rc == STORE_OK)
         answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
@@ -250,18 +250,18 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
     if (rc != STORE_OK)
         return rc;
     if (r->has_if_match && !if_match_holds(&r->if_match, row.version)) {
-        answer_version_mismatch(&cmd->answer, w->kinds, row.kind, row.version);
+        answer_version_mismatch(&cmd->answer, w->kinds, row.set, row.version);
     } else {
-        int previous = row.kind;
+        kindset_t previous = row.set;
         uint64_t version_before = row.version;
-        int target = reaction_target(r->op, r->kind, previous);
+        kindset_t target = reaction_target(w->kinds->mode, r->op, r->arg, previous);
         if (target != previous && (rc = writer_transition(w, tx, item, user, &row, target, now_ms)) != STORE_OK)
             return rc;
         r->changed = target != previous;
         /* invariant 1: the version rises by exactly one on a real change and never otherwise */
-        assert(r->changed ? row.version == version_before + 1 && row.kind == target
-                          : row.version == version_before && row.kind == previous);
-        answer_write_result(&cmd->answer, w->kinds, item, row.kind, previous, row.version, target != previous);
+        assert(r->changed ? row.version == version_before + 1 && row.set == target
+                          : row.version == version_before && row.set == previous);
+        answer_write_result(&cmd->answer, w->kinds, item, row.set, previous, row.version, target != previous);
     }
     return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
 }

@@ -43,7 +43,7 @@ typedef struct {
 /* WRITE_REACT: a reaction write as the HTTP layer (or an import) hands it over. */
 typedef struct {
     react_op_t op;
-    int kind;
+    kindset_t arg; /* the kinds op applies (REACT_SET: the whole new set) */
     char item[ID_MAX_LEN];
     size_t item_len;
     char user[ID_MAX_LEN];
@@ -60,7 +60,7 @@ typedef struct {
 typedef struct {
     char item[ID_MAX_LEN];
     size_t item_len;
-    int64_t deltas[KINDS_MAX + 1];
+    int64_t deltas[KINDS_MAX + 1]; /* [0]: the reactors */
 } write_counts_adjust_t;
 
 /* WRITE_CLEAR_ITEM / WRITE_CLEAR_USER: one chunk of the rows of an item (or of a user) set to none. */

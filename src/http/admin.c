@@ -105,8 +105,8 @@ static void recount_job(admin_job_t *job)
     for (size_t i = 0; drift && i < rep.ndrift; i++) {
         const recount_drift_t *d = &rep.drift[i];
         json_array_append_new(drift, json_pack("{s:s,s:s,s:I,s:I}", "item", d->item, "kind",
-                                               kinds_name(job->app->kinds, d->kind), "counted", (json_int_t)d->counted,
-                                               "stored", (json_int_t)d->stored));
+                                               kinds_count_name(job->app->kinds, d->kind), "counted",
+                                               (json_int_t)d->counted, "stored", (json_int_t)d->stored));
     }
     answer_json(&job->answer,
                 json_pack("{s:I,s:I,s:o}", "checked", (json_int_t)rep.checked, "corrected", (json_int_t)rep.corrected,

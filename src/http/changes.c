@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/kindsjson.h"
 #include "core/parse.h"
 #include "http/changes.h"
 
@@ -36,9 +37,9 @@ static int page_add(void *arg, uint64_t seq, const transition_t *t)
     char cursor[24], at[32];
     snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)seq);
     app_iso_time(t->at_ms, at);
-    json_t *c = json_pack("{s:s,s:s%,s:s%,s:s,s:s,s:I,s:s}", "cursor", cursor, "item", t->item.ptr, t->item.len, "user",
-                          t->user.ptr, t->user.len, "from", kinds_name(p->kinds, t->from), "to",
-                          kinds_name(p->kinds, t->to), "version", (json_int_t)t->version, "at", at);
+    json_t *c = json_pack("{s:s,s:s%,s:s%,s:o?,s:o?,s:I,s:s}", "cursor", cursor, "item", t->item.ptr, t->item.len,
+                          "user", t->user.ptr, t->user.len, "from", kindset_json(p->kinds, t->from), "to",
+                          kindset_json(p->kinds, t->to), "version", (json_int_t)t->version, "at", at);
     if (!c || json_array_append_new(p->changes, c) != 0) {
         p->rc = STORE_ERROR;
         return 1;
@@ -88,7 +89,8 @@ static int changes_page(changes_query_t *q)
     q->next = p.last;
     snprintf(next, sizeof next, "%llu", (unsigned long long)p.last);
     int n = (int)json_array_size(p.changes);
-    json_t *body = json_pack("{s:o,s:s}", "changes", p.changes, "next", next);
+    json_t *body = json_pack("{s:o,s:s,s:s}", "changes", p.changes, "next", next, "mode",
+                             p.kinds->mode == REACTION_MODE_MANY ? "many" : "one");
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text) {

@@ -7,6 +7,7 @@
 #include "core/fingerprint.h"
 #include "core/ids.h"
 #include "core/itemjson.h"
+#include "core/kindsjson.h"
 #include "core/parse.h"
 #include "engine/readers.h"
 #include "http/items.h"
@@ -55,8 +56,8 @@ static void read_problem(item_read_t *rd, int status, const char *code, const ch
 /* {"item":…,"reaction":…,"version":…} with its ETag, from the row read. */
 static void reaction_answer(item_read_t *rd, span_t item, const reaction_row_t *row)
 {
-    json_t *obj = json_pack("{s:s%,s:s,s:I}", "item", item.ptr, item.len, "reaction",
-                            kinds_name(rd->app->kinds, row->kind), "version", (json_int_t)row->version);
+    json_t *obj = json_pack("{s:s%,s:o?,s:I}", "item", item.ptr, item.len, kindset_member(rd->app->kinds),
+                            kindset_json(rd->app->kinds, row->set), "version", (json_int_t)row->version);
     char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
     json_decref(obj);
     if (!text) {
@@ -235,8 +236,9 @@ static bool body_or_reply(http_request_t *req, span_t *body)
     return false;
 }
 
-/* {"reaction":"<kind>"} → its code (KIND_NONE only when allow_none). */
-static bool body_reaction_or_reply(const app_t *app, http_request_t *req, span_t body, bool allow_none, int *kind)
+/* {"reaction":"<kind>"} → that kind as a set (none, the empty set, only when allow_sets); with
+ * allow_sets in many mode also {"reactions":[…]}, the whole set. */
+static bool body_reaction_or_reply(const app_t *app, http_request_t *req, span_t body, bool allow_sets, kindset_t *set)
 {
     json_error_t err;
     json_t *doc = json_loadb(body.ptr, body.len, JSON_REJECT_DUPLICATES, &err);
@@ -245,15 +247,29 @@ static bool body_reaction_or_reply(const app_t *app, http_request_t *req, span_t
         reply_problem(req, 400, "invalid-json", doc ? "the body must be a JSON object" : err.text);
         return false;
     }
-    json_t *reaction = json_object_get(doc, "reaction");
-    *kind =
-        json_is_string(reaction)
-            ? kinds_find(app->kinds, (span_t){json_string_value(reaction), json_string_length(reaction)}, allow_none)
-            : -1;
+    bool many = app->kinds->mode == REACTION_MODE_MANY;
+    json_t *reaction = json_object_get(doc, "reaction"), *reactions = json_object_get(doc, "reactions");
+    char detail[128] = "";
+    if (reactions && !(allow_sets && many)) {
+        snprintf(detail, sizeof detail,
+                 many ? "this write takes one reaction" : "a set of reactions needs --reaction-mode many");
+    } else if (reactions && reaction) {
+        snprintf(detail, sizeof detail, "give either reaction or reactions, not both");
+    } else if (reactions) {
+        kindset_from_json(app->kinds, reactions, set, detail, sizeof detail);
+    } else {
+        int k = json_is_string(reaction)
+                    ? kinds_find(app->kinds, (span_t){json_string_value(reaction), json_string_length(reaction)},
+                                 allow_sets)
+                    : -1;
+        *set = kindset_of(k);
+        if (k < 0)
+            snprintf(detail, sizeof detail, "%s",
+                     reaction ? "reaction must be one of the configured kinds" : "the body needs a reaction member");
+    }
     json_decref(doc);
-    if (*kind < 0) {
-        reply_problem(req, 400, "invalid-reaction",
-                      reaction ? "reaction must be one of the configured kinds" : "the body needs a reaction member");
+    if (detail[0]) {
+        reply_problem(req, 400, "invalid-reaction", detail);
         return false;
     }
     return true;
@@ -296,20 +312,21 @@ static bool write_op_or_reply(const app_t *app, http_request_t *req, item_action
     switch (action) {
     case ITEM_ACTION_REACTION:
         cmd->react.op = REACT_SET;
-        cmd->react.kind = KIND_NONE;
-        return !put || body_reaction_or_reply(app, req, body, true, &cmd->react.kind);
+        cmd->react.arg = KINDSET_EMPTY;
+        return !put || body_reaction_or_reply(app, req, body, true, &cmd->react.arg);
     case ITEM_ACTION_TOGGLE:
         cmd->react.op = REACT_TOGGLE;
-        return body_reaction_or_reply(app, req, body, false, &cmd->react.kind);
+        return body_reaction_or_reply(app, req, body, false, &cmd->react.arg);
     case ITEM_ACTION_KIND:
         break;
     }
-    cmd->react.kind = kinds_find(app->kinds, kind_segment, false);
-    if (cmd->react.kind < 0) {
+    int kind = kinds_find(app->kinds, kind_segment, false);
+    if (kind < 0) {
         reply_problem(req, 400, "invalid-reaction", "the path names no configured reaction kind");
         return false;
     }
-    cmd->react.op = put ? REACT_SET : REACT_CLEAR_IF;
+    cmd->react.arg = kindset_of(kind);
+    cmd->react.op = put ? REACT_ADD : REACT_REMOVE;
     return true;
 }
 

@@ -193,7 +193,8 @@ class FeedCase(TallyTestCase):
         path = feed_path(after, limit, wait)
         resp = (client or srv).json("GET", path, headers=ADMIN)
         doc = self.assertOk(resp, "GET " + path)
-        self.assertEqual(set(doc), {"changes", "next"}, "feed page members")
+        self.assertEqual(set(doc), {"changes", "next", "mode"}, "feed page members")
+        self.assertEqual(doc["mode"], "one")
         self.assertIsInstance(doc["changes"], list)
         self.assertIsInstance(doc["next"], str)
         for e in doc["changes"]:
@@ -385,7 +386,7 @@ class ChangesTest(SharedServerTestCase, FeedCase):
                             "`at` %s is not the commit time (UTC)" % a)
         # the end: an empty page whose next is the cursor given
         end = self.page(s, after=doc["next"])
-        self.assertEqual(end, {"changes": [], "next": doc["next"]})
+        self.assertEqual(end, {"changes": [], "next": doc["next"], "mode": "one"})
         # limit=1 pages through the same three
         got, after = [], start
         for _ in range(3):
@@ -430,7 +431,7 @@ class ChangesTest(SharedServerTestCase, FeedCase):
         t0 = time.monotonic()
         doc = self.page(s, after=start, wait=1)
         took = time.monotonic() - t0
-        self.assertEqual(doc, {"changes": [], "next": start})
+        self.assertEqual(doc, {"changes": [], "next": start, "mode": "one"})
         self.assertGreaterEqual(took, 0.9, "wait=1 answered before the wait ran out")
         self.assertLess(took, 1 + 4 * SLOW)
         # a change arrives: answered at once with it
@@ -579,7 +580,7 @@ class ChangesShutdownTest(FeedCase):
             self.assertFalse(th.is_alive(), "the waiting poll was never answered")
             self.assertNotIn("error", out, "the waiting poll was not answered before exit")
             doc = self.assertOk(out["resp"])
-            self.assertEqual(doc, {"changes": [], "next": start})
+            self.assertEqual(doc, {"changes": [], "next": start, "mode": "one"})
             self.assertLess(out["at"] - t0, 5 * SLOW, "the poll waited out its wait")
             self.assertLess(stopped, 10 * SLOW)
 

@@ -53,39 +53,63 @@ void test_kinds(void)
     CHECK(kinds_parse(&k, "abcdefghijabcdefghijabcdefghij123", err, sizeof err) != 0);
 }
 
-/* Applies from→to to counts and checks no count moved but the two involved. */
-static void check_delta(int from, int to, int kinds)
+/* Applies from→to to counts and checks each kind moved by its membership alone, and the reactors by
+ * emptiness alone. */
+static void check_delta(kindset_t from, kindset_t to, int kinds)
 {
     int64_t d[KINDS_MAX + 1] = {0};
     reaction_deltas_add(from, to, d);
-    for (int k = 0; k <= kinds; k++) {
-        int64_t want =
-            (k == to && to != from && to != KIND_NONE ? 1 : 0) - (k == from && to != from && from != KIND_NONE ? 1 : 0);
-        CHECK(d[k] == want);
-    }
+    for (int k = 1; k <= kinds; k++)
+        CHECK(d[k] == (int64_t)kindset_has(to, k) - (int64_t)kindset_has(from, k));
+    CHECK(d[0] == (int64_t)(to != 0) - (int64_t)(from != 0));
 }
 
 void test_reaction(void)
 {
     /* The seed's table: none→like (+1,0), like→dislike (-1,+1), dislike→none (0,-1). */
+    kindset_t none = KINDSET_EMPTY, like = kindset_of(1), dislike = kindset_of(2), love = kindset_of(3);
     int64_t d[KINDS_MAX + 1] = {0};
-    reaction_deltas_add(KIND_NONE, 1, d);
-    CHECK(d[1] == 1 && d[2] == 0);
-    reaction_deltas_add(1, 2, d);
-    CHECK(d[1] == 0 && d[2] == 1);
-    reaction_deltas_add(2, KIND_NONE, d);
+    reaction_deltas_add(none, like, d);
+    CHECK(d[1] == 1 && d[2] == 0 && d[0] == 1);
+    reaction_deltas_add(like, dislike, d);
+    CHECK(d[1] == 0 && d[2] == 1 && d[0] == 1);
+    reaction_deltas_add(dislike, none, d);
     CHECK(d[1] == 0 && d[2] == 0 && d[0] == 0);
+    /* Sets: {like} → {like, love} → {love} → {}: each kind that leaves −1, each that joins +1. */
+    memset(d, 0, sizeof d);
+    reaction_deltas_add(like, like | love, d);
+    CHECK(d[1] == 0 && d[3] == 1 && d[0] == 0);
+    reaction_deltas_add(like | love, love, d);
+    CHECK(d[1] == -1 && d[3] == 1 && d[0] == 0);
+    reaction_deltas_add(love, none, d);
+    CHECK(d[1] == -1 && d[3] == 0 && d[0] == -1);
     for (int from = 0; from <= KINDS_MAX; from++)
         for (int to = 0; to <= KINDS_MAX; to++)
-            check_delta(from, to, KINDS_MAX);
-    CHECK(reaction_target(REACT_SET, 2, 1) == 2);
-    CHECK(reaction_target(REACT_SET, KIND_NONE, 1) == KIND_NONE);
-    CHECK(reaction_target(REACT_CLEAR_IF, 1, 1) == KIND_NONE);
-    CHECK(reaction_target(REACT_CLEAR_IF, 1, 2) == 2);
-    CHECK(reaction_target(REACT_CLEAR_IF, 1, KIND_NONE) == KIND_NONE);
-    CHECK(reaction_target(REACT_TOGGLE, 1, 1) == KIND_NONE);
-    CHECK(reaction_target(REACT_TOGGLE, 1, 2) == 1);
-    CHECK(reaction_target(REACT_TOGGLE, 1, KIND_NONE) == 1);
+            check_delta(kindset_of(from), kindset_of(to), KINDS_MAX);
+    for (kindset_t from = 0; from < (1u << 5); from += 2) /* every pair of sets of four kinds */
+        for (kindset_t to = 0; to < (1u << 5); to += 2)
+            check_delta(from, to, 4);
+    /* One mode: a set of at most one kind, replaced rather than joined. */
+    reaction_mode_t one = REACTION_MODE_ONE, many = REACTION_MODE_MANY;
+    CHECK(reaction_target(one, REACT_SET, dislike, like) == dislike);
+    CHECK(reaction_target(one, REACT_SET, none, like) == none);
+    CHECK(reaction_target(one, REACT_ADD, dislike, like) == dislike);
+    CHECK(reaction_target(one, REACT_REMOVE, like, like) == none);
+    CHECK(reaction_target(one, REACT_REMOVE, like, dislike) == dislike);
+    CHECK(reaction_target(one, REACT_REMOVE, like, none) == none);
+    CHECK(reaction_target(one, REACT_TOGGLE, like, like) == none);
+    CHECK(reaction_target(one, REACT_TOGGLE, like, dislike) == like);
+    CHECK(reaction_target(one, REACT_TOGGLE, like, none) == like);
+    /* Many mode: kinds join and leave one by one; SET replaces the whole set. */
+    CHECK(reaction_target(many, REACT_ADD, love, like) == (like | love));
+    CHECK(reaction_target(many, REACT_ADD, like, like) == like);
+    CHECK(reaction_target(many, REACT_REMOVE, like, like | love) == love);
+    CHECK(reaction_target(many, REACT_REMOVE, dislike, like | love) == (like | love));
+    CHECK(reaction_target(many, REACT_TOGGLE, love, like) == (like | love));
+    CHECK(reaction_target(many, REACT_TOGGLE, love, like | love) == like);
+    CHECK(reaction_target(many, REACT_SET, dislike | love, like) == (dislike | love));
+    CHECK(reaction_target(many, REACT_SET, none, like | love) == none);
+    CHECK(kindset_single(like) == 1 && kindset_single(none) == KIND_NONE && kindset_size(like | love) == 2);
 }
 
 void test_parse(void)
@@ -198,7 +222,7 @@ void test_answer(void)
     char err[64];
     kinds_parse(&k, "like,dislike", err, sizeof err);
     answer_t a = {0};
-    CHECK(answer_write_result(&a, &k, SPAN_LIT("v1"), 2, 1, 8, true) == 0);
+    CHECK(answer_write_result(&a, &k, SPAN_LIT("v1"), kindset_of(2), kindset_of(1), 8, true) == 0);
     const char want[] =
         "{\"item\":\"v1\",\"reaction\":\"dislike\",\"previous\":\"like\",\"version\":8,\"changed\":true}";
     CHECK(a.status == 200 && a.has_etag && a.etag_version == 8);
@@ -207,7 +231,15 @@ void test_answer(void)
     CHECK(a.status == 409 && a.type == ANSWER_PROBLEM && !a.has_etag);
     CHECK(strstr(a.body, "\"type\":\"urn:tally:error:idempotency-key-mismatch\"") != NULL);
     CHECK(strstr(a.body, "\"status\":409") != NULL);
-    CHECK(answer_version_mismatch(&a, &k, 1, 3) == 0);
+    CHECK(answer_version_mismatch(&a, &k, kindset_of(1), 3) == 0);
     CHECK(a.status == 412 && strstr(a.body, "\"reaction\":\"like\"") && strstr(a.body, "\"version\":3"));
+    /* many mode: arrays in the configured order, under "reactions" */
+    k.mode = REACTION_MODE_MANY;
+    CHECK(answer_write_result(&a, &k, SPAN_LIT("v1"), kindset_of(2) | kindset_of(1), kindset_of(1), 5, true) == 0);
+    const char want_many[] =
+        "{\"item\":\"v1\",\"reactions\":[\"like\",\"dislike\"],\"previous\":[\"like\"],\"version\":5,\"changed\":true}";
+    CHECK(a.body_len == strlen(want_many) && memcmp(a.body, want_many, a.body_len) == 0);
+    CHECK(answer_version_mismatch(&a, &k, KINDSET_EMPTY, 3) == 0);
+    CHECK(a.status == 412 && strstr(a.body, "\"reactions\":[]") && strstr(a.body, "\"version\":3"));
     answer_free(&a);
 }

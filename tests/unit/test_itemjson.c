@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/itemjson.h"
+#include "core/kindsjson.h"
 #include "unit.h"
 
 /* The same object built with jansson, as the handlers did before itemjson. */
@@ -13,9 +14,11 @@ static char *with_jansson(const kinds_t *kinds, span_t item, const int64_t count
     for (int k = 1; k <= kinds->count; k++)
         json_object_set_new(c, kinds_name(kinds, k), json_integer(counts[k]));
     json_t *obj = json_pack("{s:s%,s:o}", "item", item.ptr, item.len, "counts", c);
+    if (kinds->mode == REACTION_MODE_MANY)
+        json_object_set_new(obj, "reactors", json_integer(counts[0]));
     if (viewer)
         json_object_set_new(obj, "viewer",
-                            json_pack("{s:s,s:I}", "reaction", kinds_name(kinds, viewer->kind), "version",
+                            json_pack("{s:o,s:I}", kindset_member(kinds), kindset_json(kinds, viewer->set), "version",
                                       (json_int_t)viewer->version));
     char *text = json_dumps(obj, JSON_COMPACT);
     json_decref(obj);
@@ -41,12 +44,18 @@ void test_itemjson(void)
     int64_t zero[KINDS_MAX + 1] = {0}, big[KINDS_MAX + 1];
     for (int k = 0; k <= KINDS_MAX; k++)
         big[k] = k % 2 ? INT64_MAX / (k + 1) : (int64_t)k * 1000003;
-    reaction_row_t none = {KIND_NONE, 0}, like = {1, 3}, last = {16, UINT32_MAX * 7ull};
+    reaction_row_t none = {KINDSET_EMPTY, 0}, like = {kindset_of(1), 3}, last = {kindset_of(16), UINT32_MAX * 7ull};
+    reaction_row_t several = {kindset_of(1) | kindset_of(5) | kindset_of(16), 9};
     same(&two, "v1", zero, NULL);
     same(&two, "v1", zero, &none);
     same(&two, "A-z_0.9:~x", big, &like);
     same(&sixteen, "post-42", big, &last);
     same(&sixteen, "...", zero, NULL);
+    kinds_t many = sixteen;
+    many.mode = REACTION_MODE_MANY;
+    same(&many, "m", big, &several);
+    same(&many, "m", zero, &none);
+    same(&many, "m", big, NULL);
     /* A page: several objects appended to one buffer stay valid JSON. */
     textbuf_t page = {0};
     textbuf_append(&page, "[", 1);

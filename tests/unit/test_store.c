@@ -20,30 +20,41 @@ static void rm_dir(const char *dir)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 
-static store_t *open_with(const char *dir, const char *list, uint64_t map_size)
+static store_t *open_mode(const char *dir, const char *list, uint64_t map_size, reaction_mode_t mode)
 {
     static kinds_t kinds; /* the store keeps no pointer to it, but tests reuse the codes */
     char err[256];
     store_t *s = NULL;
     kinds_parse(&kinds, list, err, sizeof err);
+    kinds.mode = mode;
     store_options_t opt = {.map_size_bytes = map_size};
     if (store_open(dir, &kinds, &opt, &s, err, sizeof err) != STORE_OK)
         return NULL;
     return s;
 }
 
+static store_t *open_with(const char *dir, const char *list, uint64_t map_size)
+{
+    return open_mode(dir, list, map_size, REACTION_MODE_ONE);
+}
+
 /* Applies one transition the way the writer does: row, then log. */
-static int apply(store_write_t *w, const char *item, const char *user, int to, uint64_t at_ms)
+static int apply_set(store_write_t *w, const char *item, const char *user, kindset_t to, uint64_t at_ms)
 {
     reaction_row_t row;
     int rc = store_row_get(w, span_of(item), span_of(user), &row);
-    if (rc != STORE_OK || row.kind == to)
+    if (rc != STORE_OK || row.set == to)
         return rc;
     reaction_row_t next = {to, row.version + 1};
-    transition_t t = {span_of(item), span_of(user), row.kind, to, next.version, at_ms};
+    transition_t t = {span_of(item), span_of(user), row.set, to, next.version, at_ms};
     uint64_t seq;
     rc = store_row_put(w, span_of(item), span_of(user), &next);
     return rc == STORE_OK ? store_log_append(w, &t, &seq) : rc;
+}
+
+static int apply(store_write_t *w, const char *item, const char *user, int to, uint64_t at_ms)
+{
+    return apply_set(w, item, user, kindset_of(to), at_ms);
 }
 
 static int collect_name(void *arg, span_t name)
@@ -152,7 +163,8 @@ static void test_schema_upgrade(const char *dir)
     store_read_t *r;
     reaction_row_t row;
     CHECK(store_read_begin(s, &r) == STORE_OK);
-    CHECK(store_read_row(r, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.kind == 1 && row.version == 1);
+    CHECK(store_read_row(r, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.set == kindset_of(1) &&
+          row.version == 1);
     store_read_end(r);
     store_close(s);
     CHECK((env = raw_env(dir, MDB_RDONLY)) != NULL);
@@ -202,7 +214,7 @@ static void test_rows_log_fold(const char *dir)
     CHECK(store_read_begin(s, &r) == STORE_OK);
     CHECK(store_read_counts(r, SPAN_LIT("viral"), counts) == STORE_OK && counts[1] == 10000 && counts[2] == 0);
     CHECK(store_read_counts(r, SPAN_LIT("other"), counts) == STORE_OK && counts[1] == 0 && counts[2] == 0);
-    CHECK(store_read_row(r, SPAN_LIT("other"), SPAN_LIT("u1"), &row) == STORE_OK && row.kind == KIND_NONE &&
+    CHECK(store_read_row(r, SPAN_LIT("other"), SPAN_LIT("u1"), &row) == STORE_OK && row.set == KINDSET_EMPTY &&
           row.version == 2);
     CHECK(store_read_row(r, SPAN_LIT("nothing"), SPAN_LIT("u1"), &row) == STORE_OK && row.version == 0);
     store_read_end(r);
@@ -237,7 +249,7 @@ static void test_rows_log_fold(const char *dir)
     CHECK(store_read_begin(s, &r) == STORE_OK);
     CHECK(store_read_counts(r, SPAN_LIT("viral"), counts) == STORE_OK && counts[3] == 9990 && counts[2] == 10 &&
           counts[1] == 0);
-    CHECK(store_read_row(r, SPAN_LIT("viral"), SPAN_LIT("u0"), &row) == STORE_OK && row.kind == 2);
+    CHECK(store_read_row(r, SPAN_LIT("viral"), SPAN_LIT("u0"), &row) == STORE_OK && row.set == kindset_of(2));
     store_read_end(r);
     store_close(s);
 }
@@ -503,6 +515,90 @@ static void test_foreign_dirs(const char *base)
     store_close(s);
 }
 
+typedef struct {
+    kindset_t from[8], to[8];
+    size_t n;
+} seen_log_t;
+
+static int seen_one(void *arg, uint64_t seq, const transition_t *t)
+{
+    (void)seq;
+    seen_log_t *l = arg;
+    if (l->n < 8) {
+        l->from[l->n] = t->from;
+        l->to[l->n] = t->to;
+    }
+    l->n++;
+    return 0;
+}
+
+/* Many mode: rows and transitions holding several kinds keep them; the reactors are folded and
+ * recounted; one mode's store reopens in many with its reactors counted, and not back while a user
+ * holds two kinds. */
+static void test_sets(const char *dir)
+{
+    kindset_t like = kindset_of(1), dislike = kindset_of(2), love = kindset_of(3);
+    store_t *s = open_with(dir, "like,dislike,love", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    pipeline_result_t res;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(apply(w, "p", "u1", 1, 1) == STORE_OK && apply(w, "p", "u2", 2, 1) == STORE_OK);
+    CHECK(pipeline_fold(w, 100, &res) == STORE_OK && store_write_commit(w) == STORE_OK);
+    store_read_t *r;
+    int64_t counts[KINDS_MAX + 1];
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(store_read_counts(r, SPAN_LIT("p"), counts) == STORE_OK && counts[0] == 2 && counts[1] == 1);
+    store_read_end(r);
+    store_close(s);
+
+    CHECK((s = open_mode(dir, "like,dislike,love", 1ull << 30, REACTION_MODE_MANY)) != NULL);
+    if (!s)
+        return;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(apply_set(w, "p", "u1", like | love, 2) == STORE_OK);           /* {like} → {like, love} */
+    CHECK(apply_set(w, "p", "u3", like | dislike | love, 3) == STORE_OK); /* {} → all three */
+    CHECK(apply_set(w, "p", "u2", KINDSET_EMPTY, 4) == STORE_OK);         /* {dislike} → {} */
+    CHECK(pipeline_fold(w, 100, &res) == STORE_OK && store_write_commit(w) == STORE_OK);
+    reaction_row_t row;
+    seen_log_t log = {0};
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(store_read_counts(r, SPAN_LIT("p"), counts) == STORE_OK && counts[0] == 2 && counts[1] == 2 &&
+          counts[2] == 1 && counts[3] == 2);
+    CHECK(store_read_tally_item(r, SPAN_LIT("p"), counts) == STORE_OK && counts[0] == 2 && counts[1] == 2 &&
+          counts[2] == 1 && counts[3] == 2);
+    CHECK(store_read_row(r, SPAN_LIT("p"), SPAN_LIT("u1"), &row) == STORE_OK && row.set == (like | love) &&
+          row.version == 2);
+    CHECK(store_read_log(r, 2, 100, seen_one, &log) == STORE_OK && log.n == 3);
+    CHECK(log.from[0] == like && log.to[0] == (like | love) && log.to[1] == (like | dislike | love) &&
+          log.from[2] == dislike && log.to[2] == KINDSET_EMPTY);
+    store_read_end(r);
+    recount_report_t rep;
+    CHECK(recount_run(s, NULL, NULL, 0, &rep) == STORE_OK && rep.ndrift == 0 && rep.checked == 1);
+    recount_report_free(&rep);
+    store_close(s);
+
+    /* Back to one mode: refused while u1 and u3 hold several kinds. */
+    CHECK(open_with(dir, "like,dislike,love", 1ull << 30) == NULL);
+    CHECK((s = open_mode(dir, "like,dislike,love", 1ull << 30, REACTION_MODE_MANY)) != NULL);
+    if (!s)
+        return;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(apply_set(w, "p", "u1", love, 5) == STORE_OK && apply_set(w, "p", "u3", KINDSET_EMPTY, 6) == STORE_OK);
+    CHECK(pipeline_fold(w, 100, &res) == STORE_OK && store_write_commit(w) == STORE_OK);
+    store_close(s);
+    CHECK((s = open_with(dir, "like,dislike,love", 1ull << 30)) != NULL); /* nobody holds two now */
+    if (!s)
+        return;
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(store_read_counts(r, SPAN_LIT("p"), counts) == STORE_OK && counts[0] == 1 && counts[1] == 0 &&
+          counts[3] == 1);
+    store_read_end(r);
+    store_close(s);
+}
+
 void test_store(void)
 {
     char base[] = "/tmp/tally-unit-XXXXXX";
@@ -526,5 +622,7 @@ void test_store(void)
     test_foreign_dirs(base);
     snprintf(dir, sizeof dir, "%s/g", base);
     test_corrupt_counts(dir);
+    snprintf(dir, sizeof dir, "%s/h", base);
+    test_sets(dir);
     rm_dir(base);
 }

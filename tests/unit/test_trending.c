@@ -85,7 +85,7 @@ void test_trending(void)
     CHECK(writer_start(s, store_kinds(s), &wopt, &w) == 0);
     CHECK(trending_start(s, w, store_kinds(s), &topt, &t) == 0);
     for (int i = 0; i < 3; i++) {
-        write_cmd_t cmd = {.type = WRITE_REACT, .react = {.op = REACT_SET, .kind = 1, .item = "x", .item_len = 1}};
+        write_cmd_t cmd = {.type = WRITE_REACT, .react = {.op = REACT_SET, .arg = 1u << 1, .item = "x", .item_len = 1}};
         cmd.react.user_len = (size_t)snprintf(cmd.react.user, sizeof cmd.react.user, "u%d", i);
         CHECK(writer_call(w, &cmd) == 0 && cmd.answer.status == 200);
         answer_free(&cmd.answer);
@@ -115,8 +115,9 @@ void test_trending(void)
     }
     CHECK(trending_errors(t) >= before + 2);
     fail_log_bounds = false;
-    write_cmd_t cmd = {.type = WRITE_REACT,
-                       .react = {.op = REACT_SET, .kind = 1, .item = "x", .item_len = 1, .user = "u9", .user_len = 2}};
+    write_cmd_t cmd = {
+        .type = WRITE_REACT,
+        .react = {.op = REACT_SET, .arg = 1u << 1, .item = "x", .item_len = 1, .user = "u9", .user_len = 2}};
     CHECK(writer_call(w, &cmd) == 0 && cmd.answer.status == 200);
     answer_free(&cmd.answer);
     CHECK(gain_of_x(t) == 4);

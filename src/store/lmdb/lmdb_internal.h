@@ -14,8 +14,12 @@
 #define SCHEMA_VERSION "2" /* 1 had a user index, user_items; opening a 1 drops it */
 #define MAX_DBS 12
 #define MAX_READERS 512
-#define ROW_VALUE_LEN 9
-#define LOG_HEADER_LEN 19
+#define ROW_VALUE_LEN 9      /* [disk code of the one kind, 0 = none][u64 version] */
+#define ROW_VALUE_SET_LEN 11 /* [SET_MARK][u16 disk codes, bit d-1 for d][u64 version]: several kinds */
+#define LOG_HEADER_LEN 19    /* from and to as disk codes, or both SET_MARK and two u16 sets after it */
+#define LOG_SETS_LEN 4
+#define SET_MARK 0xFF
+#define COUNTS_REACTORS_TAG 'R' /* a counts value of many mode: [tag][i64 reactors][i64 × kinds] */
 #define IDEM_HEADER_LEN 52
 #define KEY_BUF_LEN (1 + 255 + 255)
 
@@ -43,6 +47,7 @@ struct lmdb_store {
     MDB_dbi rows, log, counts, meta, idem, idem_exp, aux;
     kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
+    reaction_mode_t mode;         /* as opened: many mode keeps each item's reactors in its counts */
     int cfg_to_db[KINDS_MAX + 1]; /* configured code → disk code */
     int db_to_cfg[KINDS_MAX + 1]; /* disk code → configured code */
     uint64_t next_seq;            /* next log sequence number (committed state) */
@@ -61,6 +66,16 @@ static inline void lmdb_put_u64(uint8_t *p, uint64_t v)
 static inline uint64_t lmdb_get_u64(const uint8_t *p)
 {
     uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void lmdb_put_u16(uint8_t *p, uint16_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+static inline uint16_t lmdb_get_u16(const uint8_t *p)
+{
+    uint16_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }

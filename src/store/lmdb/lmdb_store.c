@@ -171,6 +171,95 @@ static int schema_check(lmdb_store_t *s, MDB_txn *txn, char *err, size_t errlen)
     return STORE_OK;
 }
 
+static int counts_decode(const lmdb_store_t *s, span_t item, const MDB_val *val, int64_t counts[KINDS_MAX + 1]);
+static size_t counts_encode(const lmdb_store_t *s, reaction_mode_t mode, const int64_t counts[KINDS_MAX + 1],
+                            uint8_t buf[1 + (KINDS_MAX + 1) * sizeof(int64_t)]);
+
+/* Opening in many mode a store kept in one mode: each item's reactors (users whose set is not
+ * empty) are the sum of its counts there, written into every counts value in the new shape. */
+static int counts_add_reactors(lmdb_store_t *s, MDB_txn *txn)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, s->counts, &cur);
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    MDB_val key, val;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+        int64_t counts[KINDS_MAX + 1] = {0};
+        span_t item = {key.mv_data, key.mv_size};
+        if (counts_decode(s, item, &val, counts) != STORE_OK) {
+            mdb_cursor_close(cur);
+            return STORE_ERROR;
+        }
+        uint8_t disk[1 + (KINDS_MAX + 1) * sizeof(int64_t)];
+        MDB_val nv = {counts_encode(s, REACTION_MODE_MANY, counts, disk), disk};
+        if ((rc = mdb_cursor_put(cur, &key, &nv, MDB_CURRENT)) != MDB_SUCCESS)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+}
+
+/* True when some row holds several kinds (a store of many mode that one mode cannot read right). */
+static int rows_hold_sets(lmdb_store_t *s, MDB_txn *txn, bool *found)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, s->rows, &cur);
+    *found = false;
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    MDB_val key, val;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS && !*found;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
+        *found = val.mv_size == ROW_VALUE_SET_LEN;
+    mdb_cursor_close(cur);
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+}
+
+/* The reaction mode: one → many is allowed (the reactors are counted once); many → one is refused
+ * while any user holds two kinds on one item. Tools (kinds NULL) take the stored mode. */
+static int mode_reconcile(lmdb_store_t *s, MDB_txn *txn, const kinds_t *kinds, char *err, size_t errlen)
+{
+    MDB_val val;
+    int rc = lmdb_meta_get(txn, s->meta, "mode", &val);
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND) {
+        snprintf(err, errlen, "reading the reaction mode: %s", mdb_strerror(rc));
+        return lmdb_rc(rc);
+    }
+    reaction_mode_t stored = rc == MDB_SUCCESS && val.mv_size == 4 && memcmp(val.mv_data, "many", 4) == 0
+                                 ? REACTION_MODE_MANY
+                                 : REACTION_MODE_ONE;
+    s->mode = kinds ? kinds->mode : stored;
+    s->kinds.mode = s->mode;
+    if (s->mode == stored && rc == MDB_SUCCESS)
+        return STORE_OK;
+    if (s->mode == REACTION_MODE_ONE && stored == REACTION_MODE_MANY) {
+        bool sets;
+        if ((rc = rows_hold_sets(s, txn, &sets)) != STORE_OK) {
+            snprintf(err, errlen, "reading the rows failed");
+            return rc;
+        }
+        if (sets) {
+            snprintf(err, errlen,
+                     "the data directory was used with --reaction-mode many and some users hold several reactions "
+                     "on one item: it cannot be opened with --reaction-mode one");
+            return STORE_ERROR;
+        }
+    }
+    if (s->mode == REACTION_MODE_MANY && stored == REACTION_MODE_ONE &&
+        (rc = counts_add_reactors(s, txn)) != STORE_OK) {
+        snprintf(err, errlen, "counting the reactors of each item failed");
+        return rc;
+    }
+    const char *name = s->mode == REACTION_MODE_MANY ? "many" : "one";
+    if ((rc = meta_put(txn, s->meta, "mode", name, strlen(name))) != MDB_SUCCESS) {
+        snprintf(err, errlen, "writing the reaction mode: %s", mdb_strerror(rc));
+        return lmdb_rc(rc);
+    }
+    return STORE_OK;
+}
+
 /* The next log seq follows the last entry and the checkpoint (the log may be pruned to nothing). */
 static int next_seq_load(lmdb_store_t *s, MDB_txn *txn)
 {
@@ -282,7 +371,8 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
         goto fail;
     }
-    if (schema_check(s, txn, err, errlen) != STORE_OK || kinds_reconcile(s, txn, kinds, err, errlen) != STORE_OK)
+    if (schema_check(s, txn, err, errlen) != STORE_OK || kinds_reconcile(s, txn, kinds, err, errlen) != STORE_OK ||
+        mode_reconcile(s, txn, kinds, err, errlen) != STORE_OK)
         goto fail;
     if ((rc = next_seq_load(s, txn)) != MDB_SUCCESS) {
         snprintf(err, errlen, "reading the log: %s", mdb_strerror(rc));
@@ -331,12 +421,46 @@ void lmdb_close(store_t *s_)
 
 /* --- values --- */
 
+/* A set of configured codes as a set of disk codes, and back (bit d for code d in both). */
+static uint32_t set_to_db(const lmdb_store_t *s, kindset_t set)
+{
+    uint32_t db = 0;
+    for (; set; set &= set - 1)
+        db |= 1u << s->cfg_to_db[__builtin_ctz(set)];
+    return db;
+}
+
+static kindset_t set_from_db(const lmdb_store_t *s, uint32_t db)
+{
+    kindset_t set = KINDSET_EMPTY;
+    for (; db; db &= db - 1) {
+        int d = __builtin_ctz(db);
+        if (d >= 1 && d <= s->db_kinds)
+            set |= kindset_of(s->db_to_cfg[d]);
+    }
+    return set;
+}
+
+/* Writes a set as one disk code when it has at most one kind (the one-mode row), else SET_MARK;
+ * the u16 of disk codes goes to *several. Returns the first byte. */
+static uint8_t set_encode(const lmdb_store_t *s, kindset_t set, uint16_t *several)
+{
+    uint32_t db = set_to_db(s, set);
+    *several = (uint16_t)(db >> 1);
+    return kindset_size(set) <= 1 ? (uint8_t)(db ? __builtin_ctz(db) : 0) : SET_MARK;
+}
+
 void lmdb_row_decode(const lmdb_store_t *s, const MDB_val *val, reaction_row_t *row)
 {
     const uint8_t *p = val->mv_data;
-    int db_kind = val->mv_size == ROW_VALUE_LEN ? p[0] : 0;
-    row->kind = db_kind <= s->db_kinds ? s->db_to_cfg[db_kind] : KIND_NONE;
-    row->version = val->mv_size == ROW_VALUE_LEN ? lmdb_get_u64(p + 1) : 0;
+    *row = (reaction_row_t){KINDSET_EMPTY, 0};
+    if (val->mv_size == ROW_VALUE_LEN) {
+        row->set = p[0] <= s->db_kinds ? set_from_db(s, p[0] ? 1u << p[0] : 0) : KINDSET_EMPTY;
+        row->version = lmdb_get_u64(p + 1);
+    } else if (val->mv_size == ROW_VALUE_SET_LEN && p[0] == SET_MARK) {
+        row->set = set_from_db(s, (uint32_t)lmdb_get_u16(p + 1) << 1);
+        row->version = lmdb_get_u64(p + 3);
+    }
 }
 
 static int row_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, reaction_row_t *row)
@@ -361,20 +485,44 @@ static int store_corrupt(span_t item, const char *what)
     return STORE_ERROR;
 }
 
-/* counts[cfg code] from a stored counts value (which may predate kinds added since). A value that is
- * not whole counts is corrupt. A negative count is served as it is (recount corrects it); a fold
- * that would leave one negative fails in lmdb_counts_add. */
+/* counts[cfg code] and counts[0], the reactors, from a stored counts value (which may predate kinds
+ * added since). A value of one mode holds the kinds only: each user holds at most one, so the
+ * reactors are their sum. A value that is not whole counts is corrupt. A negative count is served as
+ * it is (recount corrects it); a fold that would leave one negative fails in lmdb_counts_add. */
 static int counts_decode(const lmdb_store_t *s, span_t item, const MDB_val *val, int64_t counts[KINDS_MAX + 1])
 {
-    size_t n = val->mv_size / sizeof(int64_t);
-    if (val->mv_size % sizeof(int64_t) != 0 || n > KINDS_MAX)
+    const uint8_t *p = val->mv_data;
+    bool tagged = val->mv_size % sizeof(int64_t) == 1 && p[0] == COUNTS_REACTORS_TAG;
+    size_t skip = tagged ? 1 + sizeof(int64_t) : 0, n = (val->mv_size - skip) / sizeof(int64_t);
+    if (val->mv_size < skip || (val->mv_size - skip) % sizeof(int64_t) != 0 || n > KINDS_MAX)
         return store_corrupt(item, "the record's size is not a whole number of counts");
+    int64_t sum = 0;
     for (size_t d = 1; d <= n && d <= (size_t)s->db_kinds; d++) {
         int64_t v;
-        memcpy(&v, (const uint8_t *)val->mv_data + (d - 1) * sizeof v, sizeof v);
+        memcpy(&v, p + skip + (d - 1) * sizeof v, sizeof v);
         counts[s->db_to_cfg[d]] = v;
+        sum += v;
     }
+    if (tagged)
+        memcpy(&counts[KIND_NONE], p + 1, sizeof(int64_t));
+    else
+        counts[KIND_NONE] = sum;
     return STORE_OK;
+}
+
+/* The value of counts (cfg codes; [0] the reactors) as the mode keeps it into buf; its length. */
+static size_t counts_encode(const lmdb_store_t *s, reaction_mode_t mode, const int64_t counts[KINDS_MAX + 1],
+                            uint8_t buf[1 + (KINDS_MAX + 1) * sizeof(int64_t)])
+{
+    size_t off = 0;
+    if (mode == REACTION_MODE_MANY) {
+        buf[0] = COUNTS_REACTORS_TAG;
+        memcpy(buf + 1, &counts[KIND_NONE], sizeof(int64_t));
+        off = 1 + sizeof(int64_t);
+    }
+    for (int d = 1; d <= s->db_kinds; d++)
+        memcpy(buf + off + (size_t)(d - 1) * sizeof(int64_t), &counts[s->db_to_cfg[d]], sizeof(int64_t));
+    return off + (size_t)s->db_kinds * sizeof(int64_t);
 }
 
 int lmdb_counts_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, int64_t counts[KINDS_MAX + 1])
@@ -477,10 +625,14 @@ int lmdb_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
     char kbuf[KEY_BUF_LEN];
-    uint8_t vbuf[ROW_VALUE_LEN];
-    vbuf[0] = (uint8_t)w->store->cfg_to_db[row->kind];
-    lmdb_put_u64(vbuf + 1, row->version);
-    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val = {sizeof vbuf, vbuf};
+    uint8_t vbuf[ROW_VALUE_SET_LEN];
+    uint16_t several;
+    vbuf[0] = set_encode(w->store, row->set, &several);
+    size_t len = vbuf[0] == SET_MARK ? ROW_VALUE_SET_LEN : ROW_VALUE_LEN;
+    if (vbuf[0] == SET_MARK)
+        lmdb_put_u16(vbuf + 1, several);
+    lmdb_put_u64(vbuf + len - 8, row->version);
+    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val = {len, vbuf};
     pairfilter_add(&w->store->filter, item, user); /* before the row can be seen (store_write_commit) */
     return lmdb_rc(mdb_put(w->txn, w->store->rows, &key, &val, 0));
 }
@@ -489,17 +641,25 @@ int lmdb_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
     const lmdb_store_t *s = w->store;
-    uint8_t vbuf[LOG_HEADER_LEN + 2 * 255];
+    uint8_t vbuf[LOG_HEADER_LEN + LOG_SETS_LEN + 2 * 255];
     assert(t->item.len <= 255 && t->user.len <= 255);
     lmdb_put_u64(vbuf, t->at_ms);
     lmdb_put_u64(vbuf + 8, t->version);
-    vbuf[16] = (uint8_t)s->cfg_to_db[t->from];
-    vbuf[17] = (uint8_t)s->cfg_to_db[t->to];
+    uint16_t from, to;
+    vbuf[16] = set_encode(s, t->from, &from);
+    vbuf[17] = set_encode(s, t->to, &to);
+    size_t head = LOG_HEADER_LEN;
+    if (vbuf[16] == SET_MARK || vbuf[17] == SET_MARK) { /* several kinds: both as sets */
+        vbuf[16] = vbuf[17] = SET_MARK;
+        lmdb_put_u16(vbuf + head, from);
+        lmdb_put_u16(vbuf + head + 2, to);
+        head += LOG_SETS_LEN;
+    }
     vbuf[18] = (uint8_t)t->item.len;
-    memcpy(vbuf + LOG_HEADER_LEN, t->item.ptr, t->item.len);
-    memcpy(vbuf + LOG_HEADER_LEN + t->item.len, t->user.ptr, t->user.len);
+    memcpy(vbuf + head, t->item.ptr, t->item.len);
+    memcpy(vbuf + head + t->item.len, t->user.ptr, t->user.len);
     uint64_t n = w->next_seq;
-    MDB_val key = {sizeof n, &n}, val = {LOG_HEADER_LEN + t->item.len + t->user.len, vbuf};
+    MDB_val key = {sizeof n, &n}, val = {head + t->item.len + t->user.len, vbuf};
     int rc = mdb_put(w->txn, s->log, &key, &val, MDB_APPEND);
     if (rc == MDB_SUCCESS) {
         *seq = n;
@@ -521,15 +681,23 @@ int lmdb_log_put(store_write_t *w_, uint64_t seq, const transition_t *t)
 static int log_decode(const lmdb_store_t *s, const MDB_val *val, transition_t *t)
 {
     const uint8_t *p = val->mv_data;
-    if (val->mv_size < LOG_HEADER_LEN || p[16] > s->db_kinds || p[17] > s->db_kinds ||
-        val->mv_size < (size_t)LOG_HEADER_LEN + p[18])
+    if (val->mv_size < LOG_HEADER_LEN)
+        return STORE_ERROR;
+    bool sets = p[16] == SET_MARK && p[17] == SET_MARK;
+    size_t head = LOG_HEADER_LEN + (sets ? LOG_SETS_LEN : 0);
+    if ((!sets && (p[16] > s->db_kinds || p[17] > s->db_kinds)) || val->mv_size < head + p[18])
         return STORE_ERROR;
     t->at_ms = lmdb_get_u64(p);
     t->version = lmdb_get_u64(p + 8);
-    t->from = s->db_to_cfg[p[16]];
-    t->to = s->db_to_cfg[p[17]];
-    t->item = (span_t){(const char *)p + LOG_HEADER_LEN, p[18]};
-    t->user = (span_t){(const char *)p + LOG_HEADER_LEN + p[18], val->mv_size - LOG_HEADER_LEN - p[18]};
+    if (sets) {
+        t->from = set_from_db(s, (uint32_t)lmdb_get_u16(p + LOG_HEADER_LEN) << 1);
+        t->to = set_from_db(s, (uint32_t)lmdb_get_u16(p + LOG_HEADER_LEN + 2) << 1);
+    } else {
+        t->from = kindset_of(s->db_to_cfg[p[16]]);
+        t->to = kindset_of(s->db_to_cfg[p[17]]);
+    }
+    t->item = (span_t){(const char *)p + head, p[18]};
+    t->user = (span_t){(const char *)p + head + p[18], val->mv_size - head - p[18]};
     return STORE_OK;
 }
 
@@ -571,18 +739,16 @@ int lmdb_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_M
     int rc = lmdb_counts_get(s, w->txn, item, counts);
     if (rc != STORE_OK)
         return rc;
-    int64_t disk[KINDS_MAX];
-    for (int d = 1; d <= s->db_kinds; d++) {
-        int c = s->db_to_cfg[d];
+    for (int c = s->mode == REACTION_MODE_MANY ? KIND_NONE : 1; c <= s->kinds.count; c++) { /* [0]: the reactors */
         /* A count below zero after the fold means the stored counts and the log disagree: the data
          * on the disk is wrong (the fold of the program's own transitions cannot do it). */
         if (__builtin_add_overflow(counts[c], deltas[c], &counts[c]) || counts[c] < 0)
             return store_corrupt(item, "the stored count and the log disagree: the fold would make it negative");
-        disk[d - 1] = counts[c];
     }
     char kbuf[KEY_BUF_LEN];
+    uint8_t disk[1 + (KINDS_MAX + 1) * sizeof(int64_t)];
     MDB_val key = {lmdb_pair_key(kbuf, item, (span_t){"", 0}), kbuf},
-            val = {sizeof(int64_t) * (size_t)s->db_kinds, disk};
+            val = {counts_encode(s, s->mode, counts, disk), disk};
     return lmdb_rc(mdb_put(w->txn, s->counts, &key, &val, 0));
 }
 

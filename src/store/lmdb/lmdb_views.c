@@ -55,10 +55,11 @@ int lmdb_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX
             break;
         reaction_row_t row;
         lmdb_row_decode(s, &val, &row);
-        counts[row.kind]++;
+        for (kindset_t k = row.set; k; k &= k - 1)
+            counts[__builtin_ctz(k)]++;
+        counts[KIND_NONE] += row.set != KINDSET_EMPTY; /* the reactors */
     }
     mdb_cursor_close(cur);
-    counts[KIND_NONE] = 0;
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 

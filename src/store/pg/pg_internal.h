@@ -54,7 +54,7 @@ typedef struct {
 typedef struct {
     char item[256], user[256];
     uint8_t item_len, user_len;
-    int from, to; /* disk codes */
+    long from, to; /* disk codes (pg_db_set) */
     uint64_t version, at_ms;
     uint64_t seq; /* 0: taken at commit (log_append); else given (log_put) */
 } pg_logged_t;
@@ -153,10 +153,30 @@ pg_entry_t *pg_cache_put(pg_cache_t *c, span_t a, span_t b); /* found or added (
 void pg_cache_clear(pg_cache_t *c);
 void pg_cache_free(pg_cache_t *c);
 
-/* Kind codes: on disk (the order kinds were first stored in) and configured. */
-static inline int pg_cfg_kind(const pg_store_t *s, long db)
+/* Kind codes: on disk (the order kinds were first stored in) and configured. A set is stored as one
+ * disk code when it holds at most one kind (0: none; the only shape of one mode), or as the negated
+ * set of disk codes (bit d for code d) when it holds several. */
+static inline kindset_t pg_cfg_set(const pg_store_t *s, long db)
 {
-    return db > 0 && db <= s->db_kinds ? s->db_to_cfg[db] : KIND_NONE;
+    if (db >= 0)
+        return db > 0 && db <= s->db_kinds ? kindset_of(s->db_to_cfg[db]) : KINDSET_EMPTY;
+    kindset_t set = KINDSET_EMPTY;
+    for (unsigned long m = (unsigned long)-db; m; m &= m - 1) {
+        int d = __builtin_ctzl(m);
+        if (d >= 1 && d <= s->db_kinds)
+            set |= kindset_of(s->db_to_cfg[d]);
+    }
+    return set;
+}
+
+static inline long pg_db_set(const pg_store_t *s, kindset_t set)
+{
+    if (kindset_size(set) <= 1)
+        return s->cfg_to_db[kindset_single(set)];
+    long db = 0;
+    for (; set; set &= set - 1)
+        db |= 1l << s->cfg_to_db[__builtin_ctz(set)];
+    return -db;
 }
 
 /* Operations of store.h, gathered in pg_store_ops (pg_store.c, pg_write.c, pg_views.c). */

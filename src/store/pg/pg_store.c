@@ -455,10 +455,10 @@ void pg_cache_free(pg_cache_t *c)
 static const char SCHEMA_SQL[] =
     "CREATE TABLE tally_meta (name text PRIMARY KEY, value text NOT NULL);"
     "CREATE TABLE tally_rows (item text COLLATE \"C\" NOT NULL, \"user\" text COLLATE \"C\" NOT NULL,"
-    "  kind smallint NOT NULL, version bigint NOT NULL, PRIMARY KEY (item, \"user\"));"
+    "  kind integer NOT NULL, version bigint NOT NULL, PRIMARY KEY (item, \"user\"));"
     "CREATE INDEX tally_rows_by_user ON tally_rows (\"user\", item);"
     "CREATE TABLE tally_log (seq bigint PRIMARY KEY, item text COLLATE \"C\" NOT NULL,"
-    "  \"user\" text COLLATE \"C\" NOT NULL, from_kind smallint NOT NULL, to_kind smallint NOT NULL,"
+    "  \"user\" text COLLATE \"C\" NOT NULL, from_kind integer NOT NULL, to_kind integer NOT NULL,"
     "  version bigint NOT NULL, at_ms bigint NOT NULL);"
     "CREATE TABLE tally_log_head (id int PRIMARY KEY CHECK (id = 1), seq bigint NOT NULL);"
     "INSERT INTO tally_log_head VALUES (1, 0);"
@@ -507,6 +507,50 @@ static int settings_check(pg_store_t *s, pg_setting_t *set, size_t n, char *err,
         PQclear(res);
     }
     return STORE_OK;
+}
+
+/* The reaction mode's own state, after the settings agreed. Many mode keeps each item's reactors (kind
+ * 0 in tally_counts) and may store sets as negative codes: the first start in many mode widens the
+ * columns and counts the reactors once (every user held one kind until then, so they are the sum of
+ * the counts). One mode is refused while a row holds several kinds. */
+static int mode_setup(pg_store_t *s, char *err, size_t errlen)
+{
+    int rc;
+    PGresult *res =
+        pg_exec(s, s->wconn, "mode", "SELECT 1 FROM tally_meta WHERE name = 'reactors_counted'", 0, NULL, &rc);
+    if (!res)
+        goto fail;
+    bool counted = PQntuples(res) == 1;
+    PQclear(res);
+    if (s->kinds.mode == REACTION_MODE_MANY && !counted) {
+        if (pg_run(s, s->wconn, "mode",
+                   "ALTER TABLE tally_rows ALTER COLUMN kind TYPE integer;"
+                   "ALTER TABLE tally_log ALTER COLUMN from_kind TYPE integer, ALTER COLUMN to_kind TYPE integer;"
+                   "INSERT INTO tally_counts SELECT item, 0, sum(n) FROM tally_counts WHERE kind <> 0 GROUP BY item"
+                   " ON CONFLICT (item, kind) DO UPDATE SET n = excluded.n;"
+                   "INSERT INTO tally_meta VALUES ('reactors_counted', '1')",
+                   0, NULL) != STORE_OK)
+            goto fail;
+        fprintf(stderr, "level=info event=pg-reactors-counted\n");
+    } else if (s->kinds.mode == REACTION_MODE_ONE && counted) {
+        if (!(res = pg_exec(s, s->wconn, "mode", "SELECT EXISTS (SELECT 1 FROM tally_rows WHERE kind < 0)", 0, NULL,
+                            &rc)))
+            goto fail;
+        bool sets = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+        PQclear(res);
+        if (sets) {
+            snprintf(err, errlen,
+                     "the database was used with --reaction-mode many and some users hold several reactions on one "
+                     "item: it cannot be used with --reaction-mode one");
+            return STORE_ERROR;
+        }
+        if (pg_run(s, s->wconn, "mode", "DELETE FROM tally_meta WHERE name = 'reactors_counted'", 0, NULL) != STORE_OK)
+            goto fail;
+    }
+    return STORE_OK;
+fail:
+    snprintf(err, errlen, "setting up the reaction mode failed: %s", PQerrorMessage(s->wconn));
+    return STORE_ERROR;
 }
 
 /* The stored kinds (in disk order) against the configured ones: the same set, or a refusal. */
@@ -627,7 +671,8 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
         snprintf(set[1].value, sizeof set[1].value, "%" PRIu64, opt->log_retention_ms);
     if (opt->reaction_mode)
         snprintf(set[2].value, sizeof set[2].value, "%s", opt->reaction_mode);
-    if (kinds_check(s, kinds, err, errlen) != STORE_OK || settings_check(s, set, 3, err, errlen) != STORE_OK)
+    if (kinds_check(s, kinds, err, errlen) != STORE_OK || settings_check(s, set, 3, err, errlen) != STORE_OK ||
+        mode_setup(s, err, errlen) != STORE_OK)
         goto fail_quiet;
     if (pg_run(s, s->wconn, "schema", "COMMIT", 0, NULL) != STORE_OK) {
         snprintf(err, errlen, "cannot commit the schema: %s", PQerrorMessage(s->wconn));
@@ -755,14 +800,24 @@ PGresult *pg_rexec(pg_read_t *r, const char *what, const char *sql, int n, const
     return pg_exec(r->store, r->conn, what, sql, n, params, rc);
 }
 
+/* One counts row into counts: a kind's, or (disk code 0) the reactors', kept in many mode only. */
+static void counts_row(const pg_store_t *s, long db, int64_t n, int64_t counts[KINDS_MAX + 1])
+{
+    if (db == 0 && s->kinds.mode == REACTION_MODE_MANY)
+        counts[KIND_NONE] = n;
+    else if (db > 0 && db <= s->db_kinds) {
+        counts[s->db_to_cfg[db]] = n;
+        if (s->kinds.mode == REACTION_MODE_ONE) /* one kind per user: the reactors are the sum */
+            counts[KIND_NONE] += n;
+    }
+}
+
 static void counts_fill(const pg_store_t *s, const PGresult *res, int kind_col, int n_col,
                         int64_t counts[KINDS_MAX + 1])
 {
-    for (int i = 0; i < PQntuples(res); i++) {
-        int k = pg_cfg_kind(s, strtol(PQgetvalue(res, i, kind_col), NULL, 10));
-        if (k != KIND_NONE)
-            counts[k] = strtoll(PQgetvalue(res, i, n_col), NULL, 10);
-    }
+    for (int i = 0; i < PQntuples(res); i++)
+        counts_row(s, strtol(PQgetvalue(res, i, kind_col), NULL, 10), strtoll(PQgetvalue(res, i, n_col), NULL, 10),
+                   counts);
 }
 
 int pg_read_counts(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX + 1])
@@ -789,13 +844,13 @@ int pg_read_row(store_read_t *r_, span_t item, span_t user, reaction_row_t *row)
     snprintf(ubuf, sizeof ubuf, "%.*s", (int)user.len, user.ptr);
     const char *p[] = {ibuf, ubuf};
     int rc;
-    *row = (reaction_row_t){KIND_NONE, 0};
+    *row = (reaction_row_t){KINDSET_EMPTY, 0};
     PGresult *res =
         pg_rexec(r, "read-row", "SELECT kind, version FROM tally_rows WHERE item = $1 AND \"user\" = $2", 2, p, &rc);
     if (!res)
         return rc;
     if (PQntuples(res) == 1) {
-        row->kind = pg_cfg_kind(r->store, strtol(PQgetvalue(res, 0, 0), NULL, 10));
+        row->set = pg_cfg_set(r->store, strtol(PQgetvalue(res, 0, 0), NULL, 10));
         row->version = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
     }
     PQclear(res);
@@ -834,7 +889,7 @@ int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, i
     for (size_t i = 0; i < n; i++) {
         memset(counts[i], 0, sizeof counts[i]);
         if (user.len)
-            rows[i] = (reaction_row_t){KIND_NONE, 0};
+            rows[i] = (reaction_row_t){KINDSET_EMPTY, 0};
         pg_buf_text_elem(&list, items[i].ptr, items[i].len);
     }
     pg_buf_close(&list);
@@ -864,15 +919,15 @@ int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, i
     PGresult *res = rc == STORE_OK ? pg_pipe_result(s, r->conn, "read-many", &rc) : NULL;
     for (int t = 0; res && t < PQntuples(res); t++) {
         span_t item = {PQgetvalue(res, t, 1), (size_t)PQgetlength(res, t, 1)};
-        int k = pg_cfg_kind(s, strtol(PQgetvalue(res, t, 2), NULL, 10));
+        long db = strtol(PQgetvalue(res, t, 2), NULL, 10);
         long long v = strtoll(PQgetvalue(res, t, 3), NULL, 10);
         for (size_t i = 0; i < n; i++) { /* an id may be asked twice */
             if (!span_eq(items[i], item))
                 continue;
-            if (PQgetvalue(res, t, 0)[0] == '0' && k != KIND_NONE)
-                counts[i][k] = v;
+            if (PQgetvalue(res, t, 0)[0] == '0')
+                counts_row(s, db, v, counts[i]);
             else if (PQgetvalue(res, t, 0)[0] == '1')
-                rows[i] = (reaction_row_t){k, (uint64_t)v};
+                rows[i] = (reaction_row_t){pg_cfg_set(s, db), (uint64_t)v};
         }
     }
     PQclear(res);
@@ -891,8 +946,8 @@ int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void 
         transition_t t = {
             .item = {PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)},
             .user = {PQgetvalue(res, i, 2), (size_t)PQgetlength(res, i, 2)},
-            .from = pg_cfg_kind(s, strtol(PQgetvalue(res, i, 3), NULL, 10)),
-            .to = pg_cfg_kind(s, strtol(PQgetvalue(res, i, 4), NULL, 10)),
+            .from = pg_cfg_set(s, strtol(PQgetvalue(res, i, 3), NULL, 10)),
+            .to = pg_cfg_set(s, strtol(PQgetvalue(res, i, 4), NULL, 10)),
             .version = strtoull(PQgetvalue(res, i, 5), NULL, 10),
             .at_ms = strtoull(PQgetvalue(res, i, 6), NULL, 10),
         };

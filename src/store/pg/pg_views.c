@@ -86,10 +86,12 @@ int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX +
                  1, p, &rc);
     if (!res)
         return rc;
-    for (int i = 0; i < PQntuples(res); i++) {
-        int k = pg_cfg_kind(r->store, strtol(PQgetvalue(res, i, 0), NULL, 10));
-        if (k != KIND_NONE)
-            counts[k] = strtoll(PQgetvalue(res, i, 1), NULL, 10);
+    for (int i = 0; i < PQntuples(res); i++) { /* one row per stored set */
+        kindset_t set = pg_cfg_set(r->store, strtol(PQgetvalue(res, i, 0), NULL, 10));
+        int64_t n = strtoll(PQgetvalue(res, i, 1), NULL, 10);
+        for (kindset_t k = set; k; k &= k - 1)
+            counts[__builtin_ctz(k)] += n;
+        counts[KIND_NONE] += set ? n : 0; /* the reactors */
     }
     PQclear(res);
     return STORE_OK;
@@ -135,7 +137,7 @@ int pg_read_rows(store_read_t *r_, store_row_fn fn, void *arg)
             return rc;
         int n = PQntuples(res), stop = 0;
         for (int i = 0; i < n && !stop; i++) {
-            reaction_row_t row = {pg_cfg_kind(r->store, strtol(PQgetvalue(res, i, 2), NULL, 10)),
+            reaction_row_t row = {pg_cfg_set(r->store, strtol(PQgetvalue(res, i, 2), NULL, 10)),
                                   strtoull(PQgetvalue(res, i, 3), NULL, 10)};
             stop = fn(arg, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
                       (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)}, &row);
@@ -259,7 +261,7 @@ static int walk(pg_write_t *w, const char *sql, span_t fixed, span_t after, size
         span_t user = {PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)};
         pg_entry_t *e = pg_cache_find(&w->rows, item, user);
         if (!e && (e = pg_cache_put(&w->rows, item, user))) {
-            e->row.kind = pg_cfg_kind(w->store, strtol(PQgetvalue(res, i, 2), NULL, 10));
+            e->row.set = pg_cfg_set(w->store, strtol(PQgetvalue(res, i, 2), NULL, 10));
             e->row.version = strtoull(PQgetvalue(res, i, 3), NULL, 10);
             e->present = e->stored = true;
         }

@@ -95,7 +95,7 @@ static void row_entry_fill(pg_write_t *w, const PGresult *res, int i, int first_
     pg_entry_t *e = pg_cache_put(&w->rows, item, user);
     if (!e)
         return; /* not cached: read again when asked */
-    e->row.kind = pg_cfg_kind(w->store, strtol(PQgetvalue(res, i, first_col + 2), NULL, 10));
+    e->row.set = pg_cfg_set(w->store, strtol(PQgetvalue(res, i, first_col + 2), NULL, 10));
     e->row.version = strtoull(PQgetvalue(res, i, first_col + 3), NULL, 10);
     e->present = e->stored = true;
 }
@@ -314,8 +314,8 @@ int pg_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
     memcpy(l->user, t->user.ptr, t->user.len);
     l->item_len = (uint8_t)t->item.len;
     l->user_len = (uint8_t)t->user.len;
-    l->from = w->store->cfg_to_db[t->from];
-    l->to = w->store->cfg_to_db[t->to];
+    l->from = pg_db_set(w->store, t->from);
+    l->to = pg_db_set(w->store, t->to);
     l->version = t->version;
     l->at_ms = t->at_ms;
     l->seq = 0;
@@ -467,7 +467,7 @@ static int flush_rows_part(pg_write_t *w, bool stored)
             continue;
         pg_buf_text_elem(&items, e->a, e->alen);
         pg_buf_text_elem(&users, e->b, e->blen);
-        pg_buf_int_elem(&kinds, w->store->cfg_to_db[e->row.kind]);
+        pg_buf_int_elem(&kinds, pg_db_set(w->store, e->row.set));
         pg_buf_int_elem(&versions, (long long)e->row.version);
         n++;
     }
@@ -477,8 +477,8 @@ static int flush_rows_part(pg_write_t *w, bool stored)
         const char *p[] = {items.buf, users.buf, kinds.buf, versions.buf};
         rc = pg_wrun(w, "write-rows",
                      stored ? "UPDATE tally_rows r SET kind = t.k, version = t.v FROM unnest($1::text[], $2::text[],"
-                              " $3::int2[], $4::int8[]) AS t(i, u, k, v) WHERE r.item = t.i AND r.\"user\" = t.u"
-                            : "INSERT INTO tally_rows SELECT * FROM unnest($1::text[], $2::text[], $3::int2[],"
+                              " $3::int4[], $4::int8[]) AS t(i, u, k, v) WHERE r.item = t.i AND r.\"user\" = t.u"
+                            : "INSERT INTO tally_rows SELECT * FROM unnest($1::text[], $2::text[], $3::int4[],"
                               " $4::int8[])",
                      4, p);
     }
@@ -558,7 +558,9 @@ static int flush_counts(pg_write_t *w)
     size_t n = 0;
     for (size_t i = 0; i < w->counts.count; i++) {
         const itemmap_entry_t *e = &w->counts.entries[i];
-        for (int k = 1; k <= w->store->kinds.count; k++) {
+        /* [0], the reactors, is kept in many mode only (in one mode it is the sum of the counts) */
+        int first = w->store->kinds.mode == REACTION_MODE_MANY ? KIND_NONE : 1;
+        for (int k = first; k <= w->store->kinds.count; k++) {
             if (!e->deltas[k])
                 continue;
             pg_buf_text_elem(&items, e->item, e->item_len);
@@ -575,7 +577,7 @@ static int flush_counts(pg_write_t *w)
          * the statement, so the pipelined COMMIT after it cannot commit: the cast of a text to int
          * is an error only when such a row exists (NULL casts to NULL). */
         rc = pg_wrun(w, "write-counts",
-                     "WITH up AS (INSERT INTO tally_counts SELECT * FROM unnest($1::text[], $2::int2[], $3::int8[])"
+                     "WITH up AS (INSERT INTO tally_counts SELECT * FROM unnest($1::text[], $2::int4[], $3::int8[])"
                      " AS t(item, kind, n) ORDER BY item COLLATE \"C\", kind ON CONFLICT (item, kind)"
                      " DO UPDATE SET n = tally_counts.n + excluded.n RETURNING item, n)"
                      " SELECT (SELECT 'count-below-zero:' || item FROM up WHERE n < 0 LIMIT 1)::int",
@@ -621,7 +623,7 @@ static int flush_log(pg_write_t *w)
             "WITH h AS (UPDATE tally_log_head SET seq = seq + $1::bigint WHERE id = 1 RETURNING seq - $1::bigint "
             "AS base)"
             " INSERT INTO tally_log SELECT h.base + t.n, t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
-            " unnest($2::text[], $3::text[], $4::int2[], $5::int2[], $6::int8[], $7::int8[])"
+            " unnest($2::text[], $3::text[], $4::int4[], $5::int4[], $6::int8[], $7::int8[])"
             " WITH ORDINALITY AS t(item, u, f, t, v, at, n)",
             NCOL, p);
     for (int c = ITEM; c < NCOL; c++)
