@@ -523,14 +523,16 @@ static int mode_setup(pg_store_t *s, char *err, size_t errlen)
     bool counted = PQntuples(res) == 1;
     PQclear(res);
     if (s->kinds.mode == REACTION_MODE_MANY && !counted) {
-        if (pg_run(s, s->wconn, "mode",
-                   "ALTER TABLE tally_rows ALTER COLUMN kind TYPE integer;"
-                   "ALTER TABLE tally_log ALTER COLUMN from_kind TYPE integer, ALTER COLUMN to_kind TYPE integer;"
-                   "INSERT INTO tally_counts SELECT item, 0, sum(n) FROM tally_counts WHERE kind <> 0 GROUP BY item"
-                   " ON CONFLICT (item, kind) DO UPDATE SET n = excluded.n;"
-                   "INSERT INTO tally_meta VALUES ('reactors_counted', '1')",
-                   0, NULL) != STORE_OK)
-            goto fail;
+        static const char *const steps[] = {
+            "ALTER TABLE tally_rows ALTER COLUMN kind TYPE integer",
+            "ALTER TABLE tally_log ALTER COLUMN from_kind TYPE integer, ALTER COLUMN to_kind TYPE integer",
+            "INSERT INTO tally_counts SELECT item, 0, sum(n) FROM tally_counts WHERE kind <> 0 GROUP BY item"
+            " ON CONFLICT (item, kind) DO UPDATE SET n = excluded.n",
+            "INSERT INTO tally_meta VALUES ('reactors_counted', '1')",
+        };
+        for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
+            if (pg_run(s, s->wconn, "mode", steps[i], 0, NULL) != STORE_OK)
+                goto fail;
         fprintf(stderr, "level=info event=pg-reactors-counted\n");
     } else if (s->kinds.mode == REACTION_MODE_ONE && counted) {
         if (!(res = pg_exec(s, s->wconn, "mode", "SELECT EXISTS (SELECT 1 FROM tally_rows WHERE kind < 0)", 0, NULL,

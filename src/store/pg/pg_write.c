@@ -360,7 +360,7 @@ int pg_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX
     itemmap_entry_t *e = itemmap_get(&w->counts, item);
     if (!e)
         return STORE_ERROR;
-    for (int k = 1; k <= w->store->kinds.count; k++)
+    for (int k = 0; k <= w->store->kinds.count; k++) /* [0]: the reactors (flushed in many mode) */
         e->deltas[k] += deltas[k];
     return STORE_OK;
 }
