@@ -40,7 +40,7 @@ static int usage_error(const char *why)
 /* Parses the flags common to the subcommands. Returns -1 after --help (printed), -2 on an error
  * (printed), else the index of the first operand. */
 typedef struct {
-    const char *data, *user, *ttl, *secret_file, *reactions, *format, *on_error, *store;
+    const char *data, *user, *ttl, *secret_file, *reactions, *format, *on_error, *store, *mode;
     bool admin;
 } flags_t;
 
@@ -57,6 +57,7 @@ static int parse_common(int argc, char **argv, flags_t *f)
         {"format", required_argument, NULL, 'f'},
         {"on-error", required_argument, NULL, 'e'},
         {"store", required_argument, NULL, 'S'},
+        {"reaction-mode", required_argument, NULL, 'm'},
         {NULL, 0, NULL, 0},
     };
     opterr = 0;
@@ -91,6 +92,13 @@ static int parse_common(int argc, char **argv, flags_t *f)
         case 'S':
             f->store = optarg;
             break;
+        case 'm':
+            if (strcmp(optarg, "one") != 0 && strcmp(optarg, "many") != 0) {
+                usage_error("--reaction-mode is one or many");
+                return -2;
+            }
+            f->mode = optarg;
+            break;
         case 'h':
             fputs(current->usage, stdout);
             return -1;
@@ -108,8 +116,9 @@ static int parse_common(int argc, char **argv, flags_t *f)
 static store_t *open_existing(const char *dir);
 
 /* Opens dir for writing by this process alone (no tallyd may run on it), with a writer thread.
- * kinds NULL: the stored ones. */
-static store_t *open_exclusive(const char *dir, const char *reactions, writer_t **writer)
+ * reactions NULL: the stored kinds. mode NULL: the stored mode (one for a new store), so that
+ * giving --reactions never changes the mode a store was used in. */
+static store_t *open_exclusive(const char *dir, const char *reactions, const char *mode, writer_t **writer)
 {
     char err[512];
     kinds_t kinds;
@@ -123,6 +132,17 @@ static store_t *open_exclusive(const char *dir, const char *reactions, writer_t 
     }
     store_t *store = NULL;
     store_options_t opt = {.map_size_bytes = STORE_MAP_SIZE_DEFAULT};
+    if (reactions && mode) {
+        kinds.mode = strcmp(mode, "many") == 0 ? REACTION_MODE_MANY : REACTION_MODE_ONE;
+    } else if (reactions && store_open(dir, NULL, &opt, &store, err, sizeof err) == STORE_OK) {
+        kinds.mode = store_kinds(store)->mode; /* an existing store keeps its mode */
+        store_close(store);
+        store = NULL;
+    }
+    if (!reactions && mode) {
+        fprintf(stderr, "tally %s: --reaction-mode needs --reactions (it is for a new store)\n", current->name);
+        return NULL;
+    }
     if (store_open(dir, reactions ? &kinds : NULL, &opt, &store, err, sizeof err) != STORE_OK) {
         fprintf(stderr, "tally %s: %s%s\n", current->name, err, reactions ? "" : " (give --reactions for a new store)");
         return NULL;
@@ -192,7 +212,7 @@ static int cmd_import(int argc, char **argv)
         return EXIT_FAILED;
     }
     writer_t *writer;
-    store_t *store = open_exclusive(f.data, f.reactions, &writer);
+    store_t *store = open_exclusive(f.data, f.reactions, f.mode, &writer);
     if (!store) {
         fclose(src.f);
         free(src.buf);
@@ -273,7 +293,7 @@ static int cmd_erase_user(int argc, char **argv)
     if (!id_valid(user))
         return usage_error("USER is not a valid user id");
     writer_t *writer;
-    store_t *store = open_exclusive(f.data, NULL, &writer);
+    store_t *store = open_exclusive(f.data, NULL, NULL, &writer);
     if (!store)
         return EXIT_FAILED;
     write_cmd_t cmd = {.type = WRITE_CLEAR_USER};
@@ -484,7 +504,8 @@ static const command_t commands[] = {
      cmd_token},
     {"stats", "tally stats --data DIR\n  rows, items, log length and store size, as JSON\n", cmd_stats},
     {"import",
-     "tally import --data DIR [--format ndjson|csv] [--on-error skip|abort] [--reactions LIST] FILE\n"
+     "tally import --data DIR [--format ndjson|csv] [--on-error skip|abort] [--reactions LIST]\n"
+     "             [--reaction-mode one|many] FILE\n"
      "  applies {item,user,reaction} records (JSON lines, or CSV with the header item,user,reaction) as\n"
      "  ordinary writes; tallyd must not be running on DIR; a re-run changes nothing\n",
      cmd_import},
