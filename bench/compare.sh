@@ -10,6 +10,8 @@
 # on 127.0.0.1. Prints req/s, latency percentiles and, for tallyd, the block device's bytes per
 # request over the run (the whole device: other writers on the machine count too).
 # SCENARIO is one of load.lua's: write, viral, feed, mixed, toggle.
+# BENCH_ARGS_PREV / BENCH_ARGS_NEW: extra flags for the previous / new tallyd (e.g. the same build
+# twice, BENCH_ARGS_NEW="--reaction-mode many", to compare the two modes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 4 ] || { echo "usage: bench/compare.sh SCENARIO CONNS PREVIOUS_TALLYD NEW_TALLYD" >&2; exit 2; }
@@ -34,10 +36,10 @@ measure() {
 }
 
 run_tally() {
-    local bin=$1 name=$2 d port pid s0 s1 line
+    local bin=$1 name=$2 extra=$3 d port pid s0 s1 line
     d=$(mktemp -d "$T/tally.XXXX")
     if [ -n "${BENCH_STORE:-}" ]; then cp -a "$BENCH_STORE" "$d/data" && sync; fi
-    "$bin" --listen 127.0.0.1:0 --data "$d/data" --rate-limit off --read-rate-limit off >"$d/out" 2>"$d/err" &
+    "$bin" --listen 127.0.0.1:0 --data "$d/data" --rate-limit off --read-rate-limit off $extra >"$d/out" 2>"$d/err" &
     pid=$!
     PIDS+=("$pid")
     for _ in $(seq 1 100); do
@@ -78,8 +80,8 @@ NG
 }
 
 echo "bench/compare.sh $SCEN $CONNS: $(date -u +%FT%TZ), wrk -t1 -c$CONNS -d${DUR}s, device $DEV${BENCH_STORE:+, store copied from $BENCH_STORE}"
-run_tally "$PREV" "previous build"
-run_tally "$NEW" "this build"
+run_tally "$PREV" "previous build" "${BENCH_ARGS_PREV:-}"
+run_tally "$NEW" "this build" "${BENCH_ARGS_NEW:-}"
 run_nginx
-run_tally "$PREV" "previous build"
-run_tally "$NEW" "this build"
+run_tally "$PREV" "previous build" "${BENCH_ARGS_PREV:-}"
+run_tally "$NEW" "this build" "${BENCH_ARGS_NEW:-}"
