@@ -24,7 +24,7 @@ static bool ref_kinds_valid(const char *list)
         const char *comma = strchr(p, ',');
         span_t name = {p, comma ? (size_t)(comma - p) : strlen(p)};
         if (name.len == 0 || name.len > KIND_NAME_MAX || span_eq_str(name, "none") || span_eq_str(name, "reaction") ||
-            count == KINDS_MAX)
+            span_eq_str(name, "reactions") || count == KINDS_MAX)
             return false;
         for (size_t i = 0; i < name.len; i++)
             if (!kind_char((unsigned char)name.ptr[i]))

@@ -20,7 +20,7 @@ static int kind_name_check(span_t name, char *err, size_t errlen)
             return -1;
         }
     }
-    if (span_eq_str(name, "none") || span_eq_str(name, "reaction")) {
+    if (span_eq_str(name, "none") || span_eq_str(name, "reaction") || span_eq_str(name, "reactions")) {
         snprintf(err, errlen, "'%.*s' is reserved and cannot be a reaction kind", (int)name.len, name.ptr);
         return -1;
     }

@@ -25,7 +25,7 @@ typedef struct {
 } kinds_t;
 
 /* Parses a comma-separated list ("like,love,haha"). Names are 1–32 bytes of a-z 0-9 _, unique, at
- * most 16, and neither "none" nor "reaction". Returns 0, or -1 with a message in err. */
+ * most 16, and not "none", "reaction" or "reactions". Returns 0, or -1 with a message in err. */
 int kinds_parse(kinds_t *kinds, const char *list, char *err, size_t errlen);
 
 /* The code of a name: 0 for "none" when allow_none, 1..count for a kind, -1 when unknown. */

@@ -44,6 +44,7 @@ void test_kinds(void)
     CHECK(kinds_parse(&k, "Like", err, sizeof err) != 0);
     CHECK(kinds_parse(&k, "none", err, sizeof err) != 0);
     CHECK(kinds_parse(&k, "reaction", err, sizeof err) != 0);
+    CHECK(kinds_parse(&k, "like,reactions", err, sizeof err) != 0); /* a list route and a member name */
     CHECK(kinds_parse(&k, "a,a", err, sizeof err) != 0);
     CHECK(kinds_parse(&k, "", err, sizeof err) != 0);
     CHECK(kinds_parse(&k, "a,", err, sizeof err) != 0);
