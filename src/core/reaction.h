@@ -5,6 +5,7 @@
 #ifndef TALLY_CORE_REACTION_H
 #define TALLY_CORE_REACTION_H
 
+#include <assert.h>
 #include <stdint.h>
 
 #include "core/kinds.h"
@@ -18,6 +19,7 @@ typedef uint32_t kindset_t;
 
 static inline kindset_t kindset_of(int code)
 {
+    assert(code >= KIND_NONE && code <= KINDS_MAX && "a kind code, not an error");
     return code == KIND_NONE ? KINDSET_EMPTY : (kindset_t)1 << code;
 }
 

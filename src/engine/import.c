@@ -44,7 +44,7 @@ static const char *record_check(record_t *rec)
 static const char *record_kind(const kinds_t *kinds, record_t *rec, span_t reaction)
 {
     int k = kinds_find(kinds, reaction, true);
-    rec->set = kindset_of(k);
+    rec->set = k < 0 ? KINDSET_EMPTY : kindset_of(k);
     return k < 0 ? "unknown reaction" : NULL;
 }
 

@@ -262,7 +262,7 @@ static bool body_reaction_or_reply(const app_t *app, http_request_t *req, span_t
                     ? kinds_find(app->kinds, (span_t){json_string_value(reaction), json_string_length(reaction)},
                                  allow_sets)
                     : -1;
-        *set = kindset_of(k);
+        *set = k < 0 ? KINDSET_EMPTY : kindset_of(k);
         if (k < 0)
             snprintf(detail, sizeof detail, "%s",
                      reaction ? "reaction must be one of the configured kinds" : "the body needs a reaction member");
