@@ -87,7 +87,7 @@ int netallow_parse_cidr(const char *text, size_t len, netallow_cidr_t *out)
     if (v4)
         prefix += V4_IN_V6_PREFIX;
     for (unsigned bit = prefix; bit < V6_BITS; bit++) /* the network: bits past the prefix cleared */
-        addr[bit / 8] &= (uint8_t)~(0x80u >> (bit % 8));
+        addr[bit / 8] &= (uint8_t) ~(0x80u >> (bit % 8));
     memcpy(out->addr, addr, NETALLOW_ADDR_LEN);
     out->prefix = prefix;
     return 0;

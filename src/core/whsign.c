@@ -22,8 +22,7 @@ int whsign_hmac_hex(span_t key, uint64_t t, span_t body, char out[WHSIGN_HEX_LEN
     memcpy(msg, prefix, (size_t)n);
     if (body.len)
         memcpy(msg + n, body.ptr, body.len);
-    const unsigned char *ok =
-        HMAC(EVP_sha256(), key.len ? key.ptr : "", (int)key.len, msg, len, mac, &mac_len);
+    const unsigned char *ok = HMAC(EVP_sha256(), key.len ? key.ptr : "", (int)key.len, msg, len, mac, &mac_len);
     free(msg);
     if (!ok || mac_len != SHA256_LEN)
         return -1;

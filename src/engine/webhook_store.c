@@ -49,8 +49,8 @@ static char *state_json(const whstore_state_t *s)
 {
     return dump(json_pack("{s:I,s:I,s:s,s:I,s:s,s:b,s:I}", "delivered", (json_int_t)s->delivered, "pending_to",
                           (json_int_t)s->pending_to, "delivery_id", s->delivery_id, "failing_since_ms",
-                          (json_int_t)s->failing_since_ms, "last_error", s->last_error, "expired", s->expired,
-                          "epoch", (json_int_t)s->epoch));
+                          (json_int_t)s->failing_since_ms, "last_error", s->last_error, "expired", s->expired, "epoch",
+                          (json_int_t)s->epoch));
 }
 
 static char *resume_json(const whstore_resume_t *r)

@@ -17,16 +17,16 @@
 #include "engine/writer.h"
 #include "store/store.h"
 
-#define WHSTORE_ID_HEX 24                      /* random hex digits of an id */
-#define WHSTORE_ID_MAX (3 + WHSTORE_ID_HEX)    /* "wh_" + hex */
-#define WHSTORE_URL_MAX 2048                   /* API.md: a url is at most 2048 bytes */
-#define WHSTORE_SECRET_MIN 32                  /* API.md: a given secret is at least 32 bytes */
-#define WHSTORE_SECRET_MAX 512                 /* bounded: the request body is at most 4 KiB anyway */
-#define WHSTORE_SECRET_GENERATED_BYTES 32      /* random bytes of a generated secret (hex: twice) */
-#define WHSTORE_DELIVERY_ID_HEX 32             /* a delivery id: 128 random bits as hex */
-#define WHSTORE_ERROR_MAX 16                   /* "refused-address" and the other categories */
-#define WHSTORE_KEY_MAX (16 + WHSTORE_ID_MAX)  /* "webhook/<id>/s" */
-#define WHSTORE_MAX 64                         /* webhooks at most */
+#define WHSTORE_ID_HEX 24                     /* random hex digits of an id */
+#define WHSTORE_ID_MAX (3 + WHSTORE_ID_HEX)   /* "wh_" + hex */
+#define WHSTORE_URL_MAX 2048                  /* API.md: a url is at most 2048 bytes */
+#define WHSTORE_SECRET_MIN 32                 /* API.md: a given secret is at least 32 bytes */
+#define WHSTORE_SECRET_MAX 512                /* bounded: the request body is at most 4 KiB anyway */
+#define WHSTORE_SECRET_GENERATED_BYTES 32     /* random bytes of a generated secret (hex: twice) */
+#define WHSTORE_DELIVERY_ID_HEX 32            /* a delivery id: 128 random bits as hex */
+#define WHSTORE_ERROR_MAX 16                  /* "refused-address" and the other categories */
+#define WHSTORE_KEY_MAX (16 + WHSTORE_ID_MAX) /* "webhook/<id>/s" */
+#define WHSTORE_MAX 64                        /* webhooks at most */
 
 typedef struct {
     char id[WHSTORE_ID_MAX + 1];
@@ -43,10 +43,10 @@ typedef struct {
     uint64_t delivered;  /* every entry up to this cursor was answered 2xx */
     uint64_t pending_to; /* > delivered: the batch (delivered, pending_to] is fixed, with delivery_id */
     char delivery_id[WHSTORE_DELIVERY_ID_HEX + 1];
-    uint64_t failing_since_ms;               /* wall; 0: not failing */
-    char last_error[WHSTORE_ERROR_MAX + 1];  /* a category, "" when none */
-    bool expired;                            /* fell behind the log's retention: delivery stopped */
-    uint64_t epoch;                          /* the resume applied last */
+    uint64_t failing_since_ms;              /* wall; 0: not failing */
+    char last_error[WHSTORE_ERROR_MAX + 1]; /* a category, "" when none */
+    bool expired;                           /* fell behind the log's retention: delivery stopped */
+    uint64_t epoch;                         /* the resume applied last */
 } whstore_state_t;
 
 typedef struct {

@@ -17,10 +17,10 @@
 #include "core/whsign.h"
 #include "engine/thread.h"
 
-#define SCAN_INTERVAL_MS 500   /* how often the webhooks' records are read again (new, deleted, resumed) */
-#define FOLLOW_POLL_MS 100     /* a shared store: how often a caught-up webhook looks for others' entries */
-#define FOLLOW_IDLE_MS 1000    /* the embedded store: commits notify; this is only a backstop */
-#define RECORD_RETRY_MS 1000   /* a state that could not be recorded is tried again this much later */
+#define SCAN_INTERVAL_MS 500 /* how often the webhooks' records are read again (new, deleted, resumed) */
+#define FOLLOW_POLL_MS 100   /* a shared store: how often a caught-up webhook looks for others' entries */
+#define FOLLOW_IDLE_MS 1000  /* the embedded store: commits notify; this is only a backstop */
+#define RECORD_RETRY_MS 1000 /* a state that could not be recorded is tried again this much later */
 #define USER_AGENT "tally-webhooks/1"
 #define HEADER_MAX 160
 
@@ -33,6 +33,7 @@ struct hook {
     whstore_state_t state; /* while leading: ahead of or equal to the store's; else the store's */
     bool loaded;           /* state was taken from the store since this node leads */
     bool dirty;            /* state has changes the store does not have yet */
+    bool record_now;       /* scan_records: record the state once the snapshot is over */
     uint64_t retry_record_ms;
     /* the batch, fixed (and recorded) before its first attempt */
     bool has_batch;
@@ -207,7 +208,7 @@ static void hook_free(webhooks_t *wh, hook_t *h)
 typedef struct {
     const kinds_t *kinds;
     json_t *entries;
-    uint64_t last;
+    uint64_t last, first_at_ms;
     size_t n;
     bool failed;
 } batch_read_t;
@@ -220,8 +221,9 @@ static int batch_add(void *arg, uint64_t seq, const transition_t *t)
         b->failed = true;
         return 1;
     }
+    if (b->n++ == 0)
+        b->first_at_ms = t->at_ms;
     b->last = seq;
-    b->n++;
     return 0;
 }
 
@@ -240,6 +242,8 @@ static char *batch_body(const webhooks_t *wh, const hook_t *h, json_t *entries)
  * reading. */
 static void fix_batch(webhooks_t *wh, hook_t *h)
 {
+    if (h->state.expired && h->dirty && h->loaded && mono_ms() >= h->retry_record_ms)
+        record_state(wh, h); /* an expiry the store did not take the first time */
     if (h->has_batch || h->state.expired || !h->loaded || (h->dirty && mono_ms() < h->retry_record_ms))
         return;
     store_read_t *snap;
@@ -247,7 +251,7 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
         return;
     uint64_t oldest, newest;
     bool resend = h->state.pending_to > h->state.delivered;
-    batch_read_t b = {wh->kinds, json_array(), 0, 0, false};
+    batch_read_t b = {wh->kinds, json_array(), 0, 0, 0, false};
     int rc = whstore_log_window(snap, &oldest, &newest);
     bool expired = rc == STORE_OK && h->state.delivered + 1 < oldest;
     if (rc == STORE_OK && !expired && b.entries) {
@@ -270,6 +274,9 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
         record_state(wh, h);
         return;
     }
+    pthread_mutex_lock(&wh->lock);
+    h->oldest_ms = b.first_at_ms; /* 0: caught up */
+    pthread_mutex_unlock(&wh->lock);
     if (b.n == 0) {
         json_decref(b.entries);
         if (h->dirty)
@@ -519,8 +526,10 @@ static void scan_records(webhooks_t *wh)
         store_read_end(snap);
         return;
     }
-    uint64_t now = wall_ms();
+    uint64_t now = wall_ms(), oldest = 0, newest = 0;
     bool orphans = false;
+    if (whstore_log_window(snap, &oldest, &newest) != STORE_OK)
+        oldest = 0; /* not known: nothing is judged expired this time */
     pthread_mutex_lock(&wh->lock);
     for (size_t i = 0; i < wh->nhooks;) { /* deleted ones go */
         bool seen = false;
@@ -553,6 +562,15 @@ static void scan_records(webhooks_t *wh)
         }
         if (wh->leading && s->has_resume && s->resume.epoch > h->state.epoch)
             apply_resume(wh, h, &s->resume);
+        if (wh->leading && h->loaded && !h->state.expired && h->state.delivered + 1 < oldest) {
+            /* behind the retention: what it still had to send is gone (even a batch in memory) */
+            drop_batch(wh, h);
+            h->state.expired = true;
+            h->state.pending_to = 0;
+            h->record_now = true;
+            fprintf(stderr, "level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu\n", h->def.id,
+                    (unsigned long long)h->state.delivered, (unsigned long long)oldest);
+        }
         uint64_t lag = 0;
         webhooks_lag_ms(snap, h->state.delivered, now, &lag);
         h->oldest_ms = lag ? now - lag : 0;
@@ -560,6 +578,11 @@ static void scan_records(webhooks_t *wh)
     }
     pthread_mutex_unlock(&wh->lock);
     store_read_end(snap);
+    for (size_t i = 0; i < wh->nhooks; i++)
+        if (wh->hooks[i]->record_now) {
+            wh->hooks[i]->record_now = false;
+            record_state(wh, wh->hooks[i]);
+        }
     for (size_t j = 0; orphans && wh->leading && j < n; j++)
         if (!wh->scan[j].has_def)
             erase_records(wh, wh->scan[j].def.id); /* a state written while its webhook was deleted */

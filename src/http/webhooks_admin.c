@@ -137,12 +137,12 @@ static int op_list(wh_req_t *r, store_read_t *snap)
         char delivered[24];
         rc = webhooks_lag_ms(snap, h->state.delivered, now, &lag_ms);
         snprintf(delivered, sizeof delivered, "%llu", (unsigned long long)h->state.delivered);
-        json_array_append_new(
-            list, json_pack("{s:s,s:s,s:o,s:s,s:f,s:o,s:o,s:s}", "id", h->def.id, "url", h->def.url, "created",
-                            time_or_null(h->def.created_ms), "delivered", delivered, "lag_s", (double)lag_ms / 1000.0,
-                            "failing_since", time_or_null(h->state.failing_since_ms), "last_error",
-                            h->state.last_error[0] ? json_string(h->state.last_error) : json_null(), "state",
-                            state_name(&h->state)));
+        json_array_append_new(list, json_pack("{s:s,s:s,s:o,s:s,s:f,s:o,s:o,s:s}", "id", h->def.id, "url", h->def.url,
+                                              "created", time_or_null(h->def.created_ms), "delivered", delivered,
+                                              "lag_s", (double)lag_ms / 1000.0, "failing_since",
+                                              time_or_null(h->state.failing_since_ms), "last_error",
+                                              h->state.last_error[0] ? json_string(h->state.last_error) : json_null(),
+                                              "state", state_name(&h->state)));
     }
     if (rc != STORE_OK) {
         json_decref(list);
@@ -352,8 +352,7 @@ void webhooks_admin_collection(app_t *app, http_request_t *req)
             reply_problem(req, 400, "invalid-parameter", "the body needs a url member (http:// or https://)");
             goto refused;
         }
-        if (webhooks_check_url(app->webhooks, json_string_value(url), json_string_length(url), why, sizeof why) !=
-            0) {
+        if (webhooks_check_url(app->webhooks, json_string_value(url), json_string_length(url), why, sizeof why) != 0) {
             reply_problem(req, 400, "invalid-parameter", why);
             goto refused;
         }
@@ -397,9 +396,8 @@ void webhooks_admin_one(app_t *app, http_request_t *req, span_t id, webhooks_adm
         json_t *after = json_object_get(doc, "after");
         r->has_after = after && !json_is_null(after);
         if (r->has_after &&
-            (!json_is_string(after) ||
-             parse_uint((span_t){json_string_value(after), json_string_length(after)}, UINT64_MAX - 1, &r->after) !=
-                 0)) {
+            (!json_is_string(after) || parse_uint((span_t){json_string_value(after), json_string_length(after)},
+                                                  UINT64_MAX - 1, &r->after) != 0)) {
             reply_problem(req, 400, "invalid-parameter", "after must be a cursor (a string of digits)");
             goto refused;
         }
