@@ -34,6 +34,7 @@ struct hook {
     bool loaded;           /* state was taken from the store since this node leads */
     bool dirty;            /* state has changes the store does not have yet */
     bool record_now;       /* scan_records: record the state once the snapshot is over */
+    bool deleted;          /* its definition is gone: nothing more is sent (the next scan frees it) */
     uint64_t retry_record_ms;
     /* the batch, fixed (and recorded) before its first attempt */
     bool has_batch;
@@ -63,6 +64,7 @@ struct webhooks {
     hook_t *hooks[WHSTORE_MAX];
     size_t nhooks;
     whstore_hook_t *scan; /* the thread's buffer for reading every record */
+    whstore_hook_t one;   /* the thread's buffer for reading one webhook's records */
     bool leading;
 };
 
@@ -244,11 +246,20 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
 {
     if (h->state.expired && h->dirty && h->loaded && mono_ms() >= h->retry_record_ms)
         record_state(wh, h); /* an expiry the store did not take the first time */
-    if (h->has_batch || h->state.expired || !h->loaded || (h->dirty && mono_ms() < h->retry_record_ms))
+    if (h->has_batch || h->state.expired || !h->loaded || h->deleted || (h->dirty && mono_ms() < h->retry_record_ms))
         return;
     store_read_t *snap;
     if (store_read_begin(wh->store, &snap) != STORE_OK)
         return;
+    /* Deleted or rotated since the last scan: seen before anything new is sent. */
+    int found = whstore_read_one(snap, span_of(h->def.id), &wh->one);
+    if (found == STORE_OK)
+        h->def = wh->one.def;
+    if (found != STORE_OK) {
+        store_read_end(snap);
+        h->deleted = found == STORE_NOTFOUND;
+        return;
+    }
     uint64_t oldest, newest;
     bool resend = h->state.pending_to > h->state.delivered;
     batch_read_t b = {wh->kinds, json_array(), 0, 0, 0, false};
