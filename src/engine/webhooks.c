@@ -253,8 +253,11 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
         return;
     /* Deleted or rotated since the last scan: seen before anything new is sent. */
     int found = whstore_read_one(snap, span_of(h->def.id), &wh->one);
-    if (found == STORE_OK)
+    if (found == STORE_OK) {
+        pthread_mutex_lock(&wh->lock); /* the metrics read the id */
         h->def = wh->one.def;
+        pthread_mutex_unlock(&wh->lock);
+    }
     if (found != STORE_OK) {
         store_read_end(snap);
         h->deleted = found == STORE_NOTFOUND;
