@@ -45,6 +45,7 @@ class Receiver:
         self.plan = []
         self.lock = threading.Lock()
         self.requests = []
+        self.arrivals = []  # the Tally-Delivery-Id of each request as it arrives
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -54,6 +55,7 @@ class Receiver:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n)
                 with receiver.lock:
+                    receiver.arrivals.append(self.headers.get("Tally-Delivery-Id"))
                     mode = receiver.plan.pop(0) if receiver.plan else receiver.mode
                 status = {"ok": 200, "slow": 200, "fail": 500, "hang": 200, "redirect": 302}[mode]
                 if mode == "hang":
@@ -394,23 +396,26 @@ class WebhookLifecycleTest(WebhookCase):
             self.assertEqual(self.listing(s), [], "a deleted webhook came back")
 
     def test_restart_keeps_position_and_pending_batch(self):
-        """A batch fixed before a graceful stop is the batch sent after the start (same delivery
-        id, same transitions); nothing delivered before the stop is sent again, nothing skipped."""
-        with Receiver(mode="fail") as rc, Server(args=FAST + ALLOW + QUICK) as s:
+        """A batch fixed before a stop is the batch sent after the start (same delivery id, same
+        transitions), even when its first attempt never got an answer; nothing delivered before
+        the stop is sent again, nothing skipped."""
+        args = FAST + ALLOW + ["--webhook-timeout", "5s", "--webhook-backoff-min", "100ms"]
+        with Receiver(mode="hang", hang_s=6) as rc, Server(args=args) as s:
             doc = self.create(s, rc.url())
             start = self.newest(s)
             self.writes(s, 120)
-            self.wait_for("an attempt", lambda: rc.got())
-            before = rc.got()[0]["headers"]["Tally-Delivery-Id"]
-            s.stop()
+            self.wait_for("the first attempt", lambda: rc.arrivals)
+            before = rc.arrivals[0]
+            s.stop()  # while the first attempt waits for its answer: nothing recorded but the batch
             with rc.lock:
                 rc.mode = "ok"
             s.start()
             self.writes(s, 10)
             expected = self.feed(s, start)
             self.wait_for("all delivered", lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
-            batches = self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
-            self.assertEqual(batches[0][0], before, "the pending batch kept its delivery id across the restart")
+            self.assertEqual(rc.arrivals[1], before, "the pending batch kept its delivery id across the restart")
+            time.sleep(6.5)  # the hung first attempt ends (answered after tallyd gave up on it)
+            self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
             # and the position itself survives: a restart sends nothing again
             n = len(rc.got())
             s.restart()
@@ -418,12 +423,15 @@ class WebhookLifecycleTest(WebhookCase):
             self.assertEqual(len(rc.got()), n, "delivered batches sent again after a restart")
 
     def test_kill9_mid_delivery_skips_nothing(self):
-        with Receiver(mode="slow", slow_s=0.15) as rc, Server(args=FAST + ALLOW + QUICK) as s:
+        with Receiver(mode="slow", slow_s=0.3) as rc, Server(args=FAST + ALLOW + QUICK) as s:
             doc = self.create(s, rc.url())
             start = self.newest(s)
             self.writes(s, 400, items=7, users=11)
-            self.wait_for("some deliveries", lambda: len(rc.got()) >= 2)
-            s.kill9()
+            self.wait_for("the second batch on its way", lambda: len(rc.arrivals) >= 2)
+            s.kill9()  # the second batch is waiting for its answer
+            time.sleep(0.4)
+            sent = sum(len(json.loads(r["body"])["transitions"]) for r in rc.got())
+            self.assertLess(sent, 400, "killed after every delivery, not in the middle")
             s.start()
             self.writes(s, 50)
             expected = self.feed(s, start)
