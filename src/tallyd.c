@@ -611,6 +611,8 @@ int main(int argc, char **argv)
     parse_flags(argc, argv, &o);
     if (o.store && o.data)
         die_usage("--store", "give either --data or --store, not both");
+    if (o.webhook_backoff_max_ms < o.webhook_backoff_min_ms)
+        die_usage("--webhook-backoff-max", "must be at least --webhook-backoff-min");
     if (!o.store && !o.data)
         o.data = DATA_DIR_DEFAULT;
     if (kinds_parse(&kinds, o.reactions, err, sizeof err) != 0)

@@ -18,7 +18,7 @@ import json
 import threading
 import time
 
-from harness import SLOW, Server, TallyTestCase, pg_only, uid
+from harness import SLOW, Server, TallyTestCase, child_env, pg_only, uid
 
 ADMIN = {"X-User-Id": "admin"}
 FAST = ["--rate-limit", "off", "--recount-interval", "0"]
@@ -341,6 +341,21 @@ class WebhookSecurityTest(WebhookCase):
             self.assertEqual((w["last_error"], w["state"]), ("refused-address", "failing"))
             time.sleep(0.5)
             self.assertEqual(rc.got(), [], "the receiver on loopback was reached")
+
+    def test_proxy_variables_ignored(self):
+        """A proxy in the environment (a dead port here) is not used: deliveries go straight to
+        the receiver."""
+        dead = "http://127.0.0.1:9"
+        env = child_env({"http_proxy": dead, "https_proxy": dead, "ALL_PROXY": dead, "all_proxy": dead,
+                         "HTTPS_PROXY": dead, "no_proxy": ""})
+        with Receiver() as rc, Server(args=FAST + ALLOW + QUICK, env=env) as s:
+            doc = self.create(s, rc.url())
+            start = self.newest(s)
+            self.writes(s, 3)
+            expected = self.feed(s, start)
+            self.wait_for("delivered past the proxy variables",
+                          lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
+            self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
 
     def test_bad_definitions(self):
         with Server(args=FAST + QUICK) as s:
