@@ -18,7 +18,7 @@ import json
 import threading
 import time
 
-from harness import SLOW, Server, TallyTestCase, child_env, pg_only, uid
+from harness import SLOW, Server, TallyTestCase, child_env, pg_only, run_tallyd, uid
 
 ADMIN = {"X-User-Id": "admin"}
 FAST = ["--rate-limit", "off", "--recount-interval", "0"]
@@ -372,6 +372,16 @@ class WebhookSecurityTest(WebhookCase):
             self.assertEqual(self.listing(s), [])
             ok = self.create(s, "https://example.com/" + "a" * (2048 - 20))
             self.assertEqual(len(ok["url"]), 2048)
+
+    def test_bad_flags(self):
+        for args, flag in ((["--webhook-allow", "10.0.0.0/33"], "--webhook-allow"),
+                           (["--webhook-allow", "localhost"], "--webhook-allow"),
+                           (["--webhook-timeout", "5ms"], "--webhook-timeout"),
+                           (["--webhook-backoff-min", "10s", "--webhook-backoff-max", "1s"],
+                            "--webhook-backoff-max")):
+            rc, _, err = run_tallyd(["--data", "/nonexistent/never-created"] + args)
+            self.assertEqual(rc, 2, err)
+            self.assertIn(flag, err)
 
     def test_admin_only(self):
         with Server(args=FAST) as s:
