@@ -355,6 +355,15 @@ static size_t discard(char *ptr, size_t size, size_t n, void *arg)
     return size * n; /* the receiver's answer is never kept nor shown */
 }
 
+/* Appends a header line to *list; false (the list kept, to be freed) when out of memory. */
+static bool header_add(struct curl_slist **list, const char *line)
+{
+    struct curl_slist *longer = curl_slist_append(*list, line);
+    if (longer)
+        *list = longer;
+    return longer != NULL;
+}
+
 /* Starts one attempt of h's batch: fresh signature, same body and delivery id. */
 static void start_attempt(webhooks_t *wh, hook_t *h)
 {
@@ -370,15 +379,15 @@ static void start_attempt(webhooks_t *wh, hook_t *h)
     if (!h->easy && !(h->easy = curl_easy_init()))
         return;
     curl_easy_reset(h->easy);
-    struct curl_slist *hd = NULL, *ok;
-    ok = hd = curl_slist_append(hd, "Content-Type: application/json");
+    struct curl_slist *hd = NULL;
+    bool ok = header_add(&hd, "Content-Type: application/json");
     snprintf(line, sizeof line, "Tally-Webhook-Id: %s", h->def.id);
-    ok = ok ? (hd = curl_slist_append(hd, line)) : NULL;
+    ok = ok && header_add(&hd, line);
     snprintf(line, sizeof line, "Tally-Delivery-Id: %s", h->state.delivery_id);
-    ok = ok ? (hd = curl_slist_append(hd, line)) : NULL;
+    ok = ok && header_add(&hd, line);
     snprintf(line, sizeof line, "Tally-Signature: %s", sig);
-    ok = ok ? (hd = curl_slist_append(hd, line)) : NULL;
-    ok = ok ? (hd = curl_slist_append(hd, "Expect:")) : NULL; /* no 100-continue round trip */
+    ok = ok && header_add(&hd, line);
+    ok = ok && header_add(&hd, "Expect:"); /* no 100-continue round trip */
     if (!ok) {
         curl_slist_free_all(hd);
         return;
