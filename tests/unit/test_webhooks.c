@@ -1,9 +1,13 @@
 /* test_webhooks.c — the pure parts of webhooks: CIDR ranges and the destination rule
  * (core/netallow.c), the Tally-Signature header (core/whsign.c), the webhook routes. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/netallow.h"
 #include "core/whsign.h"
+#include "engine/webhook_store.h"
 #include "http/router.h"
 #include "unit.h"
 
@@ -136,8 +140,102 @@ static void test_webhook_routes(void)
     CHECK(r.id == ROUTE_NOT_FOUND);
 }
 
+/* Applies a whstore write the way the writer's WRITE_AUX does, in one transaction. */
+static int apply_write(store_t *s, const whstore_write_t *w)
+{
+    store_write_t *tx;
+    int rc = store_write_begin(s, &tx);
+    if (rc != STORE_OK)
+        return rc;
+    if (w->aux.delete_to.len)
+        rc = store_aux_delete_range(tx, w->aux.delete_from, w->aux.delete_to);
+    for (size_t i = 0; rc == STORE_OK && i < w->aux.n; i++)
+        rc = store_aux_put(tx, w->aux.keys[i], w->aux.values[i]);
+    if (rc != STORE_OK) {
+        store_write_abort(tx);
+        return rc;
+    }
+    return store_write_commit(tx);
+}
+
+/* The records round trip through the embedded store; a delete removes every record of one webhook,
+ * also when they are the last records of the table (deleting every record once voided the commit). */
+static void test_records(void)
+{
+    char dir[] = "/tmp/tally-unit-wh-XXXXXX", err[256];
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    static kinds_t kinds;
+    kinds_parse(&kinds, "like", err, sizeof err);
+    store_options_t opt = {.map_size_bytes = 1ull << 26};
+    store_t *s = NULL;
+    CHECK(store_open(dir, &kinds, &opt, &s, err, sizeof err) == STORE_OK);
+    if (!s)
+        return;
+    static whstore_def_t a = {.id = "wh_a",
+                              .url = "https://a.example/x",
+                              .secret = "sa",
+                              .secret_len = 2,
+                              .created_ms = 1},
+                         b = {.id = "wh_b",
+                              .url = "https://b.example/y",
+                              .secret = "sb",
+                              .secret_len = 2,
+                              .old_secret = "ob",
+                              .old_secret_len = 2,
+                              .old_until_ms = 77,
+                              .created_ms = 2};
+    whstore_state_t st = {.delivered = 5,
+                          .pending_to = 9,
+                          .delivery_id = "d1",
+                          .last_error = "timeout",
+                          .failing_since_ms = 3,
+                          .epoch = 4};
+    whstore_resume_t rs = {.epoch = 5, .after = 2};
+    static whstore_write_t w;
+    static whstore_hook_t hooks[4], one;
+    size_t n = 0;
+    CHECK(whstore_write_init(&w, a.id, &a, NULL, &st, false) == 0 && apply_write(s, &w) == STORE_OK);
+    whstore_write_free(&w);
+    CHECK(whstore_write_init(&w, b.id, &b, &rs, NULL, false) == 0 && apply_write(s, &w) == STORE_OK);
+    whstore_write_free(&w);
+    store_read_t *r;
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(whstore_read_all(r, hooks, 4, &n) == STORE_OK && n == 2);
+    CHECK(strcmp(hooks[0].def.id, "wh_a") == 0 && hooks[0].has_def && hooks[0].has_state && !hooks[0].has_resume);
+    CHECK(strcmp(hooks[0].def.url, a.url) == 0 && hooks[0].def.secret_len == 2 && hooks[0].def.created_ms == 1);
+    CHECK(hooks[0].state.delivered == 5 && hooks[0].state.pending_to == 9 && hooks[0].state.epoch == 4);
+    CHECK(strcmp(hooks[0].state.delivery_id, "d1") == 0 && strcmp(hooks[0].state.last_error, "timeout") == 0);
+    CHECK(strcmp(hooks[1].def.id, "wh_b") == 0 && hooks[1].has_resume && hooks[1].resume.after == 2);
+    CHECK(strcmp(hooks[1].def.old_secret, "ob") == 0 && hooks[1].def.old_until_ms == 77);
+    CHECK(whstore_read_one(r, SPAN_LIT("wh_b"), &one) == STORE_OK && one.resume.epoch == 5);
+    CHECK(whstore_read_one(r, SPAN_LIT("wh_"), &one) == STORE_NOTFOUND);
+    store_read_end(r);
+    /* wh_b's records are the last of the store */
+    CHECK(whstore_write_init(&w, b.id, NULL, NULL, NULL, true) == 0 && apply_write(s, &w) == STORE_OK);
+    whstore_write_free(&w);
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(whstore_read_all(r, hooks, 4, &n) == STORE_OK && n == 1 && strcmp(hooks[0].def.id, "wh_a") == 0);
+    CHECK(whstore_read_one(r, SPAN_LIT("wh_b"), &one) == STORE_NOTFOUND);
+    store_read_end(r);
+    /* and wh_a's are then every record of the table */
+    CHECK(whstore_write_init(&w, a.id, NULL, NULL, NULL, true) == 0 && apply_write(s, &w) == STORE_OK);
+    whstore_write_free(&w);
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(whstore_read_all(r, hooks, 4, &n) == STORE_OK && n == 0);
+    store_read_end(r);
+    store_close(s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 void test_webhooks(void)
 {
+    test_records();
     test_cidr();
     test_destinations();
     test_signature();
