@@ -14,8 +14,10 @@
 #include <unistd.h>
 
 #include "core/kinds.h"
+#include "core/netallow.h"
 #include "core/parse.h"
 #include "engine/recount.h"
+#include "engine/webhooks.h"
 #include "engine/writer.h"
 #include "http/app.h"
 #include "http/server.h"
@@ -68,6 +70,8 @@ typedef struct {
     const char *access_log;
     const char *cors[CORS_ORIGINS_MAX];
     int ncors;
+    netallow_t webhook_allow;
+    uint64_t webhook_timeout_ms, webhook_backoff_min_ms, webhook_backoff_max_ms, webhook_secret_overlap_ms;
 } options_t;
 
 typedef struct flag flag_t;
@@ -169,6 +173,13 @@ static const char *set_cors(const flag_t *f, const char *value, void *dest)
     return NULL;
 }
 
+static const char *set_allow(const flag_t *f, const char *value, void *dest)
+{
+    static char why[160];
+    (void)f;
+    return netallow_parse(dest, value, why, sizeof why) == 0 ? NULL : why;
+}
+
 #define OPT(field) offsetof(options_t, field)
 #define DATA_DIR_DEFAULT "./data"
 #define DAY_MS (24ull * 3600 * 1000)
@@ -247,6 +258,18 @@ static const flag_t flags[] = {
      10000000},
     {"--trending-capacity", "K", STR(TRENDING_CAPACITY_DEFAULT),
      "counters per trending summary; the error bound is events/K", set_uint, OPT(trending_capacity), 16, 65536},
+    {"--webhook-allow", "CIDR[,CIDR...]", NULL,
+     "let webhooks reach these ranges too; by default loopback, link-local,\n"
+     "private and unique-local addresses are refused (default none)",
+     set_allow, OPT(webhook_allow)},
+    {"--webhook-timeout", "DUR", "10s", "a delivery counts when answered 2xx within this", set_duration,
+     OPT(webhook_timeout_ms), 100, 0, "must be at least 100ms"},
+    {"--webhook-backoff-min", "DUR", "1s", "first retry of a failed delivery after this (doubling)", set_duration,
+     OPT(webhook_backoff_min_ms), 10, 0, "must be at least 10ms"},
+    {"--webhook-backoff-max", "DUR", "5m", "retries of a failed delivery at most this far apart", set_duration,
+     OPT(webhook_backoff_max_ms), 10, 0, "must be at least 10ms"},
+    {"--webhook-secret-overlap", "DUR", "24h", "after a secret rotation the old secret signs too this long",
+     set_duration, OPT(webhook_secret_overlap_ms)},
     {"--help", NULL, NULL, "this text", NULL, 0},
 };
 #pragma GCC diagnostic pop
@@ -425,6 +448,7 @@ static void on_commit(void *arg)
     feed_notify(app->feed);
     if (app->trending)
         trending_notify(app->trending);
+    webhooks_notify(app->webhooks);
 }
 
 /* Development mode, or the JWT secrets. Returns 0, or the exit status having said why. */
@@ -488,6 +512,14 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         .on_commit_arg = app,
     };
     trending_options_t topt = {.capacity = o->trending_capacity, .hot_threshold = (double)o->hot_threshold};
+    webhooks_options_t hopt = {
+        .timeout_ms = o->webhook_timeout_ms,
+        .backoff_min_ms = o->webhook_backoff_min_ms,
+        .backoff_max_ms = o->webhook_backoff_max_ms,
+        .secret_overlap_ms = o->webhook_secret_overlap_ms,
+        .allow = o->webhook_allow,
+        .mode = o->reaction_mode,
+    };
     const char *what = NULL;
     if (store_shared(app->store) && readers_start(READERS_THREADS_DEFAULT, READERS_QUEUE_MAX, &app->readers) != 0)
         what = "the reader threads";
@@ -499,6 +531,8 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         what = "trending";
     else if (recount_sampler_start(app->store, app->writer, o->recount_interval_ms, RECOUNT_SAMPLE_ITEMS, sampler) != 0)
         what = "the periodic recount";
+    else if (webhooks_start(app->store, app->writer, app->kinds, &hopt, &app->webhooks) != 0)
+        what = "webhook delivery";
     if (what)
         fprintf(stderr, "tallyd: cannot start %s\n", what);
     return what ? -1 : 0;
@@ -571,6 +605,7 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
         nanosleep(&tick, NULL);
     if (atomic_load(&app->admin_busy))
         fprintf(stderr, "level=warn event=shutdown msg=\"an admin job is still running; stopping anyway\"\n");
+    webhooks_stop(app->webhooks); /* a batch in flight stays pending in the store: sent again at the next start */
     trending_stop(app->trending); /* persists its open buckets through the writer */
     writer_stop(app->writer);
     feed_free(app->feed);
@@ -588,6 +623,8 @@ int main(int argc, char **argv)
     parse_flags(argc, argv, &o);
     if (o.store && o.data)
         die_usage("--store", "give either --data or --store, not both");
+    if (o.webhook_backoff_max_ms < o.webhook_backoff_min_ms)
+        die_usage("--webhook-backoff-max", "must be at least --webhook-backoff-min");
     if (!o.store && !o.data)
         o.data = DATA_DIR_DEFAULT;
     if (kinds_parse(&kinds, o.reactions, err, sizeof err) != 0)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/changejson.h"
 #include "core/clock.h"
 #include "http/admin.h"
 #include "http/changes.h"
@@ -13,6 +14,7 @@
 #include "http/metrics.h"
 #include "http/router.h"
 #include "http/trends.h"
+#include "http/webhooks_admin.h"
 
 void reply_problem_with(http_request_t *req, int status, const char *code, const char *detail, problem_headers_t h)
 {
@@ -32,11 +34,7 @@ void reply_problem(http_request_t *req, int status, const char *code, const char
 
 void app_iso_time(uint64_t at_ms, char out[32])
 {
-    time_t secs = (time_t)(at_ms / 1000);
-    struct tm tm;
-    gmtime_r(&secs, &tm);
-    size_t n = strftime(out, 32, "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(out + n, 32 - n, ".%03uZ", (unsigned)(at_ms % 1000));
+    changejson_iso_time(at_ms, out);
 }
 
 bool app_writes_failing(app_t *app)
@@ -361,6 +359,18 @@ void app_handle(void *arg, http_request_t *req)
     case ROUTE_ADMIN_USER:
     case ROUTE_ADMIN_ITEM:
         admin_clear(app, req, route.item, route.id == ROUTE_ADMIN_USER);
+        return;
+    case ROUTE_WEBHOOKS:
+        webhooks_admin_collection(app, req);
+        return;
+    case ROUTE_WEBHOOK:
+        webhooks_admin_one(app, req, route.item, WEBHOOKS_ADMIN_DELETE);
+        return;
+    case ROUTE_WEBHOOK_RESUME:
+        webhooks_admin_one(app, req, route.item, WEBHOOKS_ADMIN_RESUME);
+        return;
+    case ROUTE_WEBHOOK_SECRET:
+        webhooks_admin_one(app, req, route.item, WEBHOOKS_ADMIN_SECRET);
         return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:

@@ -13,6 +13,7 @@
 #include "engine/feed.h"
 #include "engine/readers.h"
 #include "engine/trending.h"
+#include "engine/webhooks.h"
 #include "engine/writer.h"
 #include "http/auth.h"
 #include "http/request.h"
@@ -36,6 +37,7 @@ typedef struct app {
     readers_t *readers; /* reads run here when the store's reads wait on a server; NULL: on the HTTP threads */
     feed_t *feed;
     trending_t *trending;
+    webhooks_t *webhooks;
     const char *data_dir;
     bool dev_mode;     /* no JWT secret: the user is the X-User-Id header */
     auth_keys_t *keys; /* JWT secrets, when not in development mode */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "core/changejson.h"
 #include "core/kindsjson.h"
 #include "core/parse.h"
 #include "http/changes.h"
@@ -34,12 +35,7 @@ typedef struct {
 static int page_add(void *arg, uint64_t seq, const transition_t *t)
 {
     page_t *p = arg;
-    char cursor[24], at[32];
-    snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)seq);
-    app_iso_time(t->at_ms, at);
-    json_t *c = json_pack("{s:s,s:s%,s:s%,s:o?,s:o?,s:I,s:s}", "cursor", cursor, "item", t->item.ptr, t->item.len,
-                          "user", t->user.ptr, t->user.len, "from", kindset_json(p->kinds, t->from), "to",
-                          kindset_json(p->kinds, t->to), "version", (json_int_t)t->version, "at", at);
+    json_t *c = changejson_entry(p->kinds, seq, t);
     if (!c || json_array_append_new(p->changes, c) != 0) {
         p->rc = STORE_ERROR;
         return 1;

@@ -1,4 +1,5 @@
 /* metrics.c — GET /metrics in the Prometheus text format (names by Prometheus conventions). */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +108,31 @@ static void render_requests(text_t *t, app_t *app)
         }
 }
 
+/* Per webhook: the age of its oldest undelivered transition, deliveries and failures (this node's). */
+static void render_webhooks(text_t *t, app_t *app)
+{
+    static webhooks_stat_t st[WHSTORE_MAX]; /* rendered under metrics_lock: one exposition at a time */
+    static pthread_mutex_t metrics_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&metrics_lock);
+    size_t n = webhooks_stats(app->webhooks, st, WHSTORE_MAX);
+    metric_head(t, "tally_webhook_oldest_undelivered_seconds", "gauge",
+                "Age of the oldest transition not yet delivered to the webhook (0 when caught up).");
+    for (size_t i = 0; i < n; i++)
+        put(t, "tally_webhook_oldest_undelivered_seconds{webhook=\"%s\"} %.3f\n", st[i].id, st[i].oldest_undelivered_s);
+    metric_head(t, "tally_webhook_deliveries_total", "counter", "Batches this node delivered (answered 2xx).");
+    for (size_t i = 0; i < n; i++)
+        put(t, "tally_webhook_deliveries_total{webhook=\"%s\"} %llu\n", st[i].id, (unsigned long long)st[i].deliveries);
+    metric_head(t, "tally_webhook_failures_total", "counter",
+                "Delivery attempts of this node that failed (no 2xx in time); each is retried.");
+    for (size_t i = 0; i < n; i++)
+        put(t, "tally_webhook_failures_total{webhook=\"%s\"} %llu\n", st[i].id, (unsigned long long)st[i].failures);
+    metric_head(t, "tally_webhook_expired", "gauge",
+                "1 when the webhook fell behind the log's retention and delivery stopped (resume it).");
+    for (size_t i = 0; i < n; i++)
+        put(t, "tally_webhook_expired{webhook=\"%s\"} %d\n", st[i].id, st[i].expired ? 1 : 0);
+    pthread_mutex_unlock(&metrics_lock);
+}
+
 /* The whole exposition into a; any thread. */
 static void metrics_render(app_t *app, answer_t *a)
 {
@@ -189,6 +215,7 @@ static void metrics_render(app_t *app, answer_t *a)
           (double)hs.large_body_bytes);
     gauge(&t, "tally_writes_failing", "1 for 10 s after a reaction write failed to commit (disk full?).",
           app_writes_failing(app) ? 1 : 0);
+    render_webhooks(&t, app);
     gauge(&t, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)resident_bytes());
     if (t.failed) {
         free(t.buf);

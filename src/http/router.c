@@ -27,7 +27,32 @@ static const struct {
     {ROUTE_HOT, "hot", "/v1/admin/hot", "GET, HEAD"},
     {ROUTE_ADMIN_USER, "admin_user", NULL, "DELETE"},
     {ROUTE_ADMIN_ITEM, "admin_item", NULL, "DELETE"},
+    {ROUTE_WEBHOOKS, "webhooks", "/v1/admin/webhooks", "GET, HEAD, POST"},
+    {ROUTE_WEBHOOK, "webhook", NULL, "DELETE"},
+    {ROUTE_WEBHOOK_RESUME, "webhook_resume", NULL, "POST"},
+    {ROUTE_WEBHOOK_SECRET, "webhook_secret", NULL, "POST"},
 };
+
+#define WEBHOOKS_PREFIX "/v1/admin/webhooks/"
+
+/* /v1/admin/webhooks/{id}[/resume|/secret]; false when path is not one. */
+static bool match_webhook(span_t path, route_t *out)
+{
+    size_t n = strlen(WEBHOOKS_PREFIX);
+    if (path.len <= n || memcmp(path.ptr, WEBHOOKS_PREFIX, n) != 0)
+        return false;
+    span_t rest = {path.ptr + n, path.len - n};
+    const char *slash = memchr(rest.ptr, '/', rest.len);
+    out->item = (span_t){rest.ptr, slash ? (size_t)(slash - rest.ptr) : rest.len};
+    span_t action = slash ? (span_t){slash + 1, rest.len - out->item.len - 1} : (span_t){0};
+    if (!slash)
+        out->id = ROUTE_WEBHOOK;
+    else if (span_eq_str(action, "resume"))
+        out->id = ROUTE_WEBHOOK_RESUME;
+    else if (span_eq_str(action, "secret"))
+        out->id = ROUTE_WEBHOOK_SECRET;
+    return out->item.len > 0 && out->id != ROUTE_NOT_FOUND;
+}
 
 const char *route_name(route_id_t id)
 {
@@ -85,6 +110,10 @@ void route_match(span_t target, route_t *out)
             return;
         }
     }
+    if (match_webhook(path, out))
+        return;
+    out->id = ROUTE_NOT_FOUND;
+    out->item = (span_t){0};
     static const struct {
         const char *prefix;
         route_id_t id;
@@ -178,5 +207,6 @@ bool route_query_repeats(span_t query, span_t *name)
 bool route_is_admin(route_id_t id)
 {
     return id == ROUTE_CHANGES || id == ROUTE_RECOUNT || id == ROUTE_IMPORT || id == ROUTE_HOT ||
-           id == ROUTE_ADMIN_USER || id == ROUTE_ADMIN_ITEM;
+           id == ROUTE_ADMIN_USER || id == ROUTE_ADMIN_ITEM || id == ROUTE_WEBHOOKS || id == ROUTE_WEBHOOK ||
+           id == ROUTE_WEBHOOK_RESUME || id == ROUTE_WEBHOOK_SECRET;
 }

@@ -351,9 +351,12 @@ int lmdb_aux_delete_range(store_write_t *w_, span_t from, span_t to)
     int rc = mdb_cursor_open(w->txn, w->store->aux, &cur);
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
-    MDB_val key = {from.len, (void *)from.ptr}, val;
-    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS;
-         rc = mdb_cursor_get(cur, &key, &val, MDB_GET_CURRENT)) {
+    MDB_val key, val;
+    /* Seek again after each deletion: once the last record of the database is deleted, the
+     * cursor has no current record (MDB_GET_CURRENT fails with EINVAL, voiding the commit). */
+    for (key = (MDB_val){from.len, (void *)from.ptr};
+         (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) == MDB_SUCCESS;
+         key = (MDB_val){from.len, (void *)from.ptr}) {
         size_t n = key.mv_size < to.len ? key.mv_size : to.len;
         int cmp = memcmp(key.mv_data, to.ptr, n);
         if (cmp > 0 || (cmp == 0 && key.mv_size >= to.len))

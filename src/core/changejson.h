@@ -1,0 +1,19 @@
+/* changejson.h — one change-feed entry as JSON: the one shape of a transition that GET /v1/changes
+ * pages and webhook deliveries both carry, so a change of that shape reaches both at once. */
+#ifndef TALLY_CORE_CHANGEJSON_H
+#define TALLY_CORE_CHANGEJSON_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "core/kinds.h"
+#include "core/reaction.h"
+
+/* ISO 8601 UTC with milliseconds: 2026-11-29T20:01:02.345Z. */
+void changejson_iso_time(uint64_t at_ms, char out[32]);
+
+/* {"cursor":"<seq>","item":…,"user":…,"from":…,"to":…,"version":…,"at":…} for the log entry seq; a
+ * new reference, NULL when out of memory. Any thread. */
+json_t *changejson_entry(const kinds_t *kinds, uint64_t seq, const transition_t *t);
+
+#endif

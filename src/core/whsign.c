@@ -1,0 +1,50 @@
+/* whsign.c — webhook signatures with OpenSSL's HMAC (see whsign.h). */
+#include "core/whsign.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SHA256_LEN 32
+#define T_DIGITS_MAX 21 /* a uint64 and the dot */
+
+int whsign_hmac_hex(span_t key, uint64_t t, span_t body, char out[WHSIGN_HEX_LEN + 1])
+{
+    char prefix[T_DIGITS_MAX + 1];
+    int n = snprintf(prefix, sizeof prefix, "%llu.", (unsigned long long)t);
+    size_t len = (size_t)n + body.len;
+    unsigned char *msg = malloc(len ? len : 1), mac[SHA256_LEN];
+    unsigned int mac_len = 0;
+    if (!msg)
+        return -1;
+    memcpy(msg, prefix, (size_t)n);
+    if (body.len)
+        memcpy(msg + n, body.ptr, body.len);
+    const unsigned char *ok = HMAC(EVP_sha256(), key.len ? key.ptr : "", (int)key.len, msg, len, mac, &mac_len);
+    free(msg);
+    if (!ok || mac_len != SHA256_LEN)
+        return -1;
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < SHA256_LEN; i++) {
+        out[2 * i] = hex[mac[i] >> 4];
+        out[2 * i + 1] = hex[mac[i] & 0xf];
+    }
+    out[WHSIGN_HEX_LEN] = '\0';
+    return 0;
+}
+
+int whsign_header(uint64_t t, span_t body, const span_t *keys, size_t nkeys, char out[WHSIGN_HEADER_MAX])
+{
+    if (nkeys == 0 || nkeys > WHSIGN_KEYS_MAX)
+        return -1;
+    size_t pos = (size_t)snprintf(out, WHSIGN_HEADER_MAX, "t=%llu", (unsigned long long)t);
+    for (size_t i = 0; i < nkeys; i++) {
+        char mac[WHSIGN_HEX_LEN + 1];
+        if (whsign_hmac_hex(keys[i], t, body, mac) != 0)
+            return -1;
+        pos += (size_t)snprintf(out + pos, WHSIGN_HEADER_MAX - pos, ",v1=%s", mac);
+    }
+    return 0;
+}

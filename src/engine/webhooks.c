@@ -1,0 +1,705 @@
+/* webhooks.c — the delivery thread (tally-webhooks): follows the log, fixes batches, sends them with
+ * libcurl, records what was delivered. See webhooks.h for the contract. */
+#include "engine/webhooks.h"
+
+#include <curl/curl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+#include "core/changejson.h"
+#include "core/clock.h"
+#include "core/whsign.h"
+#include "engine/thread.h"
+
+#define SCAN_INTERVAL_MS 500 /* how often the webhooks' records are read again (new, deleted, resumed) */
+#define FOLLOW_POLL_MS 100   /* a shared store: how often a caught-up webhook looks for others' entries */
+#define FOLLOW_IDLE_MS 1000  /* the embedded store: commits notify; this is only a backstop */
+#define RECORD_RETRY_MS 1000 /* a state that could not be recorded is tried again this much later */
+#define USER_AGENT "tally-webhooks/1"
+#define HEADER_MAX 160
+
+typedef struct hook hook_t;
+
+/* The delivery thread's view of one webhook. */
+struct hook {
+    const struct webhooks *owner;
+    whstore_def_t def;
+    whstore_state_t state; /* while leading: ahead of or equal to the store's; else the store's */
+    bool loaded;           /* state was taken from the store since this node leads */
+    bool dirty;            /* state has changes the store does not have yet */
+    bool record_now;       /* scan_records: record the state once the snapshot is over */
+    bool deleted;          /* its definition is gone: nothing more is sent (the next scan frees it) */
+    uint64_t retry_record_ms;
+    /* the batch, fixed (and recorded) before its first attempt */
+    bool has_batch;
+    char *body;
+    size_t body_len;
+    uint64_t next_attempt_ms; /* monotonic */
+    unsigned attempts;
+    /* a transfer */
+    CURL *easy;
+    struct curl_slist *headers;
+    bool in_flight, refused;
+    /* metrics, under owner->lock */
+    uint64_t deliveries, failures, oldest_ms;
+    bool expired_shown;
+};
+
+struct webhooks {
+    store_t *store;
+    writer_t *writer;
+    const kinds_t *kinds;
+    webhooks_options_t opt;
+    bool shared;
+    pthread_t thread;
+    CURLM *multi;
+    atomic_bool stopping, notified;
+    pthread_mutex_t lock; /* hooks[] and their metrics: the thread changes them, the metrics read */
+    hook_t *hooks[WHSTORE_MAX];
+    size_t nhooks;
+    whstore_hook_t *scan; /* the thread's buffer for reading every record */
+    whstore_hook_t one;   /* the thread's buffer for reading one webhook's records */
+    bool leading;
+};
+
+const webhooks_options_t *webhooks_options(const webhooks_t *wh)
+{
+    return &wh->opt;
+}
+
+void webhooks_notify(webhooks_t *wh)
+{
+    if (wh && !atomic_exchange_explicit(&wh->notified, true, memory_order_acq_rel))
+        curl_multi_wakeup(wh->multi);
+}
+
+/* --- the URL rule --- */
+
+int webhooks_check_url(const webhooks_t *wh, const char *url, size_t len, char *why, size_t whylen)
+{
+    int rc = -1;
+    char *scheme = NULL, *host = NULL;
+    if (len > WHSTORE_URL_MAX || memchr(url, '\0', len)) {
+        snprintf(why, whylen, "url is at most %d bytes", WHSTORE_URL_MAX);
+        return -1;
+    }
+    if (!(len > 7 && strncasecmp(url, "http://", 7) == 0) && !(len > 8 && strncasecmp(url, "https://", 8) == 0)) {
+        snprintf(why, whylen, "url must start with http:// or https://");
+        return -1;
+    }
+    CURLU *u = curl_url();
+    if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK || !*host) {
+        snprintf(why, whylen, "url is not a valid http:// or https:// URL");
+        goto done;
+    }
+    uint8_t addr[NETALLOW_ADDR_LEN];
+    if (netallow_literal(host, strlen(host), addr) && !netallow_permits(&wh->opt.allow, addr)) {
+        snprintf(why, whylen,
+                 "url's address is in a range webhooks may not reach (loopback, link-local, private, unique-local); "
+                 "--webhook-allow lets one");
+        goto done;
+    }
+    rc = 0;
+done:
+    curl_free(scheme);
+    curl_free(host);
+    curl_url_cleanup(u);
+    return rc;
+}
+
+/* --- metrics --- */
+
+size_t webhooks_stats(webhooks_t *wh, webhooks_stat_t *out, size_t max)
+{
+    if (!wh)
+        return 0;
+    uint64_t now = wall_ms();
+    pthread_mutex_lock(&wh->lock);
+    size_t n = 0;
+    for (size_t i = 0; i < wh->nhooks && n < max; i++, n++) {
+        const hook_t *h = wh->hooks[i];
+        out[n] = (webhooks_stat_t){.deliveries = h->deliveries, .failures = h->failures, .expired = h->expired_shown};
+        snprintf(out[n].id, sizeof out[n].id, "%s", h->def.id);
+        out[n].oldest_undelivered_s = h->oldest_ms && now > h->oldest_ms ? (double)(now - h->oldest_ms) / 1000.0 : 0;
+    }
+    pthread_mutex_unlock(&wh->lock);
+    return n;
+}
+
+typedef struct {
+    uint64_t at_ms;
+} first_t;
+
+static int first_one(void *arg, uint64_t seq, const transition_t *t)
+{
+    (void)seq;
+    ((first_t *)arg)->at_ms = t->at_ms;
+    return 1;
+}
+
+int webhooks_lag_ms(store_read_t *r, uint64_t delivered, uint64_t now_ms, uint64_t *lag_ms)
+{
+    first_t f = {0};
+    int rc = store_read_log(r, delivered, 1, first_one, &f);
+    *lag_ms = rc == STORE_OK && f.at_ms && now_ms > f.at_ms ? now_ms - f.at_ms : 0;
+    return rc;
+}
+
+/* --- records --- */
+
+/* Writes h's state through the writer (delivery thread; waits for the commit). Returns 0, or -1. */
+static int record_state(webhooks_t *wh, hook_t *h)
+{
+    whstore_write_t w;
+    if (whstore_write_init(&w, h->def.id, NULL, NULL, &h->state, false) != 0)
+        return -1;
+    int rc = writer_call(wh->writer, &w.cmd) == 0 && w.cmd.answer.status == 200 ? 0 : -1;
+    whstore_write_free(&w);
+    h->dirty = rc != 0;
+    if (rc != 0)
+        h->retry_record_ms = mono_ms() + RECORD_RETRY_MS;
+    return rc;
+}
+
+static void erase_records(webhooks_t *wh, const char *id)
+{
+    whstore_write_t w;
+    if (whstore_write_init(&w, id, NULL, NULL, NULL, true) != 0)
+        return;
+    writer_call(wh->writer, &w.cmd);
+    whstore_write_free(&w);
+}
+
+/* --- batches --- */
+
+static void abort_transfer(webhooks_t *wh, hook_t *h)
+{
+    if (h->in_flight)
+        curl_multi_remove_handle(wh->multi, h->easy);
+    h->in_flight = false;
+    curl_slist_free_all(h->headers);
+    h->headers = NULL;
+}
+
+static void drop_batch(webhooks_t *wh, hook_t *h)
+{
+    abort_transfer(wh, h);
+    free(h->body);
+    h->body = NULL;
+    h->has_batch = false;
+    h->attempts = 0;
+    h->next_attempt_ms = 0;
+}
+
+static void hook_free(webhooks_t *wh, hook_t *h)
+{
+    drop_batch(wh, h);
+    if (h->easy)
+        curl_easy_cleanup(h->easy);
+    free(h);
+}
+
+typedef struct {
+    const kinds_t *kinds;
+    json_t *entries;
+    uint64_t last, first_at_ms;
+    size_t n;
+    bool failed;
+} batch_read_t;
+
+static int batch_add(void *arg, uint64_t seq, const transition_t *t)
+{
+    batch_read_t *b = arg;
+    json_t *e = changejson_entry(b->kinds, seq, t);
+    if (!e || json_array_append_new(b->entries, e) != 0) {
+        b->failed = true;
+        return 1;
+    }
+    if (b->n++ == 0)
+        b->first_at_ms = t->at_ms;
+    b->last = seq;
+    return 0;
+}
+
+/* The body of a batch: {"webhook":id,"mode":…,"transitions":entries} (takes entries). */
+static char *batch_body(const webhooks_t *wh, const hook_t *h, json_t *entries)
+{
+    json_t *o = json_pack("{s:s,s:s,s:o}", "webhook", h->def.id, "mode", wh->opt.mode, "transitions", entries);
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    return text;
+}
+
+/* Fixes h's next batch (leader, nothing in flight): the pending one the store names, else up to
+ * WEBHOOKS_BATCH_MAX new entries, recorded as pending before any attempt. Marks the webhook expired
+ * when the log no longer holds what it has to send. Delivery thread; holds a snapshot only while
+ * reading. */
+static void fix_batch(webhooks_t *wh, hook_t *h)
+{
+    if (h->state.expired && h->dirty && h->loaded && mono_ms() >= h->retry_record_ms)
+        record_state(wh, h); /* an expiry the store did not take the first time */
+    if (h->has_batch || h->state.expired || !h->loaded || h->deleted || (h->dirty && mono_ms() < h->retry_record_ms))
+        return;
+    store_read_t *snap;
+    if (store_read_begin(wh->store, &snap) != STORE_OK)
+        return;
+    /* Deleted or rotated since the last scan: seen before anything new is sent. */
+    int found = whstore_read_one(snap, span_of(h->def.id), &wh->one);
+    if (found == STORE_OK) {
+        pthread_mutex_lock(&wh->lock); /* the metrics read the id */
+        h->def = wh->one.def;
+        pthread_mutex_unlock(&wh->lock);
+    }
+    if (found != STORE_OK) {
+        store_read_end(snap);
+        h->deleted = found == STORE_NOTFOUND;
+        return;
+    }
+    uint64_t oldest, newest;
+    bool resend = h->state.pending_to > h->state.delivered;
+    batch_read_t b = {wh->kinds, json_array(), 0, 0, 0, false};
+    int rc = whstore_log_window(snap, &oldest, &newest);
+    bool expired = rc == STORE_OK && h->state.delivered + 1 < oldest;
+    if (rc == STORE_OK && !expired && b.entries) {
+        size_t limit = WEBHOOKS_BATCH_MAX;
+        if (resend && h->state.pending_to - h->state.delivered < limit)
+            limit = (size_t)(h->state.pending_to - h->state.delivered);
+        rc = store_read_log(snap, h->state.delivered, limit, batch_add, &b);
+    }
+    store_read_end(snap);
+    if (rc != STORE_OK || b.failed || !b.entries) {
+        json_decref(b.entries);
+        return;
+    }
+    if (expired) {
+        json_decref(b.entries);
+        h->state.expired = true;
+        h->state.pending_to = 0;
+        fprintf(stderr, "level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu\n", h->def.id,
+                (unsigned long long)h->state.delivered, (unsigned long long)oldest);
+        record_state(wh, h);
+        return;
+    }
+    pthread_mutex_lock(&wh->lock);
+    h->oldest_ms = b.first_at_ms; /* 0: caught up */
+    pthread_mutex_unlock(&wh->lock);
+    if (b.n == 0) {
+        json_decref(b.entries);
+        if (h->dirty)
+            record_state(wh, h);
+        return;
+    }
+    char *body = batch_body(wh, h, b.entries);
+    if (!body)
+        return;
+    if (!resend || b.last != h->state.pending_to) {
+        /* a new batch, or a pending one cut short by a move of the log: fixed anew */
+        char id[WHSTORE_DELIVERY_ID_HEX + 1];
+        if (whstore_random_hex(id, WHSTORE_DELIVERY_ID_HEX / 2) != 0) {
+            free(body);
+            return;
+        }
+        whstore_state_t before = h->state;
+        h->state.pending_to = b.last;
+        memcpy(h->state.delivery_id, id, sizeof id);
+        if (record_state(wh, h) != 0) { /* never sent before its range is durable */
+            h->state = before;
+            h->dirty = true;
+            free(body);
+            return;
+        }
+    }
+    h->body = body;
+    h->body_len = strlen(body);
+    h->has_batch = true;
+    h->attempts = 0;
+    h->next_attempt_ms = 0;
+}
+
+/* --- transfers --- */
+
+/* libcurl's socket-open callback: the address it is about to connect to, after resolution. */
+static curl_socket_t open_socket(void *clientp, curlsocktype purpose, struct curl_sockaddr *a)
+{
+    hook_t *h = clientp;
+    const webhooks_t *wh = h->owner;
+    uint8_t addr[NETALLOW_ADDR_LEN];
+    (void)purpose;
+    if (a->family == AF_INET && a->addrlen >= sizeof(struct sockaddr_in))
+        netallow_from_v4((const uint8_t *)&((const struct sockaddr_in *)&a->addr)->sin_addr, addr);
+    else if (a->family == AF_INET6 && a->addrlen >= sizeof(struct sockaddr_in6))
+        memcpy(addr, &((const struct sockaddr_in6 *)&a->addr)->sin6_addr, NETALLOW_ADDR_LEN);
+    else {
+        h->refused = true;
+        return CURL_SOCKET_BAD;
+    }
+    if (!netallow_permits(&wh->opt.allow, addr)) {
+        h->refused = true;
+        return CURL_SOCKET_BAD;
+    }
+    return socket(a->family, a->socktype, a->protocol);
+}
+
+static size_t discard(char *ptr, size_t size, size_t n, void *arg)
+{
+    (void)ptr;
+    (void)arg;
+    return size * n; /* the receiver's answer is never kept nor shown */
+}
+
+/* Appends a header line to *list; false (the list kept, to be freed) when out of memory. */
+static bool header_add(struct curl_slist **list, const char *line)
+{
+    struct curl_slist *longer = curl_slist_append(*list, line);
+    if (longer)
+        *list = longer;
+    return longer != NULL;
+}
+
+/* Starts one attempt of h's batch: fresh signature, same body and delivery id. */
+static void start_attempt(webhooks_t *wh, hook_t *h)
+{
+    uint64_t t = wall_ms() / 1000;
+    span_t keys[WHSIGN_KEYS_MAX] = {{h->def.secret, h->def.secret_len}};
+    size_t nkeys = 1;
+    if (h->def.old_secret_len && wall_ms() < h->def.old_until_ms)
+        keys[nkeys++] = (span_t){h->def.old_secret, h->def.old_secret_len};
+    char sig[WHSIGN_HEADER_MAX], line[HEADER_MAX + WHSIGN_HEADER_MAX];
+    h->next_attempt_ms = mono_ms() + RECORD_RETRY_MS; /* when this attempt cannot even start */
+    if (whsign_header(t, (span_t){h->body, h->body_len}, keys, nkeys, sig) != 0)
+        return;
+    if (!h->easy && !(h->easy = curl_easy_init()))
+        return;
+    curl_easy_reset(h->easy);
+    struct curl_slist *hd = NULL;
+    bool ok = header_add(&hd, "Content-Type: application/json");
+    snprintf(line, sizeof line, "Tally-Webhook-Id: %s", h->def.id);
+    ok = ok && header_add(&hd, line);
+    snprintf(line, sizeof line, "Tally-Delivery-Id: %s", h->state.delivery_id);
+    ok = ok && header_add(&hd, line);
+    snprintf(line, sizeof line, "Tally-Signature: %s", sig);
+    ok = ok && header_add(&hd, line);
+    ok = ok && header_add(&hd, "Expect:"); /* no 100-continue round trip */
+    if (!ok) {
+        curl_slist_free_all(hd);
+        return;
+    }
+    h->headers = hd;
+    h->refused = false;
+    CURL *e = h->easy;
+    curl_easy_setopt(e, CURLOPT_URL, h->def.url);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
+    curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)wh->opt.timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)wh->opt.timeout_ms);
+    curl_easy_setopt(e, CURLOPT_POST, 1L);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, h->body);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)h->body_len);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, hd);
+    curl_easy_setopt(e, CURLOPT_USERAGENT, USER_AGENT);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, discard);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, open_socket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, h);
+    curl_easy_setopt(e, CURLOPT_PRIVATE, h);
+    if (curl_multi_add_handle(wh->multi, e) != CURLM_OK) {
+        curl_slist_free_all(hd);
+        h->headers = NULL;
+        return;
+    }
+    h->in_flight = true;
+}
+
+/* The category of a failed attempt (never the receiver's text). NULL: delivered. */
+static const char *failure_category(const hook_t *h, CURLcode rc, long status)
+{
+    if (h->refused)
+        return "refused-address";
+    switch (rc) {
+    case CURLE_OK:
+        if (status >= 200 && status < 300)
+            return NULL;
+        if (status >= 500)
+            return "status-5xx";
+        if (status >= 400)
+            return "status-4xx";
+        return "status-3xx"; /* a redirect (never followed) or an informational answer */
+    case CURLE_OPERATION_TIMEDOUT:
+        return "timeout";
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_SHUTDOWN_FAILED:
+    case CURLE_SSL_ENGINE_INITFAILED:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_USE_SSL_FAILED:
+        return "tls";
+    default:
+        return "connect";
+    }
+}
+
+/* One attempt ended: delivered (record it and fix the next batch) or failed (back off). */
+static void attempt_done(webhooks_t *wh, hook_t *h, CURLcode rc)
+{
+    long status = 0;
+    curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &status);
+    abort_transfer(wh, h);
+    const char *category = failure_category(h, rc, status);
+    if (!category) {
+        pthread_mutex_lock(&wh->lock);
+        h->deliveries++;
+        pthread_mutex_unlock(&wh->lock);
+        h->state.delivered = h->state.pending_to;
+        h->state.pending_to = 0;
+        h->state.delivery_id[0] = '\0';
+        h->state.failing_since_ms = 0;
+        h->state.last_error[0] = '\0';
+        h->dirty = true;
+        drop_batch(wh, h);
+        fix_batch(wh, h); /* records the delivered cursor with the next batch, or alone */
+        return;
+    }
+    pthread_mutex_lock(&wh->lock);
+    h->failures++;
+    pthread_mutex_unlock(&wh->lock);
+    h->attempts++;
+    uint64_t backoff = wh->opt.backoff_min_ms;
+    for (unsigned i = 1; i < h->attempts && backoff < wh->opt.backoff_max_ms; i++)
+        backoff *= 2;
+    if (backoff > wh->opt.backoff_max_ms)
+        backoff = wh->opt.backoff_max_ms;
+    h->next_attempt_ms = mono_ms() + backoff;
+    bool news = !h->state.failing_since_ms || strcmp(h->state.last_error, category) != 0;
+    if (!h->state.failing_since_ms)
+        h->state.failing_since_ms = wall_ms();
+    snprintf(h->state.last_error, sizeof h->state.last_error, "%s", category);
+    if (news)
+        record_state(wh, h); /* best effort: the listing says so; the batch is retried either way */
+}
+
+static void transfers_progress(webhooks_t *wh)
+{
+    int running = 0, left = 0;
+    curl_multi_perform(wh->multi, &running);
+    CURLMsg *m;
+    while ((m = curl_multi_info_read(wh->multi, &left))) {
+        if (m->msg != CURLMSG_DONE)
+            continue;
+        hook_t *h = NULL;
+        curl_easy_getinfo(m->easy_handle, CURLINFO_PRIVATE, (char **)&h);
+        if (h && h->in_flight)
+            attempt_done(wh, h, m->data.result);
+    }
+}
+
+/* --- following the records --- */
+
+static hook_t *find_hook(webhooks_t *wh, const char *id)
+{
+    for (size_t i = 0; i < wh->nhooks; i++)
+        if (strcmp(wh->hooks[i]->def.id, id) == 0)
+            return wh->hooks[i];
+    return NULL;
+}
+
+/* A resume asked for on any node: from its cursor, failing and expired forgotten. */
+static void apply_resume(webhooks_t *wh, hook_t *h, const whstore_resume_t *r)
+{
+    drop_batch(wh, h);
+    h->state.delivered = r->after;
+    h->state.pending_to = 0;
+    h->state.delivery_id[0] = '\0';
+    h->state.failing_since_ms = 0;
+    h->state.last_error[0] = '\0';
+    h->state.expired = false;
+    h->state.epoch = r->epoch;
+    h->dirty = true;
+    fprintf(stderr, "level=info event=webhook-resumed webhook=%s after=%llu\n", h->def.id,
+            (unsigned long long)r->after);
+}
+
+/* Reads every webhook's records and brings the thread's view in line: new ones, deleted ones,
+ * rotated secrets, resumes, and (not leading) the store's state for the metrics. */
+static void scan_records(webhooks_t *wh)
+{
+    store_read_t *snap;
+    size_t n = 0;
+    if (store_read_begin(wh->store, &snap) != STORE_OK)
+        return;
+    int rc = whstore_read_all(snap, wh->scan, 2 * WHSTORE_MAX, &n);
+    if (rc != STORE_OK) {
+        store_read_end(snap);
+        return;
+    }
+    uint64_t now = wall_ms(), oldest = 0, newest = 0;
+    bool orphans = false;
+    if (whstore_log_window(snap, &oldest, &newest) != STORE_OK)
+        oldest = 0; /* not known: nothing is judged expired this time */
+    pthread_mutex_lock(&wh->lock);
+    for (size_t i = 0; i < wh->nhooks;) { /* deleted ones go */
+        bool seen = false;
+        for (size_t j = 0; j < n && !seen; j++)
+            seen = wh->scan[j].has_def && strcmp(wh->scan[j].def.id, wh->hooks[i]->def.id) == 0;
+        if (seen) {
+            i++;
+            continue;
+        }
+        hook_free(wh, wh->hooks[i]);
+        wh->hooks[i] = wh->hooks[--wh->nhooks];
+    }
+    for (size_t j = 0; j < n; j++) {
+        whstore_hook_t *s = &wh->scan[j];
+        orphans |= !s->has_def;
+        if (!s->has_def)
+            continue;
+        hook_t *h = find_hook(wh, s->def.id);
+        if (!h && wh->nhooks < WHSTORE_MAX && (h = calloc(1, sizeof *h))) {
+            h->owner = wh;
+            wh->hooks[wh->nhooks++] = h;
+        }
+        if (!h)
+            continue;
+        h->def = s->def;
+        if (!wh->leading || !h->loaded) {
+            h->state = s->state;
+            h->loaded = wh->leading;
+            h->dirty = false;
+        }
+        if (wh->leading && s->has_resume && s->resume.epoch > h->state.epoch)
+            apply_resume(wh, h, &s->resume);
+        if (wh->leading && h->loaded && !h->state.expired && h->state.delivered + 1 < oldest) {
+            /* behind the retention: what it still had to send is gone (even a batch in memory) */
+            drop_batch(wh, h);
+            h->state.expired = true;
+            h->state.pending_to = 0;
+            h->record_now = true;
+            fprintf(stderr, "level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu\n", h->def.id,
+                    (unsigned long long)h->state.delivered, (unsigned long long)oldest);
+        }
+        uint64_t lag = 0;
+        webhooks_lag_ms(snap, h->state.delivered, now, &lag);
+        h->oldest_ms = lag ? now - lag : 0;
+        h->expired_shown = h->state.expired;
+    }
+    pthread_mutex_unlock(&wh->lock);
+    store_read_end(snap);
+    for (size_t i = 0; i < wh->nhooks; i++)
+        if (wh->hooks[i]->record_now) {
+            wh->hooks[i]->record_now = false;
+            record_state(wh, wh->hooks[i]);
+        }
+    for (size_t j = 0; orphans && wh->leading && j < n; j++)
+        if (!wh->scan[j].has_def)
+            erase_records(wh, wh->scan[j].def.id); /* a state written while its webhook was deleted */
+}
+
+/* Leading changed (a shared store's fold leader): drop what this node had in flight. */
+static void set_leading(webhooks_t *wh, bool leading)
+{
+    if (leading == wh->leading)
+        return;
+    wh->leading = leading;
+    fprintf(stderr, "level=info event=webhooks-%s\n", leading ? "delivering" : "standby");
+    for (size_t i = 0; i < wh->nhooks; i++) {
+        drop_batch(wh, wh->hooks[i]);
+        wh->hooks[i]->loaded = false;
+    }
+}
+
+static void *webhooks_main(void *arg)
+{
+    webhooks_t *wh = arg;
+    thread_set_name("tally-webhooks");
+    uint64_t next_scan = 0, next_follow = 0;
+    while (!atomic_load(&wh->stopping)) {
+        uint64_t now = mono_ms();
+        bool leading = !wh->shared || atomic_load(&writer_stats(wh->writer)->fold_leader);
+        set_leading(wh, leading);
+        if (now >= next_scan) {
+            scan_records(wh);
+            next_scan = now + SCAN_INTERVAL_MS;
+        }
+        bool follow = atomic_exchange(&wh->notified, false) || now >= next_follow;
+        if (follow)
+            next_follow = now + (wh->shared ? FOLLOW_POLL_MS : FOLLOW_IDLE_MS);
+        uint64_t wait = next_scan - now < next_follow - now ? next_scan - now : next_follow - now;
+        for (size_t i = 0; wh->leading && i < wh->nhooks; i++) {
+            hook_t *h = wh->hooks[i];
+            if (!h->has_batch && (follow || h->dirty))
+                fix_batch(wh, h);
+            now = mono_ms();
+            if (h->has_batch && !h->in_flight && now >= h->next_attempt_ms)
+                start_attempt(wh, h);
+            if (h->has_batch && !h->in_flight && h->next_attempt_ms - now < wait)
+                wait = h->next_attempt_ms - now;
+        }
+        transfers_progress(wh);
+        if (wait > SCAN_INTERVAL_MS)
+            wait = SCAN_INTERVAL_MS;
+        curl_multi_poll(wh->multi, NULL, 0, (int)wait, NULL);
+        transfers_progress(wh);
+    }
+    return NULL;
+}
+
+int webhooks_start(store_t *store, writer_t *writer, const kinds_t *kinds, const webhooks_options_t *opt,
+                   webhooks_t **out)
+{
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
+        return -1;
+    webhooks_t *wh = calloc(1, sizeof *wh);
+    if (!wh)
+        return -1;
+    wh->store = store;
+    wh->writer = writer;
+    wh->kinds = kinds;
+    wh->opt = *opt;
+    wh->shared = store_shared(store);
+    wh->scan = calloc(2 * WHSTORE_MAX, sizeof *wh->scan);
+    wh->multi = curl_multi_init();
+    pthread_mutex_init(&wh->lock, NULL);
+    if (!wh->scan || !wh->multi || pthread_create(&wh->thread, NULL, webhooks_main, wh) != 0) {
+        if (wh->multi)
+            curl_multi_cleanup(wh->multi);
+        pthread_mutex_destroy(&wh->lock);
+        free(wh->scan);
+        free(wh);
+        return -1;
+    }
+    *out = wh;
+    return 0;
+}
+
+void webhooks_stop(webhooks_t *wh)
+{
+    if (!wh)
+        return;
+    atomic_store(&wh->stopping, true);
+    curl_multi_wakeup(wh->multi);
+    pthread_join(wh->thread, NULL);
+    for (size_t i = 0; i < wh->nhooks; i++)
+        hook_free(wh, wh->hooks[i]);
+    curl_multi_cleanup(wh->multi);
+    pthread_mutex_destroy(&wh->lock);
+    free(wh->scan);
+    free(wh);
+    curl_global_cleanup();
+}

@@ -1,0 +1,413 @@
+/* webhooks_admin.c — the webhook admin routes: create, list, delete, resume, rotate the secret.
+ * Each request reads its webhook's records from a snapshot (on a reader thread when the store's
+ * reads wait on a server, else on its HTTP thread) and, when it changes them, queues one WRITE_AUX
+ * command to the writer; it is answered once that commit is durable. Nothing here waits. */
+#include "http/webhooks_admin.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <strings.h>
+
+#include "core/changejson.h"
+#include "core/clock.h"
+#include "core/parse.h"
+#include "engine/webhook_store.h"
+#include "engine/webhooks.h"
+
+#define MEDIA_JSON "application/json"
+
+typedef enum { OP_CREATE, OP_LIST, OP_DELETE, OP_RESUME, OP_SECRET } op_t;
+
+typedef struct {
+    read_job_t job; /* first: run on a reader thread (app->readers) */
+    app_t *app;
+    op_t op;
+    http_pending_t *pending;
+    answer_t answer;
+    whstore_write_t write;
+    bool has_write;
+    char id[WHSTORE_ID_MAX + 1];
+    whstore_def_t def; /* create: the new definition; secret: a given new secret (def.secret) */
+    bool has_after;
+    uint64_t after;
+    whstore_hook_t hook;
+    whstore_hook_t *all; /* list */
+} wh_req_t;
+
+static void req_free(void *arg)
+{
+    wh_req_t *r = arg;
+    answer_free(&r->answer);
+    if (r->has_write)
+        whstore_write_free(&r->write);
+    free(r->all);
+    free(r);
+}
+
+static void answer_json_body(answer_t *a, int status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (text)
+        answer_set_body(a, status, ANSWER_JSON, text, strlen(text));
+    else
+        answer_problem(a, 500, "internal", "out of memory");
+}
+
+/* Writer thread: the records are durable (or the commit failed). */
+static void write_done(write_cmd_t *cmd)
+{
+    wh_req_t *r = cmd->done_arg;
+    if (cmd->answer.status != 200) {
+        answer_free(&r->answer);
+        answer_problem(&r->answer, 503, "unavailable", "the webhook could not be stored; retry");
+        r->answer.retry_after_s = 1;
+    }
+    http_pending_respond(r->pending, &r->answer, req_free, r);
+}
+
+/* Queues r->write (prepared by the op) and answers when it is durable; answers 503 at once when the
+ * writer will not take it. */
+static void submit_write(wh_req_t *r)
+{
+    r->write.cmd.done = write_done;
+    r->write.cmd.done_arg = r;
+    if (!atomic_load(&r->app->draining) && writer_submit(r->app->writer, &r->write.cmd) == 0)
+        return;
+    answer_free(&r->answer);
+    answer_problem(&r->answer, 503, "unavailable", "shutting down or too many writes queued; retry");
+    r->answer.retry_after_s = 1;
+    http_pending_respond(r->pending, &r->answer, req_free, r);
+}
+
+static const char *state_name(const whstore_state_t *s)
+{
+    return s->expired ? "expired" : s->failing_since_ms ? "failing" : "active";
+}
+
+static json_t *time_or_null(uint64_t ms)
+{
+    char at[32];
+    if (!ms)
+        return json_null();
+    changejson_iso_time(ms, at);
+    return json_string(at);
+}
+
+/* --- the ops, after the request was checked; each fills r->answer or prepares r->write --- */
+
+static int op_create(wh_req_t *r, store_read_t *snap)
+{
+    size_t n = 0, live = 0;
+    uint64_t oldest, newest;
+    int rc = whstore_read_all(snap, r->all, 2 * WHSTORE_MAX, &n);
+    if (rc == STORE_OK)
+        rc = whstore_log_window(snap, &oldest, &newest);
+    if (rc != STORE_OK)
+        return rc;
+    for (size_t i = 0; i < n; i++)
+        live += r->all[i].has_def;
+    if (live >= WHSTORE_MAX) {
+        answer_problem(&r->answer, 400, "invalid-parameter", "at most 64 webhooks; delete one first");
+        return STORE_OK;
+    }
+    whstore_state_t state = {.delivered = newest}; /* delivery starts from the next transition */
+    if (whstore_write_init(&r->write, r->def.id, &r->def, NULL, &state, false) != 0)
+        return STORE_ERROR;
+    r->has_write = true;
+    char created[32];
+    changejson_iso_time(r->def.created_ms, created);
+    answer_json_body(&r->answer, 201,
+                     json_pack("{s:s,s:s,s:s%,s:s}", "id", r->def.id, "url", r->def.url, "secret", r->def.secret,
+                               r->def.secret_len, "created", created));
+    return STORE_OK;
+}
+
+static int op_list(wh_req_t *r, store_read_t *snap)
+{
+    size_t n = 0;
+    int rc = whstore_read_all(snap, r->all, 2 * WHSTORE_MAX, &n);
+    json_t *list = json_array();
+    uint64_t now = wall_ms();
+    for (size_t i = 0; rc == STORE_OK && list && i < n; i++) {
+        const whstore_hook_t *h = &r->all[i];
+        if (!h->has_def)
+            continue;
+        uint64_t lag_ms = 0;
+        char delivered[24];
+        rc = webhooks_lag_ms(snap, h->state.delivered, now, &lag_ms);
+        snprintf(delivered, sizeof delivered, "%llu", (unsigned long long)h->state.delivered);
+        json_array_append_new(list, json_pack("{s:s,s:s,s:o,s:s,s:f,s:o,s:o,s:s}", "id", h->def.id, "url", h->def.url,
+                                              "created", time_or_null(h->def.created_ms), "delivered", delivered,
+                                              "lag_s", (double)lag_ms / 1000.0, "failing_since",
+                                              time_or_null(h->state.failing_since_ms), "last_error",
+                                              h->state.last_error[0] ? json_string(h->state.last_error) : json_null(),
+                                              "state", state_name(&h->state)));
+    }
+    if (rc != STORE_OK) {
+        json_decref(list);
+        return rc;
+    }
+    answer_json_body(&r->answer, 200, json_pack("{s:o}", "webhooks", list));
+    return STORE_OK;
+}
+
+static int op_delete(wh_req_t *r, store_read_t *snap)
+{
+    (void)snap;
+    if (whstore_write_init(&r->write, r->id, NULL, NULL, NULL, true) != 0)
+        return STORE_ERROR;
+    r->has_write = true;
+    answer_set_body(&r->answer, 204, ANSWER_JSON, NULL, 0);
+    return STORE_OK;
+}
+
+static int op_resume(wh_req_t *r, store_read_t *snap)
+{
+    uint64_t oldest, newest;
+    int rc = whstore_log_window(snap, &oldest, &newest);
+    if (rc != STORE_OK)
+        return rc;
+    uint64_t after = r->has_after ? r->after : r->hook.state.delivered;
+    if (after > newest) {
+        answer_problem(&r->answer, 400, "invalid-parameter", "after is not a cursor this server gave");
+        return STORE_OK;
+    }
+    if (after + 1 < oldest) {
+        answer_problem(&r->answer, 410, "cursor-expired", "the log no longer holds the changes after that cursor");
+        return STORE_OK;
+    }
+    uint64_t epoch = r->hook.resume.epoch > r->hook.state.epoch ? r->hook.resume.epoch : r->hook.state.epoch;
+    whstore_resume_t resume = {.epoch = epoch + 1, .after = after};
+    if (whstore_write_init(&r->write, r->id, NULL, &resume, NULL, false) != 0)
+        return STORE_ERROR;
+    r->has_write = true;
+    char cursor[24];
+    snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)after);
+    answer_json_body(&r->answer, 200, json_pack("{s:s,s:s}", "id", r->id, "after", cursor));
+    return STORE_OK;
+}
+
+static int op_secret(wh_req_t *r, store_read_t *snap)
+{
+    (void)snap;
+    whstore_def_t def = r->hook.def;
+    uint64_t overlap = webhooks_options(r->app->webhooks)->secret_overlap_ms;
+    memcpy(def.old_secret, def.secret, def.secret_len + 1);
+    def.old_secret_len = def.secret_len;
+    def.old_until_ms = wall_ms() + overlap;
+    memcpy(def.secret, r->def.secret, r->def.secret_len + 1);
+    def.secret_len = r->def.secret_len;
+    if (whstore_write_init(&r->write, r->id, &def, NULL, NULL, false) != 0)
+        return STORE_ERROR;
+    r->has_write = true;
+    answer_json_body(&r->answer, 200,
+                     json_pack("{s:s,s:s%,s:o}", "id", r->id, "secret", def.secret, def.secret_len,
+                               "previous_valid_until", time_or_null(def.old_until_ms)));
+    return STORE_OK;
+}
+
+/* Reads what the op needs, then answers or queues its write. Reader thread or HTTP thread. */
+static void run(read_job_t *job)
+{
+    wh_req_t *r = (wh_req_t *)job;
+    store_read_t *snap;
+    if (store_read_begin(r->app->store, &snap) != STORE_OK) {
+        answer_problem(&r->answer, 503, "unavailable", "the store cannot be read");
+        r->answer.retry_after_s = 1;
+        http_pending_respond(r->pending, &r->answer, req_free, r);
+        return;
+    }
+    int rc = STORE_OK;
+    bool found = true;
+    if (r->op != OP_CREATE && r->op != OP_LIST) {
+        rc = whstore_read_one(snap, span_of(r->id), &r->hook);
+        found = rc == STORE_OK;
+        if (rc == STORE_NOTFOUND)
+            rc = STORE_OK;
+    }
+    if (rc == STORE_OK && found) {
+        static int (*const ops[])(wh_req_t *, store_read_t *) = {
+            [OP_CREATE] = op_create, [OP_LIST] = op_list,     [OP_DELETE] = op_delete,
+            [OP_RESUME] = op_resume, [OP_SECRET] = op_secret,
+        };
+        rc = ops[r->op](r, snap);
+    }
+    store_read_end(snap);
+    if (rc != STORE_OK) {
+        answer_free(&r->answer);
+        answer_problem(&r->answer, 503, "unavailable", "the webhooks could not be read");
+        r->answer.retry_after_s = 1;
+    } else if (!found) {
+        answer_problem(&r->answer, 404, "not-found", "no such webhook");
+    }
+    if (rc == STORE_OK && found && r->has_write && r->answer.status < 300)
+        submit_write(r);
+    else
+        http_pending_respond(r->pending, &r->answer, req_free, r);
+}
+
+/* Defers req and runs r where reads may block (a reader thread) or here. */
+static void dispatch(app_t *app, http_request_t *req, wh_req_t *r)
+{
+    r->app = app;
+    r->job.run = run;
+    if (!(r->pending = http_defer(req))) {
+        req_free(r);
+        reply_problem(req, 503, "overloaded", "out of memory");
+        return;
+    }
+    if (!app->readers) {
+        run(&r->job);
+        return;
+    }
+    if (readers_submit(app->readers, &r->job) == 0)
+        return;
+    http_pending_cancel(r->pending);
+    req_free(r);
+    reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
+}
+
+/* The request's JSON object body ({} when empty); NULL having replied. */
+static json_t *body_or_reply(http_request_t *req)
+{
+    span_t body = http_req_body(req), type;
+    if (body.len > BODY_MAX_BYTES) {
+        reply_problem(req, 413, "body-too-large", "request bodies are at most 4096 bytes");
+        return NULL;
+    }
+    if (body.len && http_req_header(req, "content-type", &type) > 0) {
+        size_t n = 0;
+        while (n < type.len && type.ptr[n] != ';' && type.ptr[n] != ' ' && type.ptr[n] != '\t')
+            n++;
+        if (n != strlen(MEDIA_JSON) || strncasecmp(type.ptr, MEDIA_JSON, n) != 0) {
+            reply_problem(req, 415, "unsupported-media-type", "request bodies are application/json");
+            return NULL;
+        }
+    }
+    json_error_t err;
+    json_t *doc = body.len ? json_loadb(body.ptr, body.len, JSON_REJECT_DUPLICATES, &err) : json_object();
+    if (!json_is_object(doc)) {
+        reply_problem(req, 400, "invalid-json", doc ? "the body must be a JSON object" : err.text);
+        json_decref(doc);
+        return NULL;
+    }
+    return doc;
+}
+
+/* The secret member: given (at least 32 bytes) or generated. false having replied. */
+static bool secret_or_reply(http_request_t *req, json_t *doc, whstore_def_t *def)
+{
+    json_t *s = json_object_get(doc, "secret");
+    if (!s || json_is_null(s)) {
+        if (whstore_random_hex(def->secret, WHSTORE_SECRET_GENERATED_BYTES) != 0) {
+            reply_problem(req, 500, "internal", "no random bytes for a secret");
+            return false;
+        }
+        def->secret_len = 2 * WHSTORE_SECRET_GENERATED_BYTES;
+        return true;
+    }
+    size_t n = json_is_string(s) ? json_string_length(s) : 0;
+    if (n < WHSTORE_SECRET_MIN || n > WHSTORE_SECRET_MAX || memchr(json_string_value(s), '\0', n)) {
+        reply_problem(req, 400, "invalid-parameter", "secret must be a string of 32 to 512 bytes");
+        return false;
+    }
+    memcpy(def->secret, json_string_value(s), n);
+    def->secret[n] = '\0';
+    def->secret_len = n;
+    return true;
+}
+
+static wh_req_t *req_new(http_request_t *req, op_t op)
+{
+    wh_req_t *r = calloc(1, sizeof *r);
+    if (r && (op == OP_CREATE || op == OP_LIST) && !(r->all = calloc(2 * WHSTORE_MAX, sizeof *r->all))) {
+        free(r);
+        r = NULL;
+    }
+    if (!r)
+        reply_problem(req, 503, "overloaded", "out of memory");
+    else
+        r->op = op;
+    return r;
+}
+
+void webhooks_admin_collection(app_t *app, http_request_t *req)
+{
+    if (!auth_admin_or_reply(app, req))
+        return;
+    bool create = span_eq_str(http_req_method(req), "POST");
+    json_t *doc = NULL;
+    if (create && !(doc = body_or_reply(req)))
+        return;
+    wh_req_t *r = req_new(req, create ? OP_CREATE : OP_LIST);
+    if (!r) {
+        json_decref(doc);
+        return;
+    }
+    if (create) {
+        json_t *url = json_object_get(doc, "url");
+        char why[256];
+        if (!json_is_string(url)) {
+            reply_problem(req, 400, "invalid-parameter", "the body needs a url member (http:// or https://)");
+            goto refused;
+        }
+        if (webhooks_check_url(app->webhooks, json_string_value(url), json_string_length(url), why, sizeof why) != 0) {
+            reply_problem(req, 400, "invalid-parameter", why);
+            goto refused;
+        }
+        if (!secret_or_reply(req, doc, &r->def))
+            goto refused;
+        memcpy(r->def.url, json_string_value(url), json_string_length(url) + 1);
+        memcpy(r->def.id, "wh_", 3);
+        if (whstore_random_hex(r->def.id + 3, WHSTORE_ID_HEX / 2) != 0) {
+            reply_problem(req, 500, "internal", "no random bytes for an id");
+            goto refused;
+        }
+        r->def.created_ms = wall_ms();
+        json_decref(doc);
+    }
+    dispatch(app, req, r);
+    return;
+refused:
+    json_decref(doc);
+    req_free(r);
+}
+
+void webhooks_admin_one(app_t *app, http_request_t *req, span_t id, webhooks_admin_action_t action)
+{
+    if (!auth_admin_or_reply(app, req))
+        return;
+    json_t *doc = NULL;
+    if (action != WEBHOOKS_ADMIN_DELETE && !(doc = body_or_reply(req)))
+        return;
+    op_t op = action == WEBHOOKS_ADMIN_DELETE ? OP_DELETE : action == WEBHOOKS_ADMIN_RESUME ? OP_RESUME : OP_SECRET;
+    wh_req_t *r = req_new(req, op);
+    if (!r) {
+        json_decref(doc);
+        return;
+    }
+    if (id.len == 0 || id.len > WHSTORE_ID_MAX) {
+        reply_problem(req, 404, "not-found", "no such webhook");
+        goto refused;
+    }
+    memcpy(r->id, id.ptr, id.len);
+    if (op == OP_RESUME) {
+        json_t *after = json_object_get(doc, "after");
+        r->has_after = after && !json_is_null(after);
+        if (r->has_after &&
+            (!json_is_string(after) || parse_uint((span_t){json_string_value(after), json_string_length(after)},
+                                                  UINT64_MAX - 1, &r->after) != 0)) {
+            reply_problem(req, 400, "invalid-parameter", "after must be a cursor (a string of digits)");
+            goto refused;
+        }
+    }
+    if (op == OP_SECRET && !secret_or_reply(req, doc, &r->def))
+        goto refused;
+    json_decref(doc);
+    dispatch(app, req, r);
+    return;
+refused:
+    json_decref(doc);
+    req_free(r);
+}
