@@ -27,6 +27,7 @@ static const struct {
     {ROUTE_HOT, "hot", "/v1/admin/hot", "GET, HEAD"},
     {ROUTE_ADMIN_USER, "admin_user", NULL, "DELETE"},
     {ROUTE_ADMIN_ITEM, "admin_item", NULL, "DELETE"},
+    {ROUTE_LIVE, "live", "/v1/live", "GET"},
 };
 
 const char *route_name(route_id_t id)

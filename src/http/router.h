@@ -21,6 +21,7 @@ typedef enum {
     ROUTE_HOT,        /* /v1/admin/hot */
     ROUTE_ADMIN_USER, /* /v1/admin/users/{user} */
     ROUTE_ADMIN_ITEM, /* /v1/admin/items/{item} */
+    ROUTE_LIVE,       /* /v1/live?ids=… (server-sent events) */
     ROUTE_COUNT       /* number of routes, for per-route tables */
 } route_id_t;
 
