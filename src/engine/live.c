@@ -132,16 +132,19 @@ static int note_changed(void *arg, uint64_t seq, const transition_t *t)
         return 1; /* past the checkpoint: not folded yet */
     l->scan_last = seq;
     l->scan_seen++;
-    if (!itemmap_get(&l->changed, t->item))
+    itemmap_entry_t *e = itemmap_get(&l->changed, t->item);
+    if (!e)
         l->resync = true; /* out of memory: take everything as changed */
+    else
+        e->deltas[KIND_NONE] = (int64_t)seq; /* unused slot (none is not counted): the last change */
     return 0;
 }
 
 /* Reads the counts of items[0..n) from snap, READ_CHUNK at a time, and hands each chunk to emit. */
 typedef void (*emit_fn)(live_t *l, uint64_t cursor, const live_item_t *items, size_t n, void *arg);
 
-static int read_and_emit(live_t *l, store_read_t *snap, uint64_t cursor, const span_t *items, size_t n, emit_fn emit,
-                         void *arg)
+static int read_and_emit(live_t *l, store_read_t *snap, uint64_t cursor, const span_t *items,
+                         const uint64_t *changed_at, size_t n, emit_fn emit, void *arg)
 {
     for (size_t at = 0; at < n; at += READ_CHUNK) {
         size_t k = n - at < READ_CHUNK ? n - at : READ_CHUNK;
@@ -149,7 +152,7 @@ static int read_and_emit(live_t *l, store_read_t *snap, uint64_t cursor, const s
         if (rc != STORE_OK)
             return rc;
         for (size_t i = 0; i < k; i++)
-            l->out[i] = (live_item_t){items[at + i], l->counts[i]};
+            l->out[i] = (live_item_t){items[at + i], l->counts[i], changed_at ? changed_at[at + i] : 0};
         emit(l, cursor, l->out, k, arg);
     }
     return STORE_OK;
@@ -190,18 +193,21 @@ static int scan_log(live_t *l, store_read_t *snap, uint64_t checkpoint)
 
 /* The changed items (or, after a resync, all) that somebody watches, as spans into l->changed or
  * into a copy of the watched names (*names, to free). */
-static size_t watched_changes(live_t *l, span_t **out, char (**names)[ID_MAX_LEN])
+static size_t watched_changes(live_t *l, span_t **out, uint64_t **at, char (**names)[ID_MAX_LEN])
 {
     *out = NULL;
+    *at = NULL;
     *names = NULL;
     pthread_mutex_lock(&l->lock);
     size_t cap = l->resync ? l->watched.count : l->changed.count, n = 0;
     span_t *spans = cap ? malloc(cap * sizeof *spans) : NULL;
+    uint64_t *changed_at = cap ? malloc(cap * sizeof *changed_at) : NULL;
     if (l->resync && cap)
         *names = malloc(cap * sizeof **names);
-    if (cap && (!spans || (l->resync && !*names))) {
+    if (cap && (!spans || !changed_at || (l->resync && !*names))) {
         pthread_mutex_unlock(&l->lock);
         free(spans);
+        free(changed_at);
         free(*names);
         *names = NULL;
         return 0;
@@ -212,18 +218,22 @@ static size_t watched_changes(live_t *l, span_t **out, char (**names)[ID_MAX_LEN
             if (!s->used)
                 continue;
             memcpy((*names)[n], s->key, s->len);
+            changed_at[n] = UINT64_MAX;
             spans[n] = (span_t){(*names)[n], s->len};
             n++;
         }
     } else {
         for (size_t i = 0; i < l->changed.count; i++) {
             span_t item = {l->changed.entries[i].item, l->changed.entries[i].item_len};
-            if (strmap_find(&l->watched, item))
-                spans[n++] = item;
+            if (!strmap_find(&l->watched, item))
+                continue;
+            changed_at[n] = (uint64_t)l->changed.entries[i].deltas[KIND_NONE];
+            spans[n++] = item;
         }
     }
     pthread_mutex_unlock(&l->lock);
     *out = spans;
+    *at = changed_at;
     return n;
 }
 
@@ -282,10 +292,12 @@ static void live_pass(live_t *l, bool scan)
         rc = scan_log(l, snap, checkpoint);
         if (rc == STORE_OK) {
             span_t *items;
+            uint64_t *at;
             char(*names)[ID_MAX_LEN];
-            size_t n = watched_changes(l, &items, &names);
-            rc = read_and_emit(l, snap, checkpoint, items, n, emit_changes, NULL);
+            size_t n = watched_changes(l, &items, &at, &names);
+            rc = read_and_emit(l, snap, checkpoint, items, at, n, emit_changes, NULL);
             free(items);
+            free(at);
             free(names);
         }
         if (rc != STORE_OK)
@@ -302,7 +314,7 @@ static void live_pass(live_t *l, bool scan)
             items[i] = (span_t){req->ids[i], req->lens[i]};
         initial_arg_t arg = {req->token};
         if (rc == STORE_OK)
-            rc = read_and_emit(l, snap, checkpoint, items, req->n, emit_initial, &arg);
+            rc = read_and_emit(l, snap, checkpoint, items, NULL, req->n, emit_initial, &arg);
         if (rc != STORE_OK) { /* put it back for the next try */
             pthread_mutex_lock(&l->lock);
             req->next = l->pending;

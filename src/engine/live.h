@@ -25,6 +25,9 @@ typedef struct live live_t;
 typedef struct {
     span_t item;
     const int64_t *counts; /* [KINDS_MAX + 1] */
+    /* on_changes: the position of the item's last change read (a subscription whose initial
+     * counts were read at or after it has it already); UINT64_MAX when unknown (a resync) */
+    uint64_t changed_at;
 } live_item_t;
 
 /* Called on the live thread; everything passed is valid only during the call. */

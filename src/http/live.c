@@ -28,6 +28,7 @@ struct live_stream {
     http_stream_t *http;
     bool primed;     /* its initial counts went out: changes may follow */
     bool subscribed; /* live_subscribe took its items */
+    uint64_t since;  /* the cursor of its initial counts: changes up to it are in them */
     size_t n;
     span_t items[LIVE_IDS_MAX]; /* into names */
     sub_node_t nodes[LIVE_IDS_MAX];
@@ -49,12 +50,13 @@ typedef struct {
     atomic_int refs;
     size_t n;
     size_t *name_at, *name_len, *text_at, *text_len; /* [n] into buf */
+    uint64_t *changed_at;                            /* [n] */
     textbuf_t buf;
 } live_batch_t;
 
 /* A stream's initial counts, posted to its thread. */
 typedef struct {
-    uint64_t token;
+    uint64_t token, cursor;
     textbuf_t text;
 } live_initial_t;
 
@@ -192,6 +194,7 @@ static void batch_unref(live_batch_t *b)
     if (atomic_fetch_sub(&b->refs, 1) != 1)
         return;
     free(b->name_at);
+    free(b->changed_at);
     free(b->buf.buf);
     free(b);
 }
@@ -204,7 +207,7 @@ static void on_batch(void *arg)
         uint64_t *head = strmap_find(&t->by_item, (span_t){b->buf.buf + b->name_at[i], b->name_len[i]});
         for (sub_node_t *node = head ? (sub_node_t *)(uintptr_t)*head : NULL, *next; node; node = next) {
             next = node->next; /* a dropped stream unlinks itself; another stream's node stays */
-            if (node->stream->primed)
+            if (node->stream->primed && b->changed_at[i] > node->stream->since)
                 stream_send(node->stream, b->buf.buf + b->text_at[i], b->text_len[i], 1);
         }
     }
@@ -218,13 +221,17 @@ static void sink_changes(void *arg, uint64_t cursor, const live_item_t *items, s
         return;
     live_batch_t *b = calloc(1, sizeof *b);
     size_t *arrays = b ? calloc(4 * n, sizeof *arrays) : NULL;
-    if (!arrays) {
+    uint64_t *changed_at = arrays ? calloc(n, sizeof *changed_at) : NULL;
+    if (!changed_at) {
+        free(arrays);
         free(b);
-        return; /* out of memory: these changes go out with the next pass that has them */
+        return; /* out of memory: these changes are lost to the streams (their counts come with the next change) */
     }
+    b->changed_at = changed_at;
     b->name_at = arrays, b->name_len = arrays + n, b->text_at = arrays + 2 * n, b->text_len = arrays + 3 * n;
     b->n = n;
     for (size_t i = 0; i < n; i++) {
+        b->changed_at[i] = items[i].changed_at;
         b->name_at[i] = b->buf.len;
         b->name_len[i] = items[i].item.len;
         textbuf_append(&b->buf, items[i].item.ptr, items[i].item.len);
@@ -248,6 +255,7 @@ static void on_initial(void *arg)
     live_stream_t *s = slot ? (live_stream_t *)(uintptr_t)*slot : NULL;
     if (s && !s->primed) {
         s->primed = true;
+        s->since = m->cursor;
         stream_send(s, m->text.buf, m->text.len, s->n);
     }
     free(m->text.buf);
@@ -261,6 +269,7 @@ static void sink_initial(void *arg, uint64_t token, uint64_t cursor, const live_
     if (!m)
         return; /* the stream stays without its first events; its client reconnects */
     m->token = token;
+    m->cursor = cursor;
     for (size_t i = 0; i < n; i++)
         sse_counts_event(&m->text, cursor, live.app->kinds, items[i].item, items[i].counts);
     int thread = (int)(token & ((1u << TOKEN_THREAD_BITS) - 1));
