@@ -534,9 +534,9 @@ static void stream_stop(h2o_generator_t *g, h2o_req_t *req)
  * fails and ends the request), or, with nothing in flight, the answer is aborted. */
 static void stream_drop(http_stream_t *s)
 {
+    if (s->finished || !s->req)
+        return; /* already ending: h2o has the last word (a second ERROR would be a send without a generator) */
     s->finished = true;
-    if (!s->req)
-        return;
     s->req->http1_is_persistent = 0;
     h2o_socket_t *sock = s->req->conn->callbacks->get_socket ? s->req->conn->callbacks->get_socket(s->req->conn) : NULL;
     if (s->sending && sock) {

@@ -166,6 +166,7 @@ class LiveStreamTest(TallyTestCase):
         put(self.srv, a, uid("u"), "dislike")
         put(self.srv, b, uid("u"), "like")
         self.assertCounts(self.srv, a, {"like": 1, "dislike": 1})
+        self.assertCounts(self.srv, b, {"like": 1, "dislike": 0})  # folded: what a stream starts with
         s = self.open([a, b, c, a])  # a repeated id is one subscription
         self.assertEqual(s.status, 200)
         self.assertEqual(s.headers.get("content-type"), "text/event-stream")
