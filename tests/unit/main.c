@@ -36,6 +36,7 @@ int main(void)
         {"pairfilter", test_pairfilter},
         {"ratelimit", test_ratelimit},
         {"trending", test_trending},
+        {"live", test_live},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {
