@@ -23,7 +23,7 @@ class SSEClient:
     """GET /v1/live over a plain socket: the answer's head, then its chunked body parsed into
     events ({"id", "event", "data", "retry", "comments"} per block, plus the time it came)."""
 
-    def __init__(self, srv, ids, source=None, rcvbuf=None, timeout=10.0):
+    def __init__(self, srv, ids, source=None, rcvbuf=None, timeout=10.0, headers=""):
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf:
             self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
@@ -32,8 +32,8 @@ class SSEClient:
         self.sock.settimeout(timeout)
         self.sock.connect((srv.host, srv.port))
         target = "/v1/live?ids=" + ",".join(ids) if ids is not None else "/v1/live"
-        self.sock.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
-                           % target).encode())
+        self.sock.sendall(("GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n%s\r\n"
+                           % (target, headers)).encode())
         self.raw = b""
         self.text = ""
         self.closed = False     # the server closed the connection
@@ -148,7 +148,8 @@ class LiveStreamTest(TallyTestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.srv = Server(args=NO_LIMIT + ["--live-keepalive", "300ms", "--live-interval", "100ms"])
+        cls.srv = Server(args=NO_LIMIT + ["--live-keepalive", "300ms", "--live-interval", "100ms",
+                                          "--cors-origin", "https://app.example"])
 
     @classmethod
     def tearDownClass(cls):
@@ -224,6 +225,12 @@ class LiveStreamTest(TallyTestCase):
         for e in s.counts_events():
             included = sum(1 for c in cursors if c <= int(e["id"]))
             self.assertGreaterEqual(e["data"]["counts"]["like"], included, e)
+
+    def test_cross_origin_stream_has_cors_headers(self):
+        s = self.open([uid("o")], headers="Origin: https://app.example\r\n")
+        self.assertEqual(s.status, 200)
+        self.assertEqual(s.headers.get("access-control-allow-origin"), "https://app.example")
+        self.assertIsNotNone(s.wait_for(lambda e: e.get("event") == "counts", 3))
 
     def test_keepalive_comment(self):
         s = self.open([uid("lk")])
