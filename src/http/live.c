@@ -168,11 +168,11 @@ static bool caps_take(span_t client)
 /* Writes text; a stream that has too much unsent is dropped (and may be gone after this call). */
 static void stream_send(live_stream_t *s, const char *text, size_t len, size_t events)
 {
-    if (http_stream_write(s->http, text, len) != 0) {
+    int rc = http_stream_write(s->http, text, len);
+    if (rc < 0)
         atomic_fetch_add_explicit(&live.dropped, 1, memory_order_relaxed);
-        return;
-    }
-    atomic_fetch_add_explicit(&live.events, events, memory_order_relaxed);
+    else if (rc == 0)
+        atomic_fetch_add_explicit(&live.events, events, memory_order_relaxed);
 }
 
 /* server.c: the stream is over (client gone, dropped or ended). */

@@ -15,6 +15,8 @@
 #include <errno.h>
 #include <h2o.h>
 #include <h2o/multithread.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -443,6 +445,7 @@ static void on_answers(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
 /* --- streaming answers --- */
 
 #define STREAM_SNDBUF_BYTES (32 << 10)
+#define STREAM_USER_TIMEOUT_MS 60000
 
 struct http_stream {
     h2o_generator_t generator; /* first: h2o hands back this pointer */
@@ -592,8 +595,13 @@ http_stream_t *http_stream_open(http_request_t *request, const char *content_typ
     if (slot && sock) {
         slot->stream = s;
         s->slot = slot;
+        int fd = h2o_socket_get_fd(sock);
         int sndbuf = STREAM_SNDBUF_BYTES; /* a slow reader's bytes wait in our bounded buffer, not the kernel's */
-        setsockopt(h2o_socket_get_fd(sock), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        /* a peer gone without a word (no FIN, no RST): sent bytes unacknowledged this long end it,
+         * rather than TCP's retransmissions for a quarter of an hour */
+        unsigned user_timeout = STREAM_USER_TIMEOUT_MS;
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
         h2o_socket_read_start(sock, stream_on_read);
     }
     return s;
@@ -602,7 +610,7 @@ http_stream_t *http_stream_open(http_request_t *request, const char *content_typ
 int http_stream_write(http_stream_t *s, const char *p, size_t n)
 {
     if (s->finished || s->ending)
-        return -1;
+        return 1;
     if (s->len + s->sending_len + n > s->max_unsent) {
         stream_drop(s);
         return -1;

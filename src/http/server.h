@@ -79,9 +79,10 @@ typedef struct http_stream http_stream_t;
 http_stream_t *http_stream_open(http_request_t *req, const char *content_type, size_t max_unsent,
                                 void (*on_end)(void *arg), void *arg);
 
-/* The stream's thread: queues n bytes. Returns 0, or -1 when the bytes written and not yet sent
- * would pass max_unsent (a client that stopped reading): the connection is then dropped, and
- * on_end follows (maybe later). Nothing is written after a -1 or an end. */
+/* The stream's thread: queues n bytes. Returns 0; 1 when nothing was written because the stream is
+ * ending (http_stream_end, the client left, or dropped before); -1 when the bytes written and not
+ * yet sent would pass max_unsent (a client that stopped reading): the connection is then dropped,
+ * and on_end follows (maybe during this call). */
 int http_stream_write(http_stream_t *s, const char *p, size_t n);
 
 /* The stream's thread: ends the stream once what was written is sent. */
