@@ -39,6 +39,7 @@ struct writer {
     bool failing; /* the last commit failed */ /* commits failed while stopping: past STOP_FAILURES_MAX, stop anyway */
     store_pair_t *prep_rows, *prep_keys;       /* batch_max each: what a batch names to store_write_prepare */
     uint32_t tx_appends;                       /* log entries appended in the current transaction */
+    uint64_t last_seq;                         /* the last one's position (0: taken at commit) */
     char (*resume_saved)[ID_MAX_LEN];          /* batch_max each: the commands' resume points before an attempt */
     size_t *resume_saved_len;
     writer_stats_t stats;
@@ -134,7 +135,7 @@ static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, ui
 /* Applies one real change: the row at version+1, its transition in the log. The caller decided
  * that target differs from the row's kind (invariant 2: a transition is a real change). */
 static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t user, reaction_row_t *row, int target,
-                             uint64_t now_ms, uint64_t *seq_out)
+                             uint64_t now_ms)
 {
     assert(target != row->kind && "a transition changes the kind");
     assert(target >= KIND_NONE && target <= w->kinds->count && row->kind >= KIND_NONE && row->kind <= w->kinds->count);
@@ -155,9 +156,8 @@ static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t
     atomic_compare_exchange_strong(&w->stats.oldest_unfolded_ms, &none, now_ms);
     atomic_fetch_add_explicit(&w->stats.transitions, 1, memory_order_relaxed);
     w->tx_appends++;
+    w->last_seq = seq;
     *row = next;
-    if (seq_out)
-        *seq_out = seq;
     return STORE_OK;
 }
 
@@ -184,7 +184,7 @@ static int clear_one(void *arg, span_t name)
         return 1;
     if (row.kind == KIND_NONE)
         return 0;
-    if ((c->rc = writer_transition(c->w, c->tx, item, user, &row, KIND_NONE, c->now_ms, NULL)) != STORE_OK)
+    if ((c->rc = writer_transition(c->w, c->tx, item, user, &row, KIND_NONE, c->now_ms)) != STORE_OK)
         return 1;
     cl->changed++;
     return 0;
@@ -242,6 +242,19 @@ static int writer_adjust(store_write_t *tx, write_cmd_t *cmd)
     return rc;
 }
 
+/* A write result that changed something carries its transition's cursor: known now (spliced in, and
+ * stored with it), or taken at commit (the store completes the stored record; writer_run_batch the
+ * answer on the wire). The transition is the last one appended. */
+static void writer_cursor(writer_t *w, write_cmd_t *cmd)
+{
+    if (!cmd->react.changed)
+        return;
+    if (w->last_seq)
+        answer_set_cursor(&cmd->answer, w->last_seq);
+    else
+        cmd->react.cursor_ordinal = w->tx_appends;
+}
+
 /* A reaction write: idempotency record, row, If-Match, transition. */
 static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
 {
@@ -262,18 +275,14 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         int previous = row.kind;
         uint64_t version_before = row.version;
         int target = reaction_target(r->op, r->kind, previous);
-        uint64_t seq = 0;
-        if (target != previous && (rc = writer_transition(w, tx, item, user, &row, target, now_ms, &seq)) != STORE_OK)
+        if (target != previous && (rc = writer_transition(w, tx, item, user, &row, target, now_ms)) != STORE_OK)
             return rc;
         r->changed = target != previous;
         /* invariant 1: the version rises by exactly one on a real change and never otherwise */
         assert(r->changed ? row.version == version_before + 1 && row.kind == target
                           : row.version == version_before && row.kind == previous);
         answer_write_result(&cmd->answer, w->kinds, item, row.kind, previous, row.version, target != previous);
-        if (r->changed && seq)
-            answer_set_cursor(&cmd->answer, seq); /* known now: stored with it */
-        else if (r->changed)
-            r->cursor_ordinal = w->tx_appends; /* taken at commit: the store completes the stored answer */
+        writer_cursor(w, cmd);
     }
     return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
 }
