@@ -650,18 +650,19 @@ int main(int argc, char **argv)
         return 1;
     }
     recount_sampler_t *sampler;
-    if (app_setup(&app, &o, &kinds, store) != 0 || engine_start(&app, &o, &sampler) != 0 ||
-        http_start(&app, &o, listen_fd, admin_fd) != 0)
-        return 1;
     live_http_options_t lopt = {
         .max_streams = o.max_live_streams,
         .max_streams_per_client = o.max_live_streams_per_client,
         .follow = {.interval_ms = o.live_interval_ms, .keepalive_ms = o.live_keepalive_ms},
     };
-    if (live_http_start(&app, &lopt) != 0) {
+    if (app_setup(&app, &o, &kinds, store) != 0 || engine_start(&app, &o, &sampler) != 0)
+        return 1;
+    if (live_http_start(&app, &lopt) != 0) { /* before the HTTP threads: a stream may come at once */
         fprintf(stderr, "tallyd: cannot start the live-counts follower\n");
         return 1;
     }
+    if (http_start(&app, &o, listen_fd, admin_fd) != 0)
+        return 1;
     atomic_store(&app.ready, true);
     if (admin_fd >= 0)
         printf("tallyd: admin listening on http://%s\n", admin_shown);
