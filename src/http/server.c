@@ -455,6 +455,7 @@ struct http_stream {
     size_t len, cap, sending_len, max_unsent;
     bool ending;       /* end once buf is sent */
     bool finished;     /* the final h2o_send is made, or the stream dropped: nothing more goes out */
+    bool abort_due;    /* dropped while a write was in flight: abort the answer once it is done */
     bool in_call;      /* inside one of our calls into h2o: a dispose then frees later */
     bool disposed;     /* h2o disposed of the request while in_call */
     conn_slot_t *slot; /* its connection's, until one of the two goes */
@@ -517,6 +518,16 @@ static void stream_push(http_stream_t *s)
         stream_free(s);
 }
 
+/* Aborts the answer (h2o closes the connection); s may be gone after it. */
+static void stream_abort(http_stream_t *s)
+{
+    s->in_call = true;
+    h2o_send(s->req, NULL, 0, H2O_SEND_STATE_ERROR);
+    s->in_call = false;
+    if (s->disposed)
+        stream_free(s);
+}
+
 static void stream_proceed(h2o_generator_t *g, h2o_req_t *req)
 {
     (void)req;
@@ -524,6 +535,11 @@ static void stream_proceed(h2o_generator_t *g, h2o_req_t *req)
     free(s->sending);
     s->sending = NULL;
     s->sending_len = 0;
+    if (s->abort_due) { /* the write went out after all: now end it */
+        s->abort_due = false;
+        stream_abort(s);
+        return;
+    }
     stream_push(s);
 }
 
@@ -533,24 +549,24 @@ static void stream_stop(h2o_generator_t *g, h2o_req_t *req)
     ((http_stream_t *)g)->finished = true; /* the client is gone; the pool's dispose frees */
 }
 
-/* A client that stopped reading: the connection is closed under h2o's pending write (which then
- * fails and ends the request), or, with nothing in flight, the answer is aborted. */
+/* A client that stopped reading (or left): the connection is shut down under h2o's pending write
+ * (which then fails and ends the request, or completes and the answer is aborted then), or, with
+ * nothing in flight, the answer is aborted at once. */
 static void stream_drop(http_stream_t *s)
 {
     if (s->finished || !s->req)
         return; /* already ending: h2o has the last word (a second ERROR would be a send without a generator) */
     s->finished = true;
     s->req->http1_is_persistent = 0;
-    h2o_socket_t *sock = s->req->conn->callbacks->get_socket ? s->req->conn->callbacks->get_socket(s->req->conn) : NULL;
-    if (s->sending && sock) {
-        shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
+    if (s->sending) { /* no send before proceed: the write fails (h2o closes), or completes and we abort */
+        h2o_socket_t *sock =
+            s->req->conn->callbacks->get_socket ? s->req->conn->callbacks->get_socket(s->req->conn) : NULL;
+        if (sock)
+            shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
+        s->abort_due = true;
         return;
     }
-    s->in_call = true;
-    h2o_send(s->req, NULL, 0, H2O_SEND_STATE_ERROR);
-    s->in_call = false;
-    if (s->disposed)
-        stream_free(s);
+    stream_abort(s);
 }
 
 /* The client closed its end (or sent something: nothing may follow a stream's request): h2o does

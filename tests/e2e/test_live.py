@@ -404,6 +404,59 @@ class LiveSlowReaderTest(TallyTestCase):
             srv.stop()
 
 
+class LiveChurnTest(TallyTestCase):
+    def test_streams_opened_and_dropped_under_writes(self):
+        # streams come and go (some closed at once, some after reading, some while their initial
+        # counts are on the way) while items change: nothing is left behind, the server is fine
+        with Server(args=NO_LIMIT + ["--live-interval", "10ms", "--live-keepalive", "50ms",
+                                     "--max-live-streams-per-client", "1000"]) as srv:
+            items = [uid("ch") for _ in range(20)]
+            stop = time.monotonic() + 4 * SLOW
+            errors = []
+
+            def churn(k):
+                n = 0
+                try:
+                    while time.monotonic() < stop:
+                        ids = [items[(k + n + j) % len(items)] for j in range(1 + n % 5)]
+                        c = SSEClient(srv, ids)
+                        if c.status != 200:
+                            errors.append("stream %s" % c.status)
+                        if n % 3 == 1:
+                            c.pump(0.05)
+                        elif n % 3 == 2:
+                            c.wait_for(lambda e: e.get("event") == "counts", 1)
+                        c.close()
+                        n += 1
+                except Exception as e:  # pragma: no cover - reported below
+                    errors.append(repr(e))
+
+            def write(k):
+                c = srv.client()
+                n = 0
+                while time.monotonic() < stop:
+                    st, _, _, raw = c.json("PUT", "/v1/items/%s/reaction" % items[n % len(items)],
+                                           {"reaction": "like" if n % 2 else "none"}, user="w%d" % k)
+                    if st != 200:
+                        errors.append("write %s %r" % (st, raw[:100]))
+                    n += 1
+                c.close()
+
+            threads = [threading.Thread(target=churn, args=(k,)) for k in range(6)]
+            threads += [threading.Thread(target=write, args=(k,)) for k in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            self.assertEqual(errors, [])
+            deadline = time.monotonic() + 3 * SLOW
+            while metric(srv, "tally_live_streams") != 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertEqual(metric(srv, "tally_live_streams"), 0, "every stream that ended is freed")
+            self.assertGreater(metric(srv, "tally_live_streams_opened_total"), 20)
+            srv.stop()  # exit 0, no sanitizer report
+
+
 class LiveShutdownTest(TallyTestCase):
     def test_sigterm_ends_streams_cleanly_and_exits_quickly(self):
         with Server(args=NO_LIMIT) as srv:
