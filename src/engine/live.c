@@ -273,6 +273,13 @@ static void report(live_t *l, int rc)
  * with the snapshot still open (it only formats and posts). */
 static void live_pass(live_t *l, bool scan)
 {
+    pthread_mutex_lock(&l->lock);
+    bool idle = l->watched.count == 0 && !l->pending;
+    pthread_mutex_unlock(&l->lock);
+    if (idle) { /* nobody watches: nothing to read; the next subscription starts following afresh */
+        l->following = false;
+        return;
+    }
     store_read_t *snap;
     uint64_t checkpoint = 0;
     int rc = store_read_begin(l->store, &snap);
