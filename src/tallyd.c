@@ -20,6 +20,7 @@
 #include "engine/webhooks.h"
 #include "engine/writer.h"
 #include "http/app.h"
+#include "http/live.h"
 #include "http/server.h"
 #include "store/store.h"
 
@@ -67,6 +68,9 @@ typedef struct {
     uint64_t hot_threshold;
     uint64_t trending_capacity;
     uint64_t recount_interval_ms;
+    uint64_t live_interval_ms, live_keepalive_ms;
+    uint64_t max_live_streams, max_live_streams_per_client;
+    bool max_live_streams_given;
     const char *access_log;
     const char *cors[CORS_ORIGINS_MAX];
     int ncors;
@@ -270,6 +274,16 @@ static const flag_t flags[] = {
      OPT(webhook_backoff_max_ms), 10, 0, "must be at least 10ms"},
     {"--webhook-secret-overlap", "DUR", "24h", "after a secret rotation the old secret signs too this long",
      set_duration, OPT(webhook_secret_overlap_ms)},
+    {"--live-interval", "DUR", "250ms",
+     "live streams (GET /v1/live): at most one event per item this often;\n"
+     "changes within it are sent as one",
+     set_duration, OPT(live_interval_ms), 1, 0, "must be at least 1ms"},
+    {"--live-keepalive", "DUR", "15s", "a keep-alive comment on every live stream this often", set_duration,
+     OPT(live_keepalive_ms), 1, 0, "must be at least 1ms"},
+    {"--max-live-streams", "N", "5000", "open live streams at most (below --max-connections); past it 503", set_uint,
+     OPT(max_live_streams), 0, 1000000},
+    {"--max-live-streams-per-client", "N", "16", "open live streams per client address at most; past it 503", set_uint,
+     OPT(max_live_streams_per_client), 0, 1000000},
     {"--help", NULL, NULL, "this text", NULL, 0},
 };
 #pragma GCC diagnostic pop
@@ -342,6 +356,8 @@ static void parse_flags(int argc, char **argv, options_t *o)
         set_or_die(f, optarg, o);
         if (f->offset == OPT(max_connections))
             o->max_connections_given = true;
+        if (f->offset == OPT(max_live_streams))
+            o->max_live_streams_given = true;
     }
     if (optind < argc)
         die_usage(argv[optind], "unexpected argument");
@@ -439,6 +455,20 @@ static int fd_limit_or_exit(options_t *o)
             "serve more\"\n",
             (unsigned long long)o->max_connections, (unsigned long long)rl.rlim_cur);
     return 0;
+}
+
+/* Live streams hold connections: their cap must leave room below --max-connections for everything
+ * else. A cap given is refused (exit 2) when it does not; the default is lowered to half. */
+static void live_caps_or_exit(options_t *o)
+{
+    if (o->max_live_streams < o->max_connections)
+        return;
+    if (o->max_live_streams_given) {
+        char why[160];
+        snprintf(why, sizeof why, "must be below --max-connections (%llu)", (unsigned long long)o->max_connections);
+        die_usage("--max-live-streams", why);
+    }
+    o->max_live_streams = o->max_connections / 2;
 }
 
 /* The writer committed transitions: wake the change feed's long polls and the trending follower. */
@@ -590,6 +620,7 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     atomic_store(&app->ready, false);
     atomic_store(&app->draining, true);
     http_server_stop_accepting();
+    live_http_end_all();  /* live streams end once what they were sent has left */
     feed_stop(app->feed); /* long polls are answered at once */
     size_t left = http_server_drain(DRAIN_TIMEOUT_MS);
     if (left)
@@ -598,6 +629,7 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     const struct timespec flush = {0, SHUTDOWN_FLUSH_MS * 1000000L};
     nanosleep(&flush, NULL); /* the loops keep running: the last answers leave their sockets */
     http_server_stop();
+    live_http_stop();
     recount_sampler_stop(sampler);
     /* A long admin job (import, recount, erase) still needs the writer and the store. */
     const struct timespec tick = {0, 10 * 1000000L};
@@ -649,6 +681,7 @@ int main(int argc, char **argv)
     }
     if (fd_limit_or_exit(&o) != 0)
         return EXIT_USAGE;
+    live_caps_or_exit(&o);
     char shown[LISTEN_HOST_MAX + 16], admin_shown[LISTEN_HOST_MAX + 16];
     int listen_fd = listen_on("--listen", o.listen, app.dev_mode, shown, sizeof shown), admin_fd = -1;
     if (listen_fd < 0 || (o.admin_listen && (admin_fd = listen_on("--admin-listen", o.admin_listen, app.dev_mode,
@@ -668,8 +701,18 @@ int main(int argc, char **argv)
         return 1;
     }
     recount_sampler_t *sampler;
-    if (app_setup(&app, &o, &kinds, store) != 0 || engine_start(&app, &o, &sampler) != 0 ||
-        http_start(&app, &o, listen_fd, admin_fd) != 0)
+    live_http_options_t lopt = {
+        .max_streams = o.max_live_streams,
+        .max_streams_per_client = o.max_live_streams_per_client,
+        .follow = {.interval_ms = o.live_interval_ms, .keepalive_ms = o.live_keepalive_ms},
+    };
+    if (app_setup(&app, &o, &kinds, store) != 0 || engine_start(&app, &o, &sampler) != 0)
+        return 1;
+    if (live_http_start(&app, &lopt) != 0) { /* before the HTTP threads: a stream may come at once */
+        fprintf(stderr, "tallyd: cannot start the live-counts follower\n");
+        return 1;
+    }
+    if (http_start(&app, &o, listen_fd, admin_fd) != 0)
         return 1;
     atomic_store(&app.ready, true);
     if (admin_fd >= 0)

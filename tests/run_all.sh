@@ -54,7 +54,7 @@ stage e2e-pg env TALLYD=build/tallyd TALLY_STORE=pg python3 tests/e2e/run_e2e.py
 # on PostgreSQL under the sanitizer would add ~2 minutes more; the release stage above runs it.
 stage e2e-pg-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 TALLY_STORE=pg \
     python3 tests/e2e/run_e2e.py -k test_pg_ -k test_crash -k test_idempotency \
-    -k test_concurrency -k test_ops.Changes -k test_lifecycle_data -k test_many -k WebhookNodesTest
+    -k test_concurrency -k test_ops.Changes -k test_lifecycle_data -k test_many -k WebhookNodesTest -k test_live
 rm -rf "$log_dir"
 echo "(whole suite: ${SECONDS}s)"
 echo "$passed passed, $failed failed"

@@ -93,6 +93,28 @@ int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, kindset_
     return rc;
 }
 
+int answer_set_cursor(answer_t *a, uint64_t cursor)
+{
+    if (a->body == fallback_body)
+        return -1;
+    char tail[48];
+    int n = snprintf(tail, sizeof tail, ",\"cursor\":\"%llu\"}", (unsigned long long)cursor);
+    char *body = a->body_len && a->body[a->body_len - 1] == '}' ? malloc(a->body_len + (size_t)n) : NULL;
+    if (!body) {
+        answer_free(a);
+        *a = (answer_t){
+            .status = 500, .type = ANSWER_PROBLEM, .body = (char *)fallback_body, .body_len = sizeof fallback_body - 1};
+        return -1;
+    }
+    memcpy(body, a->body, a->body_len - 1);
+    memcpy(body + a->body_len - 1, tail, (size_t)n);
+    size_t len = a->body_len - 1 + (size_t)n;
+    free(a->body);
+    a->body = body;
+    a->body_len = len;
+    return 0;
+}
+
 static json_t *problem_object(int status, const char *code, const char *detail)
 {
     char type[96];

@@ -37,6 +37,11 @@ typedef struct {
 int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, kindset_t reaction, kindset_t previous,
                         uint64_t version, bool changed);
 
+/* A write result that changed something carries its transition's change-feed cursor: appends
+ * ,"cursor":"<cursor>" before the body's closing brace. Returns 0, or -1 (out of memory; a is then
+ * the 500 fallback). The same splice is done in SQL by a store that learns the position at commit. */
+int answer_set_cursor(answer_t *a, uint64_t cursor);
+
 /* RFC 9457 problem: {"type":"urn:tally:error:<code>","title":…,"status":…,"detail":…}. */
 int answer_problem(answer_t *a, int status, const char *code, const char *detail);
 

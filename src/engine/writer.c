@@ -38,6 +38,8 @@ struct writer {
     unsigned stop_failures;
     bool failing; /* the last commit failed */ /* commits failed while stopping: past STOP_FAILURES_MAX, stop anyway */
     store_pair_t *prep_rows, *prep_keys;       /* batch_max each: what a batch names to store_write_prepare */
+    uint32_t tx_appends;                       /* log entries appended in the current transaction */
+    uint64_t last_seq;                         /* the last one's position (0: taken at commit) */
     char (*resume_saved)[ID_MAX_LEN];          /* batch_max each: the commands' resume points before an attempt */
     size_t *resume_saved_len;
     writer_stats_t stats;
@@ -83,7 +85,7 @@ int writer_submit(writer_t *w, write_cmd_t *cmd)
 static int idem_lookup(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
 {
     const write_react_t *r = &cmd->react;
-    store_idem_t rec;
+    store_idem_t rec = {0};
     span_t user = {r->user, r->user_len}, key = {r->key, r->key_len};
     int rc = store_idem_get(tx, user, key, &rec);
     if (rc == STORE_NOTFOUND || (rc == STORE_OK && rec.expires_ms <= now_ms))
@@ -105,6 +107,8 @@ static int idem_lookup(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
     cmd->answer.has_etag = rec.has_etag;
     cmd->answer.etag_version = rec.etag_version;
     cmd->answer.replayed = true;
+    /* the first answer of this batch, its cursor still to come: spliced in after the commit, too */
+    cmd->react.cursor_ordinal = rec.cursor_ordinal;
     atomic_fetch_add_explicit(&w->stats.replays, 1, memory_order_relaxed);
     return 1;
 }
@@ -122,6 +126,7 @@ static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, ui
         .has_etag = a->has_etag,
         .etag_version = a->etag_version,
         .body = {a->body, a->body_len},
+        .cursor_ordinal = r->cursor_ordinal,
     };
     memcpy(rec.fingerprint, r->fingerprint, FINGERPRINT_LEN);
     return store_idem_put(tx, (span_t){r->user, r->user_len}, (span_t){r->key, r->key_len}, &rec);
@@ -151,6 +156,8 @@ static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t
         return rc;
     atomic_compare_exchange_strong(&w->stats.oldest_unfolded_ms, &none, now_ms);
     atomic_fetch_add_explicit(&w->stats.transitions, 1, memory_order_relaxed);
+    w->tx_appends++;
+    w->last_seq = seq;
     *row = next;
     return STORE_OK;
 }
@@ -235,6 +242,19 @@ static int writer_adjust(store_write_t *tx, write_cmd_t *cmd)
     return rc;
 }
 
+/* A write result that changed something carries its transition's cursor: known now (spliced in, and
+ * stored with it), or taken at commit (the store completes the stored record; writer_run_batch the
+ * answer on the wire). The transition is the last one appended. */
+static void writer_cursor(writer_t *w, write_cmd_t *cmd)
+{
+    if (!cmd->react.changed)
+        return;
+    if (w->last_seq)
+        answer_set_cursor(&cmd->answer, w->last_seq);
+    else
+        cmd->react.cursor_ordinal = w->tx_appends;
+}
+
 /* A reaction write: idempotency record, row, If-Match, transition. */
 static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
 {
@@ -262,6 +282,7 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         assert(r->changed ? row.version == version_before + 1 && row.set == target
                           : row.version == version_before && row.set == previous);
         answer_write_result(&cmd->answer, w->kinds, item, row.set, previous, row.version, target != previous);
+        writer_cursor(w, cmd);
     }
     return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
 }
@@ -373,9 +394,11 @@ static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch)
 
 /* One attempt at the batch's transaction: the commands, then the fold and the sweep when due. */
 static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint64_t now_ms, uint64_t mono_now,
-                          bool *folded)
+                          bool *folded, uint64_t *log_base)
 {
     store_write_t *tx = NULL;
+    w->tx_appends = 0;
+    *log_base = 0;
     int rc = store_write_begin(w->store, &tx);
     if (rc == STORE_OK)
         rc = writer_prepare(w, tx, batch);
@@ -389,7 +412,7 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
     if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS)
         rc = writer_sweep(w, tx, now_ms, mono_now);
     if (tx)
-        rc = rc == STORE_OK ? store_write_commit(tx) : (store_write_abort(tx), rc);
+        rc = rc == STORE_OK ? store_write_commit_at(tx, log_base) : (store_write_abort(tx), rc);
     return rc;
 }
 
@@ -415,6 +438,7 @@ static void writer_reset(writer_t *w, write_cmd_t *batch)
         switch (c->type) {
         case WRITE_REACT:
             c->react.changed = 0;
+            c->react.cursor_ordinal = 0;
             break;
         case WRITE_CLEAR_ITEM:
         case WRITE_CLEAR_USER:
@@ -438,15 +462,16 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
     uint64_t oldest_before = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed);
     uint64_t transitions_before = atomic_load_explicit(&w->stats.transitions, memory_order_relaxed);
     bool folded = false;
+    uint64_t log_base = 0;
     writer_save(w, batch);
-    int rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded);
+    int rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded, &log_base);
     for (int attempt = 1; rc == STORE_RETRY && attempt < CONFLICT_RETRIES; attempt++) {
         /* lost a conflict with another node (nothing of it was applied): the same batch again */
         atomic_fetch_add_explicit(&w->stats.conflict_retries, 1, memory_order_relaxed);
         atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
         atomic_store_explicit(&w->stats.transitions, transitions_before, memory_order_relaxed);
         writer_reset(w, batch);
-        rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded);
+        rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded, &log_base);
     }
     if (rc != STORE_OK) {
         if (n || !w->failing) /* an empty batch (a fold, a poll) failing again says nothing new */
@@ -475,6 +500,9 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         if (rc != STORE_OK) {
             answer_problem(&c->answer, 503, "unavailable", store_error_detail(rc));
             c->answer.retry_after_s = 1;
+        } else if (c->type == WRITE_REACT && c->react.cursor_ordinal) {
+            /* the position came with the commit; the store spliced the same into the stored record */
+            answer_set_cursor(&c->answer, log_base + c->react.cursor_ordinal);
         }
         if (c->type == WRITE_REACT)
             histogram_observe(&w->stats.write_seconds, (double)(done_ns - c->submitted_ns) / 1e9);

@@ -54,6 +54,9 @@ typedef struct {
     char key[IDEM_KEY_MAX + 1];
     uint8_t fingerprint[FINGERPRINT_LEN];
     size_t changed; /* result: 1 when the row changed, else 0 */
+    /* the writer's: the answer's cursor is the position of the transaction's cursor_ordinal-th
+     * appended log entry, known once committed (a store that takes positions at commit); 0: none due */
+    uint32_t cursor_ordinal;
 } write_react_t;
 
 /* WRITE_COUNTS_ADJUST: counts[item] += deltas, a recount's correction. */

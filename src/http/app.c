@@ -11,6 +11,7 @@
 #include "http/admin.h"
 #include "http/changes.h"
 #include "http/items.h"
+#include "http/live.h"
 #include "http/metrics.h"
 #include "http/router.h"
 #include "http/trends.h"
@@ -371,6 +372,9 @@ void app_handle(void *arg, http_request_t *req)
         return;
     case ROUTE_WEBHOOK_SECRET:
         webhooks_admin_one(app, req, route.item, WEBHOOKS_ADMIN_SECRET);
+        return;
+    case ROUTE_LIVE:
+        live_http_get(app, req, route.query);
         return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:

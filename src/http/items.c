@@ -178,25 +178,33 @@ void items_get_one(app_t *app, http_request_t *req, span_t item)
         read_and_reply(app, req, rd);
 }
 
+bool items_ids_or_reply(http_request_t *req, span_t query, span_t *ids)
+{
+    span_t id;
+    if (!parse_query_param(query, "ids", ids)) {
+        reply_problem(req, 400, "invalid-parameter", "ids is required: ?ids=a,b,c");
+        return false;
+    }
+    size_t count = 0, pos = 0;
+    while (parse_list_next(*ids, &pos, &id)) {
+        if (++count > BATCH_IDS_MAX) {
+            reply_problem(req, 400, "too-many-ids", "at most 100 ids per request");
+            return false;
+        }
+        if (!item_or_reply(req, id))
+            return false;
+    }
+    return true;
+}
+
 void items_get_many(app_t *app, http_request_t *req, span_t query)
 {
     auth_t who;
-    span_t ids, id;
+    span_t ids;
     if (!auth_user_or_reply(app, req, false, &who) || !read_rate_or_reply(app, req, &who))
         return;
-    if (!parse_query_param(query, "ids", &ids)) {
-        reply_problem(req, 400, "invalid-parameter", "ids is required: ?ids=a,b,c");
+    if (!items_ids_or_reply(req, query, &ids))
         return;
-    }
-    size_t count = 0, pos = 0;
-    while (parse_list_next(ids, &pos, &id)) {
-        if (++count > BATCH_IDS_MAX) {
-            reply_problem(req, 400, "too-many-ids", "at most 100 ids per request");
-            return;
-        }
-        if (!item_or_reply(req, id))
-            return;
-    }
     item_read_t *rd = item_read_new(app, req, ids, true, &who);
     if (rd)
         read_and_reply(app, req, rd);

@@ -8,6 +8,8 @@
 
 #include "engine/recount.h"
 #include "http/metrics.h"
+
+#include "http/live.h"
 #include "http/router.h"
 #include "http/server.h"
 
@@ -213,6 +215,15 @@ static void metrics_render(app_t *app, answer_t *a)
             "Admin request bodies refused because the large-body budget was in use.", hs.large_bodies_refused);
     gauge(&t, "tally_http_large_body_bytes", "Bytes reserved by admitted large request bodies in flight.",
           (double)hs.large_body_bytes);
+    live_http_stats_t ls;
+    live_http_stats(&ls);
+    gauge(&t, "tally_live_streams", "Open live-count streams (GET /v1/live).", (double)ls.open);
+    counter(&t, "tally_live_streams_opened_total", "Live-count streams opened.", ls.opened);
+    counter(&t, "tally_live_events_total", "Counts events sent on live streams.", ls.events);
+    counter(&t, "tally_live_dropped_total", "Live streams closed because their client stopped reading.", ls.dropped);
+    counter(&t, "tally_live_refused_total", "Live streams refused at --max-live-streams(-per-client).", ls.refused);
+    counter(&t, "tally_live_errors_total", "Failed store reads of the live-counts follower.", ls.errors);
+    gauge(&t, "tally_live_cursor", "The checkpoint the live-counts follower read last.", (double)ls.cursor);
     gauge(&t, "tally_writes_failing", "1 for 10 s after a reaction write failed to commit (disk full?).",
           app_writes_failing(app) ? 1 : 0);
     render_webhooks(&t, app);

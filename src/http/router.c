@@ -31,6 +31,7 @@ static const struct {
     {ROUTE_WEBHOOK, "webhook", NULL, "DELETE"},
     {ROUTE_WEBHOOK_RESUME, "webhook_resume", NULL, "POST"},
     {ROUTE_WEBHOOK_SECRET, "webhook_secret", NULL, "POST"},
+    {ROUTE_LIVE, "live", "/v1/live", "GET"},
 };
 
 #define WEBHOOKS_PREFIX "/v1/admin/webhooks/"

@@ -25,6 +25,7 @@ typedef enum {
     ROUTE_WEBHOOK,        /* /v1/admin/webhooks/{id} */
     ROUTE_WEBHOOK_RESUME, /* /v1/admin/webhooks/{id}/resume */
     ROUTE_WEBHOOK_SECRET, /* /v1/admin/webhooks/{id}/secret */
+    ROUTE_LIVE,           /* /v1/live?ids=… (server-sent events) */
     ROUTE_COUNT           /* number of routes, for per-route tables */
 } route_id_t;
 

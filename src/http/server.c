@@ -15,10 +15,13 @@
 #include <errno.h>
 #include <h2o.h>
 #include <h2o/multithread.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -59,6 +62,13 @@ struct pending_guard {
 
 typedef enum { CONTROL_STOP_ACCEPTING, CONTROL_EXIT } control_t;
 
+/* http_thread_post's message. */
+typedef struct {
+    h2o_multithread_message_t message;
+    void (*fn)(void *arg);
+    void *arg;
+} call_msg_t;
+
 typedef struct {
     h2o_multithread_message_t message;
     control_t what;
@@ -82,7 +92,10 @@ typedef struct {
     bool large;              /* in the large-body context */
     size_t reserved_bytes;   /* of the large-body budget */
     h2o_timeout_entry_t peek_timeout;
+    struct http_stream *stream; /* the streaming answer the connection carries, if any */
 } conn_slot_t;
+
+static void stream_unslot(conn_slot_t *slot);
 
 struct http_thread {
     pthread_t tid;
@@ -93,7 +106,7 @@ struct http_thread {
     thread_listener_t listeners[HTTP_LISTENERS];
     h2o_timeout_t peek_timeout, reserve_timeout, pause_timeout;
     h2o_multithread_queue_t *queue;
-    h2o_multithread_receiver_t answers, control;
+    h2o_multithread_receiver_t answers, control, calls;
     bool accepting;
     bool exit;
 };
@@ -429,6 +442,255 @@ static void on_answers(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
     }
 }
 
+/* --- streaming answers --- */
+
+#define STREAM_SNDBUF_BYTES (32 << 10)
+#define STREAM_USER_TIMEOUT_MS 60000
+
+struct http_stream {
+    h2o_generator_t generator; /* first: h2o hands back this pointer */
+    h2o_req_t *req;            /* NULL once h2o disposed of the request */
+    char *sending;             /* handed to h2o_send; kept until proceed says it is sent */
+    char *buf;                 /* written, not handed to h2o yet */
+    size_t len, cap, sending_len, max_unsent;
+    bool ending;       /* end once buf is sent */
+    bool finished;     /* the final h2o_send is made, or the stream dropped: nothing more goes out */
+    bool abort_due;    /* dropped while a write was in flight: abort the answer once it is done */
+    bool in_call;      /* inside one of our calls into h2o: a dispose then frees later */
+    bool disposed;     /* h2o disposed of the request while in_call */
+    conn_slot_t *slot; /* its connection's, until one of the two goes */
+    void (*on_end)(void *arg);
+    void *arg;
+};
+
+/* Lives in the request's pool: its dispose says the request (and the stream) is over. */
+struct stream_guard {
+    http_stream_t *stream;
+};
+
+static void stream_free(http_stream_t *s)
+{
+    if (s->slot)
+        s->slot->stream = NULL;
+    void (*on_end)(void *) = s->on_end;
+    void *arg = s->arg;
+    free(s->sending);
+    free(s->buf);
+    free(s);
+    on_end(arg);
+}
+
+static void stream_unslot(conn_slot_t *slot)
+{
+    if (slot->stream)
+        slot->stream->slot = NULL;
+}
+
+static void stream_guard_dispose(void *p)
+{
+    http_stream_t *s = ((struct stream_guard *)p)->stream;
+    s->req = NULL;
+    if (s->in_call)
+        s->disposed = true;
+    else
+        stream_free(s);
+}
+
+/* Hands buf to h2o (when nothing is in flight), or the final empty chunk once all is sent. */
+static void stream_push(http_stream_t *s)
+{
+    if (!s->req || s->finished || s->sending)
+        return;
+    s->in_call = true;
+    if (s->len) {
+        s->sending = s->buf;
+        s->sending_len = s->len;
+        s->buf = NULL;
+        s->len = s->cap = 0;
+        h2o_iovec_t v = h2o_iovec_init(s->sending, s->sending_len);
+        h2o_send(s->req, &v, 1, H2O_SEND_STATE_IN_PROGRESS);
+    } else if (s->ending) {
+        s->finished = true;
+        h2o_send(s->req, NULL, 0, H2O_SEND_STATE_FINAL);
+    }
+    s->in_call = false;
+    if (s->disposed)
+        stream_free(s);
+}
+
+/* Aborts the answer (h2o closes the connection); s may be gone after it. */
+static void stream_abort(http_stream_t *s)
+{
+    s->in_call = true;
+    h2o_send(s->req, NULL, 0, H2O_SEND_STATE_ERROR);
+    s->in_call = false;
+    if (s->disposed)
+        stream_free(s);
+}
+
+static void stream_proceed(h2o_generator_t *g, h2o_req_t *req)
+{
+    (void)req;
+    http_stream_t *s = (http_stream_t *)g;
+    free(s->sending);
+    s->sending = NULL;
+    s->sending_len = 0;
+    if (s->abort_due) { /* the write went out after all: now end it */
+        s->abort_due = false;
+        stream_abort(s);
+        return;
+    }
+    stream_push(s);
+}
+
+static void stream_stop(h2o_generator_t *g, h2o_req_t *req)
+{
+    (void)req;
+    ((http_stream_t *)g)->finished = true; /* the client is gone; the pool's dispose frees */
+}
+
+/* A client that stopped reading (or left): the connection is shut down under h2o's pending write
+ * (which then fails and ends the request, or completes and the answer is aborted then), or, with
+ * nothing in flight, the answer is aborted at once. */
+static void stream_drop(http_stream_t *s)
+{
+    if (s->finished || !s->req)
+        return; /* already ending: h2o has the last word (a second ERROR would be a send without a generator) */
+    s->finished = true;
+    s->req->http1_is_persistent = 0;
+    if (s->sending) { /* no send before proceed: the write fails (h2o closes), or completes and we abort */
+        h2o_socket_t *sock =
+            s->req->conn->callbacks->get_socket ? s->req->conn->callbacks->get_socket(s->req->conn) : NULL;
+        if (sock)
+            shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
+        s->abort_due = true;
+        return;
+    }
+    stream_abort(s);
+}
+
+/* The client closed its end (or sent something: nothing may follow a stream's request): h2o does
+ * not read while it answers, so the stream watches the socket itself to learn it at once. */
+static void stream_on_read(h2o_socket_t *sock, const char *err)
+{
+    conn_slot_t *slot = sock->on_close.data;
+    if (err == NULL) {
+        h2o_buffer_consume(&sock->input, sock->input->size);
+        return;
+    }
+    h2o_socket_read_stop(sock);
+    if (slot && slot->stream)
+        stream_drop(slot->stream);
+}
+
+http_stream_t *http_stream_open(http_request_t *request, const char *content_type, size_t max_unsent,
+                                void (*on_end)(void *arg), void *arg)
+{
+    h2o_req_t *req = h2o_req(request);
+    http_stream_t *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    struct stream_guard *guard = h2o_mem_alloc_shared(&req->pool, sizeof *guard, stream_guard_dispose);
+    guard->stream = s;
+    s->generator = (h2o_generator_t){stream_proceed, stream_stop};
+    s->req = req;
+    s->max_unsent = max_unsent;
+    s->on_end = on_end;
+    s->arg = arg;
+    req->res.status = 200;
+    req->res.reason = "OK";
+    req->http1_is_persistent = 0; /* nothing follows a stream on its connection */
+    add_header_str(req, "content-type", content_type);
+    add_header_str(req, "cache-control", "no-cache");
+    add_header_str(req, "x-accel-buffering", "no"); /* a proxy in front must not hold the events back */
+    if (server.cfg.on_respond)
+        server.cfg.on_respond(server.cfg.app, request, 200, 0);
+    h2o_start_response(req, &s->generator);
+    conn_slot_t *slot = slot_of(req);
+    h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
+    if (slot && sock) {
+        slot->stream = s;
+        s->slot = slot;
+        int fd = h2o_socket_get_fd(sock);
+        int sndbuf = STREAM_SNDBUF_BYTES; /* a slow reader's bytes wait in our bounded buffer, not the kernel's */
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+        /* a peer gone without a word (no FIN, no RST): sent bytes unacknowledged this long end it,
+         * rather than TCP's retransmissions for a quarter of an hour */
+        unsigned user_timeout = STREAM_USER_TIMEOUT_MS;
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
+        h2o_socket_read_start(sock, stream_on_read);
+    }
+    return s;
+}
+
+int http_stream_write(http_stream_t *s, const char *p, size_t n)
+{
+    if (s->finished || s->ending)
+        return 1;
+    if (s->len + s->sending_len + n > s->max_unsent) {
+        stream_drop(s);
+        return -1;
+    }
+    if (s->len + n > s->cap) {
+        size_t cap = s->cap ? s->cap : 1024;
+        while (cap < s->len + n)
+            cap *= 2;
+        char *grown = realloc(s->buf, cap);
+        if (!grown) {
+            stream_drop(s);
+            return -1;
+        }
+        s->buf = grown;
+        s->cap = cap;
+    }
+    memcpy(s->buf + s->len, p, n);
+    s->len += n;
+    stream_push(s);
+    return 0;
+}
+
+void http_stream_end(http_stream_t *s)
+{
+    if (s->finished || s->ending)
+        return;
+    s->ending = true;
+    stream_push(s);
+}
+
+int http_thread_index(void)
+{
+    return current_thread ? current_thread->index : -1;
+}
+
+int http_thread_count(void)
+{
+    return server.nthreads;
+}
+
+int http_thread_post(int i, void (*fn)(void *arg), void *arg)
+{
+    if (i < 0 || i >= server.nthreads)
+        return -1;
+    call_msg_t *m = calloc(1, sizeof *m);
+    if (!m)
+        return -1;
+    m->fn = fn;
+    m->arg = arg;
+    h2o_multithread_send_message(&server.threads[i].calls, &m->message);
+    return 0;
+}
+
+static void on_calls(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    (void)receiver;
+    while (!h2o_linklist_is_empty(messages)) {
+        call_msg_t *m = H2O_STRUCT_FROM_MEMBER(call_msg_t, message.link, messages->next);
+        h2o_linklist_unlink(&m->message.link);
+        m->fn(m->arg);
+        free(m);
+    }
+}
+
 /* --- threads and the listening sockets --- */
 
 static void on_accept(h2o_socket_t *listener, const char *err);
@@ -474,6 +736,7 @@ static void on_connection_closed(void *data)
         atomic_fetch_sub(&server.connections[slot->listener], 1);
     if (slot->reserved_bytes)
         atomic_fetch_sub(&server.large_bytes, slot->reserved_bytes);
+    stream_unslot(slot);
     free(slot);
 }
 
@@ -729,6 +992,7 @@ static void *thread_main(void *arg)
     t->queue = h2o_multithread_create_queue(t->loop);
     h2o_multithread_register_receiver(t->queue, &t->answers, on_answers);
     h2o_multithread_register_receiver(t->queue, &t->control, on_control);
+    h2o_multithread_register_receiver(t->queue, &t->calls, on_calls);
     t->accepting = true;
     int fds[HTTP_LISTENERS] = {server.cfg.listen_fd, server.cfg.admin_listen ? server.cfg.admin_fd : -1};
     for (int i = 0; i < HTTP_LISTENERS; i++) {

@@ -67,4 +67,33 @@ void http_server_stats(http_server_stats_t *out);
 /* Ends the HTTP threads. */
 void http_server_stop(void);
 
+/* --- streaming answers (server-sent events) and calls onto the HTTP threads --- */
+
+typedef struct http_stream http_stream_t;
+
+/* On req's thread: starts a 200 answer of content_type (with Cache-Control: no-cache) whose body is
+ * sent as it is written (chunked), answers nothing else on the connection and closes it at the end.
+ * on_end(arg) runs once, on this thread, when the stream is over for whatever reason (the client
+ * left, it was dropped, or ended and sent); the handle is invalid from then on. Returns NULL when
+ * out of memory (nothing sent: the caller answers). */
+http_stream_t *http_stream_open(http_request_t *req, const char *content_type, size_t max_unsent,
+                                void (*on_end)(void *arg), void *arg);
+
+/* The stream's thread: queues n bytes. Returns 0; 1 when nothing was written because the stream is
+ * ending (http_stream_end, the client left, or dropped before); -1 when the bytes written and not
+ * yet sent would pass max_unsent (a client that stopped reading): the connection is then dropped,
+ * and on_end follows (maybe during this call). */
+int http_stream_write(http_stream_t *s, const char *p, size_t n);
+
+/* The stream's thread: ends the stream once what was written is sent. */
+void http_stream_end(http_stream_t *s);
+
+/* The index (0 .. http_thread_count() - 1) of the calling HTTP thread, or -1 on another thread. */
+int http_thread_index(void);
+int http_thread_count(void);
+
+/* Any thread: fn(arg) runs on HTTP thread i's event loop, soon, in the order posted. Returns 0, or
+ * -1 when out of memory or there is no such thread (fn will not run). */
+int http_thread_post(int i, void (*fn)(void *arg), void *arg);
+
 #endif

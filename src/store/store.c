@@ -98,6 +98,12 @@ int store_write_commit(store_write_t *w)
     return w->ops->write_commit(w);
 }
 
+int store_write_commit_at(store_write_t *w, uint64_t *log_base)
+{
+    *log_base = 0;
+    return w->ops->write_commit_at ? w->ops->write_commit_at(w, log_base) : w->ops->write_commit(w);
+}
+
 void store_write_abort(store_write_t *w)
 {
     w->ops->write_abort(w);

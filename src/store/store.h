@@ -95,6 +95,10 @@ int store_read_many(store_read_t *r, const span_t *items, size_t n, span_t user,
 /* --- the write transaction (writer thread only) --- */
 int store_write_begin(store_t *store, store_write_t **out);
 int store_write_commit(store_write_t *w); /* durable on STORE_OK; w is gone either way */
+/* store_write_commit, and where the positions taken at commit begin: the transaction's k-th entry
+ * appended with store_log_append (k from 1) that got *seq 0 is at *log_base + k. *log_base is 0
+ * when the store gave every position at append (or nothing was appended). */
+int store_write_commit_at(store_write_t *w, uint64_t *log_base);
 void store_write_abort(store_write_t *w);
 
 /* Names the rows and idempotency records the batch's commands will read, before any is read: a
@@ -142,6 +146,11 @@ typedef struct {
     uint8_t has_etag;
     uint64_t etag_version;
     span_t body; /* from store_idem_get: valid until the transaction's next write */
+    /* Non-zero: the answer is a write result whose cursor is the position of the transaction's
+     * cursor_ordinal-th appended log entry, taken at commit; the store stores the body completed
+     * with it (answer_set_cursor's splice: ,"cursor":"<position>" before the closing brace), done
+     * in the commit itself. Records read back from the store are complete (0). */
+    uint32_t cursor_ordinal;
 } store_idem_t;
 int store_idem_get(store_write_t *w, span_t user, span_t key, store_idem_t *rec);
 int store_idem_put(store_write_t *w, span_t user, span_t key, const store_idem_t *rec);

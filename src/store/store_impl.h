@@ -24,6 +24,8 @@ typedef struct store_ops {
     int (*read_row)(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
     int (*write_begin)(store_t *store, store_write_t **out);
     int (*write_commit)(store_write_t *w);
+    /* optional: NULL means write_commit, every position given at append */
+    int (*write_commit_at)(store_write_t *w, uint64_t *log_base);
     void (*write_abort)(store_write_t *w);
     /* optional: NULL means nothing to prepare */
     int (*write_prepare)(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,

@@ -707,6 +707,20 @@ def metric(srv, name):
     return None
 
 
+def split_cursor(doc):
+    """A write answer without its "cursor" member, and the cursor (an int, or None when absent).
+    API.md § Live counts: an answer that changed something carries its transition's cursor (a
+    decimal string today); one that changed nothing carries none. A malformed cursor is kept in
+    the answer, so that comparing it with the expected one fails."""
+    if not isinstance(doc, dict) or "cursor" not in doc:
+        return doc, None
+    rest = dict(doc)
+    cursor = rest.pop("cursor")
+    if not (isinstance(cursor, str) and cursor.isdigit() and doc.get("changed") is True):
+        return doc, None
+    return rest, int(cursor)
+
+
 def check_sanitizer(stderr_text):
     m = SANITIZER_RE.search(stderr_text or "")
     if m:
@@ -746,9 +760,12 @@ class TallyTestCase(unittest.TestCase):
 
     def assertWrite(self, resp, item, reaction, previous, version, changed, msg=None):
         doc = self.assertOk(resp, msg)
-        self.assertEqual(doc, {"item": item, "reaction": reaction, "previous": previous,
-                               "version": version, "changed": changed},
+        rest, cursor = split_cursor(doc)
+        self.assertEqual(rest, {"item": item, "reaction": reaction, "previous": previous,
+                                "version": version, "changed": changed},
                          msg or "write answer")
+        self.assertEqual(cursor is not None, changed,
+                         "a write answer carries a cursor exactly when it changed something: %r" % doc)
         self.assertEqual(resp[1].get("etag"), '"%d"' % version, "ETag of the write")
         return doc
 

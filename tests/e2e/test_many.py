@@ -9,7 +9,7 @@ import threading
 import time
 import unittest
 
-from harness import (PG, Server, ServerExited, SharedServerTestCase, TallyTestCase, run_threads,
+from harness import (PG, Server, ServerExited, SharedServerTestCase, TallyTestCase, run_threads, split_cursor,
                      uid)
 
 KINDS = ("like", "dislike", "love")
@@ -26,8 +26,10 @@ class ManyCase(TallyTestCase):
 
     def assertSetWrite(self, resp, item, reactions, previous, version, changed, msg=None):
         doc = self.assertOk(resp, msg)
-        self.assertEqual(doc, {"item": item, "reactions": reactions, "previous": previous,
-                               "version": version, "changed": changed}, msg or "write answer")
+        rest, cursor = split_cursor(doc)
+        self.assertEqual(rest, {"item": item, "reactions": reactions, "previous": previous,
+                                "version": version, "changed": changed}, msg or "write answer")
+        self.assertEqual(cursor is not None, changed, "a cursor exactly when it changed something: %r" % doc)
         self.assertEqual(resp[1].get("etag"), '"%d"' % version, "ETag of the write")
         return doc
 

@@ -19,7 +19,7 @@ import time
 import unittest
 
 from harness import (PG, SLOW, PgDatabase, Server, TallyTestCase, pg_only, pgcluster_module,
-                     run_tallyd, tail, uid, run_threads)
+                     run_tallyd, split_cursor, tail, uid, run_threads)
 
 ADMIN = {"X-User-Id": "admin"}
 KINDS = ("like", "dislike")
@@ -135,7 +135,7 @@ class TwoNodesTest(NodesCase):
             self.assertEqual(len(got), 2)
             for st, _, _, raw in got:
                 self.assertEqual(st, 200, raw[:300])
-            docs = sorted((r[2] for r in got), key=lambda d: not d["changed"])
+            docs = sorted((split_cursor(r[2])[0] for r in got), key=lambda d: not d["changed"])
             self.assertEqual(docs, [
                 {"item": item, "reaction": "like", "previous": "none", "version": 1, "changed": True},
                 {"item": item, "reaction": "like", "previous": "like", "version": 1, "changed": False},

@@ -37,6 +37,7 @@ int main(void)
         {"ratelimit", test_ratelimit},
         {"trending", test_trending},
         {"webhooks", test_webhooks},
+        {"live", test_live},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

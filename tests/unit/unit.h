@@ -34,5 +34,6 @@ void test_pairfilter(void);
 void test_ratelimit(void);
 void test_trending(void);
 void test_webhooks(void);
+void test_live(void);
 
 #endif

@@ -24,6 +24,7 @@ static int idem_decode(const MDB_val *val, store_idem_t *rec)
     rec->has_etag = p[43];
     rec->etag_version = lmdb_get_u64(p + 44);
     rec->body = (span_t){(const char *)p + IDEM_HEADER_LEN, val->mv_size - IDEM_HEADER_LEN};
+    rec->cursor_ordinal = 0; /* stored complete: positions are given at append here */
     return STORE_OK;
 }
 

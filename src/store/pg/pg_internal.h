@@ -65,6 +65,7 @@ struct pg_write {
     bool active, began;
     bool piped; /* pg_wrun sends into a pipeline (at commit) instead of waiting for each result */
     size_t piped_count;
+    size_t log_result; /* the log statement's place among the pipeline's results (from 1); 0: none */
     pg_cache_t rows, idem;
     pg_logged_t *log;
     size_t log_count, log_cap;
@@ -192,6 +193,7 @@ int pg_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, in
                  reaction_row_t *rows);
 int pg_write_begin(store_t *s, store_write_t **out);
 int pg_write_commit(store_write_t *w);
+int pg_write_commit_at(store_write_t *w, uint64_t *log_base);
 void pg_write_abort(store_write_t *w);
 int pg_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys);
 bool pg_write_may_fold(store_write_t *w);

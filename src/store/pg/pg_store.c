@@ -971,6 +971,7 @@ const store_ops_t pg_store_ops = {
     .read_many = pg_read_many,
     .write_begin = pg_write_begin,
     .write_commit = pg_write_commit,
+    .write_commit_at = pg_write_commit_at,
     .write_abort = pg_write_abort,
     .write_prepare = pg_write_prepare,
     .write_may_fold = pg_write_may_fold,

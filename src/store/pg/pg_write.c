@@ -119,6 +119,7 @@ static int idem_entry_fill(pg_write_t *w, const PGresult *res, int i)
     e->rec.type = (uint8_t)strtoul(PQgetvalue(res, i, 5), NULL, 10);
     e->rec.has_etag = PQgetvalue(res, i, 6)[0] == 't';
     e->rec.etag_version = strtoull(PQgetvalue(res, i, 7), NULL, 10);
+    e->rec.cursor_ordinal = 0; /* stored complete */
     size_t len = (size_t)PQgetlength(res, i, 8);
     free(e->body);
     if (!(e->body = malloc(len + 1)))
@@ -587,14 +588,25 @@ static int flush_counts(pg_write_t *w)
     return rc;
 }
 
+/* The batch's positions are base + 1 … base + n, known only here: the idempotency records written by
+ * this batch whose answer reports a transition's cursor get it spliced in by the same statement, in
+ * the same commit (answer_set_cursor's splice, in SQL), and base comes back (pg_write_commit_at). */
 static int flush_log(pg_write_t *w)
 {
     if (!w->log_count)
         return STORE_OK;
-    enum { N, ITEM, USER, FROM, TO, VERSION, AT, NCOL };
+    enum { N, ITEM, USER, FROM, TO, VERSION, AT, CU, CK, CN, NCOL };
     pg_buf_t col[NCOL] = {0};
     for (int c = ITEM; c < NCOL; c++)
         pg_buf_open(&col[c]);
+    for (size_t i = 0; i < w->idem.count; i++) {
+        const pg_entry_t *e = &w->idem.entries[i];
+        if (!e->dirty || !e->present || !e->rec.cursor_ordinal)
+            continue;
+        pg_buf_text_elem(&col[CU], e->a, e->alen);
+        pg_buf_text_elem(&col[CK], e->b, e->blen);
+        pg_buf_int_elem(&col[CN], e->rec.cursor_ordinal);
+    }
     for (size_t i = 0; i < w->log_count; i++) {
         const pg_logged_t *l = &w->log[i];
         pg_buf_text_elem(&col[ITEM], l->item, l->item_len);
@@ -621,11 +633,16 @@ static int flush_log(pg_write_t *w)
         rc = pg_wrun(
             w, "write-log",
             "WITH h AS (UPDATE tally_log_head SET seq = seq + $1::bigint WHERE id = 1 RETURNING seq - $1::bigint "
-            "AS base)"
-            " INSERT INTO tally_log SELECT h.base + t.n, t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
+            "AS base),"
+            " l AS (INSERT INTO tally_log SELECT h.base + t.n, t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
             " unnest($2::text[], $3::text[], $4::int4[], $5::int4[], $6::int8[], $7::int8[])"
-            " WITH ORDINALITY AS t(item, u, f, t, v, at, n)",
+            " WITH ORDINALITY AS t(item, u, f, t, v, at, n)),"
+            " c AS (UPDATE tally_idem i SET body = left(i.body, -1) || ',\"cursor\":\"' || (h.base + c.n) || '\"}'"
+            " FROM h, unnest($8::text[], $9::text[], $10::int8[]) AS c(u, k, n) WHERE i.\"user\" = c.u AND i.key = c.k)"
+            " SELECT base FROM h",
             NCOL, p);
+    if (rc == STORE_OK)
+        w->log_result = w->piped_count; /* its result's place in the pipeline, counted from 1 */
     for (int c = ITEM; c < NCOL; c++)
         pg_buf_free(&col[c]);
     return rc;
@@ -633,8 +650,16 @@ static int flush_log(pg_write_t *w)
 
 int pg_write_commit(store_write_t *w_)
 {
+    uint64_t base;
+    return pg_write_commit_at(w_, &base);
+}
+
+int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
+{
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
+    *log_base = 0;
+    w->log_result = 0;
     bool dirty = w->log_count || w->checkpoint_dirty || w->counts.count;
     for (size_t i = 0; !dirty && i < w->rows.count; i++)
         dirty = w->rows.entries[i].dirty;
@@ -674,9 +699,13 @@ int pg_write_commit(store_write_t *w_)
     int sent = rc;
     if (w->piped_count || committing)
         rc = pg_pipe_sync(s, s->wconn);
+    uint64_t base = 0;
     for (size_t i = 0; i < expect && PQstatus(s->wconn) == CONNECTION_OK; i++) {
         int one;
-        PQclear(pg_pipe_result(s, s->wconn, i + 1 == expect && sent == STORE_OK ? "commit" : "write", &one));
+        PGresult *res = pg_pipe_result(s, s->wconn, i + 1 == expect && sent == STORE_OK ? "commit" : "write", &one);
+        if (one == STORE_OK && i + 1 == w->log_result && res && PQntuples(res) == 1)
+            base = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+        PQclear(res);
         if (rc == STORE_OK && one != STORE_OK)
             rc = one; /* the first failure: the rest were aborted by it */
     }
@@ -688,6 +717,7 @@ int pg_write_commit(store_write_t *w_)
         atomic_fetch_add_explicit(&s->transactions, 1, memory_order_relaxed);
         pg_mark_up(s);
         w->active = w->began = false;
+        *log_base = base;
         return STORE_OK;
     }
     if (rc == STORE_OK)

@@ -1,0 +1,41 @@
+/* live.h — GET /v1/live: live counts as server-sent events (API.md § Live counts). The streams
+ * live on the HTTP threads; engine/live.c follows the log and hands them counts, which travel to
+ * each stream's thread through h2o's multithread queues (server.h's http_thread_post). */
+#ifndef TALLY_HTTP_LIVE_H
+#define TALLY_HTTP_LIVE_H
+
+#include "engine/live.h"
+#include "http/app.h"
+
+#define LIVE_STREAM_BUFFER_BYTES (64u << 10) /* unsent bytes a stream may have; past it it is dropped */
+
+typedef struct {
+    size_t max_streams;            /* --max-live-streams */
+    size_t max_streams_per_client; /* --max-live-streams-per-client */
+    live_options_t follow;         /* --live-interval, --live-keepalive */
+} live_http_options_t;
+
+/* Starts the follower (after the HTTP threads). Returns 0, or -1. */
+int live_http_start(app_t *app, const live_http_options_t *opt);
+
+/* The route (HTTP thread). */
+void live_http_get(app_t *app, http_request_t *req, span_t query);
+
+/* Shutdown: no new stream is opened, and every open one ends cleanly (once what it was sent has
+ * left). Returns at once; the HTTP threads end the streams. */
+void live_http_end_all(void);
+
+/* Stops the follower; after http_server_stop (no stream is left to unsubscribe). */
+void live_http_stop(void);
+
+typedef struct {
+    size_t open;                      /* streams open now */
+    uint64_t opened, events, dropped; /* streams opened; events sent; streams dropped as slow */
+    uint64_t refused;                 /* past a cap: 503 */
+    uint64_t errors;                  /* failed reads of the follower */
+    uint64_t cursor;                  /* the checkpoint the follower last read */
+} live_http_stats_t;
+
+void live_http_stats(live_http_stats_t *out);
+
+#endif

@@ -1,0 +1,128 @@
+/* test_live.c — the pure parts of live counts: the event text (core/sse.c), the name table the
+ * subscriptions use (core/strmap.c, checked against a plain array under random inserts and
+ * deletes), and the cursor splice of write answers (core/answer.c). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/answer.h"
+#include "core/sse.h"
+#include "core/strmap.h"
+#include "unit.h"
+
+static bool text_is(const textbuf_t *b, const char *want)
+{
+    return !b->failed && b->len == strlen(want) && memcmp(b->buf, want, b->len) == 0;
+}
+
+static void test_sse_text(void)
+{
+    kinds_t k;
+    char err[64];
+    kinds_parse(&k, "like,dislike", err, sizeof err);
+    int64_t counts[KINDS_MAX + 1] = {0, 10, 2};
+    textbuf_t b = {0};
+    sse_retry(&b, SSE_RETRY_MS);
+    CHECK(text_is(&b, "retry: 2000\n\n"));
+    b.len = 0;
+    sse_counts_event(&b, 8812, &k, SPAN_LIT("a"), counts);
+    CHECK(text_is(&b, "id: 8812\nevent: counts\ndata: {\"item\":\"a\",\"counts\":{\"like\":10,\"dislike\":2}}\n\n"));
+    b.len = 0;
+    sse_counts_event(&b, 0, &k, SPAN_LIT("v1.x~y"), (int64_t[KINDS_MAX + 1]){0});
+    CHECK(text_is(&b, "id: 0\nevent: counts\ndata: {\"item\":\"v1.x~y\",\"counts\":{\"like\":0,\"dislike\":0}}\n\n"));
+    /* the data line is one line: a client's parser reads the JSON whole */
+    const char *data = memmem(b.buf, b.len, "data: ", 6);
+    CHECK(data && memchr(data, '\n', (size_t)(b.buf + b.len - data)) == b.buf + b.len - 2);
+    CHECK(strcmp(SSE_KEEPALIVE, ": keep-alive\n\n") == 0);
+    free(b.buf);
+}
+
+#define NAMES 3000
+
+static void test_strmap_against_array(void)
+{
+    strmap_t m = {0};
+    static char names[NAMES][16];
+    static uint64_t want[NAMES]; /* 0: absent */
+    for (int i = 0; i < NAMES; i++)
+        snprintf(names[i], sizeof names[i], "n%d", i);
+    unsigned seed = 7;
+    size_t present = 0;
+    for (int round = 0; round < 40000; round++) {
+        seed = seed * 1103515245u + 12345u;
+        int i = (int)((seed >> 8) % NAMES);
+        span_t key = span_of(names[i]);
+        if ((seed >> 4) % 3) {
+            uint64_t *v = strmap_get(&m, key);
+            CHECK(v != NULL);
+            if (!v)
+                break;
+            present += want[i] == 0;
+            *v += 1;
+            want[i] += 1;
+        } else {
+            strmap_delete(&m, key);
+            present -= want[i] != 0;
+            want[i] = 0;
+        }
+    }
+    bool all = m.count == present;
+    for (int i = 0; i < NAMES; i++) {
+        uint64_t *v = strmap_find(&m, span_of(names[i]));
+        all = all && (want[i] ? v && *v == want[i] : v == NULL);
+    }
+    CHECK(all);
+    CHECK(strmap_get(&m, (span_t){"", 0}) == NULL);
+    char long_name[ID_MAX_LEN + 1];
+    memset(long_name, 'x', sizeof long_name);
+    CHECK(strmap_get(&m, (span_t){long_name, ID_MAX_LEN + 1}) == NULL);
+    CHECK(strmap_get(&m, (span_t){long_name, ID_MAX_LEN}) != NULL);
+    /* keys are bytes: an 8-byte token with zeros in it */
+    uint64_t token = 5ull << 6;
+    uint64_t *t = strmap_get(&m, (span_t){(const char *)&token, sizeof token});
+    CHECK(t && *t == 0);
+    strmap_free(&m);
+    CHECK(m.count == 0 && strmap_find(&m, SPAN_LIT("n1")) == NULL);
+}
+
+static void test_answer_cursor(void)
+{
+    /* a write result as answer_write_result renders it (built here from its text, so that the
+     * test does not depend on how reactions are passed to it) */
+    static const char result[] =
+        "{\"item\":\"v1\",\"reaction\":\"like\",\"previous\":\"none\",\"version\":3,\"changed\":true}";
+    answer_t a = {0};
+    char *body = malloc(sizeof result - 1);
+    CHECK(body != NULL);
+    if (!body)
+        return;
+    memcpy(body, result, sizeof result - 1);
+    answer_set_body(&a, 200, ANSWER_JSON, body, sizeof result - 1);
+    a.has_etag = true;
+    a.etag_version = 3;
+    CHECK(answer_set_cursor(&a, 8812) == 0);
+    const char want[] = "{\"item\":\"v1\",\"reaction\":\"like\",\"previous\":\"none\",\"version\":3,\"changed\":true,"
+                        "\"cursor\":\"8812\"}";
+    CHECK(a.body_len == sizeof want - 1 && memcmp(a.body, want, a.body_len) == 0);
+    CHECK(a.status == 200 && a.has_etag && a.etag_version == 3);
+    /* still one JSON object, the cursor a string */
+    json_t *doc = json_loadb(a.body, a.body_len, 0, NULL);
+    CHECK(doc && json_is_string(json_object_get(doc, "cursor")) &&
+          strcmp(json_string_value(json_object_get(doc, "cursor")), "8812") == 0);
+    json_decref(doc);
+    /* the 500 fallback is left alone */
+    answer_t b = {0};
+    answer_set_body(&b, 200, ANSWER_JSON, NULL, 0);
+    CHECK(answer_set_cursor(&b, 1) == -1 && b.status == 500);
+    CHECK(answer_set_cursor(&b, 1) == -1 && b.status == 500);
+    answer_free(&a);
+    answer_free(&b);
+}
+
+void test_live(void)
+{
+    test_sse_text();
+    test_strmap_against_array();
+    test_answer_cursor();
+}
