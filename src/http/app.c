@@ -13,6 +13,7 @@
 #include "http/metrics.h"
 #include "http/router.h"
 #include "http/trends.h"
+#include "http/ui.h"
 
 void reply_problem_with(http_request_t *req, int status, const char *code, const char *detail, problem_headers_t h)
 {
@@ -361,6 +362,12 @@ void app_handle(void *arg, http_request_t *req)
     case ROUTE_ADMIN_USER:
     case ROUTE_ADMIN_ITEM:
         admin_clear(app, req, route.item, route.id == ROUTE_ADMIN_USER);
+        return;
+    case ROUTE_OPENAPI:
+        ui_openapi_get(app, req);
+        return;
+    case ROUTE_UI:
+        ui_get(app, req, route.item);
         return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:

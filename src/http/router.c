@@ -4,6 +4,7 @@
 #include <strings.h>
 
 #define ITEMS_PREFIX "/v1/items"
+#define UI_PREFIX "/ui/"
 
 static const struct {
     route_id_t id;
@@ -27,6 +28,8 @@ static const struct {
     {ROUTE_HOT, "hot", "/v1/admin/hot", "GET, HEAD"},
     {ROUTE_ADMIN_USER, "admin_user", NULL, "DELETE"},
     {ROUTE_ADMIN_ITEM, "admin_item", NULL, "DELETE"},
+    {ROUTE_OPENAPI, "openapi", "/v1/openapi.json", "GET, HEAD"},
+    {ROUTE_UI, "ui", NULL, "GET, HEAD"},
 };
 
 const char *route_name(route_id_t id)
@@ -84,6 +87,13 @@ void route_match(span_t target, route_t *out)
             out->id = route_methods[i].id;
             return;
         }
+    }
+    size_t ui_len = strlen(UI_PREFIX);
+    if (path.len >= ui_len && memcmp(path.ptr, UI_PREFIX, ui_len) == 0 &&
+        !memchr(path.ptr + ui_len, '/', path.len - ui_len)) {
+        out->id = ROUTE_UI; /* which files exist is ui.c's to say */
+        out->item = path;
+        return;
     }
     static const struct {
         const char *prefix;

@@ -21,6 +21,8 @@ typedef enum {
     ROUTE_HOT,        /* /v1/admin/hot */
     ROUTE_ADMIN_USER, /* /v1/admin/users/{user} */
     ROUTE_ADMIN_ITEM, /* /v1/admin/items/{item} */
+    ROUTE_OPENAPI,    /* /v1/openapi.json */
+    ROUTE_UI,         /* /ui/{file}: the static files (the whole path in item) */
     ROUTE_COUNT       /* number of routes, for per-route tables */
 } route_id_t;
 
@@ -29,7 +31,7 @@ const char *route_name(route_id_t id);
 
 typedef struct {
     route_id_t id;
-    span_t item;  /* raw segment, for the item routes (and the user of ROUTE_ADMIN_USER) */
+    span_t item;  /* raw segment, for the item routes (the user of ROUTE_ADMIN_USER, the path of ROUTE_UI) */
     span_t kind;  /* raw segment, for ROUTE_KIND */
     span_t query; /* after '?', without it */
 } route_t;

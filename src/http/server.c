@@ -280,6 +280,8 @@ static const char *reason_of(int status)
         return "Created";
     case 204:
         return "No Content";
+    case 304:
+        return "Not Modified";
     case 400:
         return "Bad Request";
     case 401:
@@ -351,7 +353,7 @@ void http_respond(http_request_t *request, const answer_t *a)
     conn_slot_t *slot = slot_of(req);
     if (slot && (slot->close_after_answer || slot->large))
         req->http1_is_persistent = 0;
-    add_header_str(req, "content-type", content_type_of(a->type));
+    add_header_str(req, "content-type", a->content_type ? a->content_type : content_type_of(a->type));
     if (a->has_etag) {
         snprintf(buf, sizeof buf, "\"%llu\"", (unsigned long long)a->etag_version);
         h2o_iovec_t v = h2o_strdup(&req->pool, buf, SIZE_MAX);
