@@ -131,6 +131,51 @@ static json_t *change_schema(bool many)
     return object(props, REQUIRED("cursor", "item", "user", "from", "to", "version", "at"), true);
 }
 
+/* Adds examples (a JSON Schema 2020-12 keyword; checked against their schema by the tests). */
+static void examples(json_t *schemas, const char *name, json_t *list)
+{
+    json_object_set_new(json_object_get(schemas, name), "examples", list);
+}
+
+/* Examples in the configured kinds: k1 the first kind, k2 the second (or the first again). */
+static void add_examples(json_t *s, const openapi_config_t *cfg)
+{
+    const kinds_t *k = cfg->kinds;
+    const char *k1 = kinds_name(k, 1), *k2 = kinds_name(k, k->count > 1 ? 2 : 1);
+    json_t *counts = json_object();
+    for (int i = 1; i <= k->count; i++)
+        json_object_set_new(counts, kinds_name(k, i), json_integer(i == 1 ? 10 : i == 2 ? 2 : 0));
+    json_t *item = json_pack("{s:s,s:O}", "item", "post-1", "counts", counts);
+    if (cfg->many) {
+        json_object_set_new(item, "reactors", json_integer(11));
+        json_object_set_new(item, "viewer", json_pack("{s:[s],s:i}", "reactions", k1, "version", 3));
+        examples(s, "WriteResult",
+                 json_pack("[{s:s,s:[s],s:[],s:i,s:b,s:s}]", "item", "post-1", "reactions", k1, "previous", "version",
+                           4, "changed", true, "cursor", "8812"));
+        examples(s, "SetReaction", json_pack("[{s:s},{s:[s]}]", "reaction", k1, "reactions", k2));
+        examples(s, "ReactionState", json_pack("[{s:s,s:[s],s:i}]", "item", "post-1", "reactions", k1, "version", 3));
+    } else {
+        json_object_set_new(item, "viewer", json_pack("{s:s,s:i}", "reaction", k1, "version", 3));
+        examples(s, "WriteResult",
+                 json_pack("[{s:s,s:s,s:s,s:i,s:b}]", "item", "post-1", "reaction", k2, "previous", k1, "version", 4,
+                           "changed", true));
+        examples(s, "SetReaction", json_pack("[{s:s},{s:s}]", "reaction", k1, "reaction", "none"));
+        examples(s, "ReactionState", json_pack("[{s:s,s:s,s:i}]", "item", "post-1", "reaction", k1, "version", 3));
+    }
+    examples(s, "Item", json_pack("[O]", item));
+    examples(s, "Items", json_pack("[{s:[O]}]", "items", item));
+    json_decref(item);
+    json_decref(counts);
+    examples(s, "Problem",
+             json_pack("[{s:s,s:s,s:i,s:s}]", "type", "urn:tally:error:idempotency-key-mismatch", "title",
+                       "idempotency-key-mismatch", "status", 409, "detail",
+                       "this Idempotency-Key was used with another request"));
+    examples(s, "Trending",
+             json_pack("[{s:s,s:s,s:[{s:s,s:i}],s:f}]", "window", "1h", "reaction", k1, "items", "item", "post-1",
+                       "gain", 123, "error_bound", 0.0));
+    examples(s, "Toggle", json_pack("[{s:s}]", "reaction", k2));
+}
+
 /* The schemas section: every body of every route. */
 static json_t *schemas_of(const openapi_config_t *cfg)
 {
@@ -206,6 +251,7 @@ static json_t *schemas_of(const openapi_config_t *cfg)
     json_object_set_new(s, "OpenAPI",
                         json_pack("{s:s,s:{s:{s:s}},s:[s],s:s}", "type", "object", "properties", "openapi", "type",
                                   "string", "required", "openapi", "description", "this document"));
+    add_examples(s, cfg);
     return s;
 }
 

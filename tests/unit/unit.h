@@ -33,5 +33,6 @@ void test_itemjson(void);
 void test_pairfilter(void);
 void test_ratelimit(void);
 void test_trending(void);
+void test_openapi(void);
 
 #endif
