@@ -198,28 +198,28 @@ export class TallyClient {
   }
 
   /** Sets the user's reaction: a kind or "none"; in many mode an array sets the whole set. */
-  set(item, reaction, opts) {
+  async set(item, reaction, opts) {
     const body = Array.isArray(reaction) ? { reactions: reaction } : { reaction };
     return this._write('PUT', `/v1/items/${checkId(item)}/reaction`, body, opts);
   }
 
   /** Clears the user's reaction (or whole set). */
-  clear(item, opts) {
+  async clear(item, opts) {
     return this._write('DELETE', `/v1/items/${checkId(item)}/reaction`, undefined, opts);
   }
 
   /** PUT /v1/items/{item}/{kind}: sets that kind (one mode) or adds it (many mode). */
-  add(item, kind, opts) {
+  async add(item, kind, opts) {
     return this._write('PUT', `/v1/items/${checkId(item)}/${checkKind(kind)}`, undefined, opts);
   }
 
   /** DELETE /v1/items/{item}/{kind}: clears it if it is the user's reaction (one mode) or removes it (many). */
-  remove(item, kind, opts) {
+  async remove(item, kind, opts) {
     return this._write('DELETE', `/v1/items/${checkId(item)}/${checkKind(kind)}`, undefined, opts);
   }
 
   /** POST …/reaction:toggle. Prefer set/add/remove from a UI: they say the state wanted. */
-  toggle(item, kind, opts) {
+  async toggle(item, kind, opts) {
     return this._write('POST', `/v1/items/${checkId(item)}/reaction:toggle`, { reaction: checkKind(kind) }, opts);
   }
 
