@@ -25,7 +25,7 @@ UNIT_SRC   := $(LIB_SRC) src/http/router.c src/http/openapi.c src/http/openapi_s
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 
-.PHONY: all deps npm-deps run run-pg test unit e2e e2e-pg format format-check clean
+.PHONY: all deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean
 all: $(BUILD)/tallyd $(BUILD)/tally
 
 deps:
@@ -89,6 +89,10 @@ run-pg: deps all
 # one, and against the release build on PostgreSQL (tests/run_all.sh).
 test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/syncorder.so fuzz-build
 	@tests/run_all.sh
+
+# The JavaScript tests alone: OpenAPI (redocly lint, ajv), the client, the pages in headless Chromium.
+js-test: npm-deps all
+	tests/js/run.sh
 
 unit: $(BUILD)/san/unit_tests
 	$(BUILD)/san/unit_tests
