@@ -6,7 +6,7 @@ import { createClient, TallyError } from './tally.js';
 
 const REFRESH_MS = 2000;
 const HISTORY = 90; // points per chart (3 minutes)
-const CHANGES_SHOWN = 20;
+const CHANGES_SHOWN = 12;
 const CHANGES_PAGES_MAX = 20; // pages read to reach the end of the feed at start
 const SVG = 'http://www.w3.org/2000/svg';
 const $ = (id) => document.getElementById(id);
@@ -49,7 +49,7 @@ function chart(id, values) {
   const w = 240, h = 60, pad = 4;
   const max = Math.max(1e-9, ...values);
   const points = values.map((v, i) => {
-    const x = values.length > 1 ? (i / (HISTORY - 1)) * w : 0;
+    const x = values.length > 1 ? (i / (values.length - 1)) * w : 0;
     const y = h - pad - (v / max) * (h - 2 * pad);
     return `${x.toFixed(1)},${y.toFixed(1)}`;
   });

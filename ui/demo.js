@@ -2,7 +2,7 @@
 // server's OpenAPI document says so): the user is a name typed here (X-User-Id); otherwise a JWT.
 import { configure } from './tally-reactions.js';
 
-const LABELS = { like: '👍 like', dislike: '👎 dislike', love: '❤️ love', haha: '😄 haha', wow: '😮 wow', sad: '😢 sad', angry: '😠 angry' };
+const LABELS = { like: 'Like', dislike: 'Dislike', love: 'Love', haha: 'Haha', wow: 'Wow', sad: 'Sad', angry: 'Angry' };
 const $ = (id) => document.getElementById(id);
 
 function randomUser() {

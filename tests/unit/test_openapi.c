@@ -20,7 +20,9 @@ static void concrete(const char *tmpl, const kinds_t *kinds, char *out, size_t l
             continue;
         }
         const char *close = strchr(p, '}');
-        const char *value = strncmp(p, "{kind}", 6) == 0 ? kinds_name(kinds, 1) : strncmp(p, "{user}", 6) == 0 ? "u1" : "p1";
+        const char *value = strncmp(p, "{kind}", 6) == 0   ? kinds_name(kinds, 1)
+                            : strncmp(p, "{user}", 6) == 0 ? "u1"
+                                                           : "p1";
         n += (size_t)snprintf(out + n, len - n, "%s", value);
         p = close + 1;
     }
