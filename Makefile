@@ -39,8 +39,10 @@ deps:
 
 # The JavaScript test tools (package.json, exact versions in package-lock.json): the OpenAPI
 # validator, ajv, playwright-core (driving Debian's /usr/bin/chromium; it never downloads a browser).
+# Node 20 and npm come with the machine; where there is no npm at all, Debian's are installed.
 npm-deps: node_modules/.package-lock.json
 node_modules/.package-lock.json: package.json package-lock.json
+	@command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; }
 	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
 	@touch $@
 

@@ -154,16 +154,23 @@ async function refresh() {
     text('updated', `updated ${new Date().toLocaleTimeString()}`);
     document.body.dataset.loaded = 'true';
   } catch (err) {
-    text('error', err instanceof TallyError && (err.status === 401 || err.status === 403)
-      ? 'these figures need admin rights: paste an admin token' : `could not refresh: ${err.message}`);
+    let why = `could not refresh: ${err.message}`;
+    if (err instanceof TallyError && (err.status === 401 || err.status === 403)) why = 'these figures need admin rights: paste an admin token';
+    else if (err instanceof TallyError && err.status === 404 && adminListener) {
+      why = 'the admin endpoints are served by the admin listener (--admin-listen): open /ui/admin there';
+    }
+    text('error', why);
   }
 }
+
+let adminListener = false;
 
 async function start() {
   let dev = true;
   try {
     const doc = await (await fetch('/v1/openapi.json')).json();
     dev = !!doc['x-tally']?.['development-mode'];
+    adminListener = !!doc['x-tally']?.['admin-listener'];
   } catch { /* keep the default */ }
   const connect = () => {
     const token = $('token').value.trim();

@@ -231,10 +231,12 @@ static span_t request_authority(http_request_t *req)
 }
 
 /* Whether this listener serves route: with --admin-listen the admin routes only on the admin
- * listener and the rest only on the public one; health and metrics on both. */
+ * listener and the rest only on the public one; health, metrics, the OpenAPI document, the pages
+ * and trending on both (the operator's page, served from the admin listener, shows trending). */
 static bool listener_serves(const app_t *app, http_request_t *req, route_id_t id)
 {
-    if (!app->admin_listen || id == ROUTE_HEALTHZ || id == ROUTE_READYZ || id == ROUTE_METRICS)
+    if (!app->admin_listen || id == ROUTE_HEALTHZ || id == ROUTE_READYZ || id == ROUTE_METRICS || id == ROUTE_OPENAPI ||
+        id == ROUTE_UI || id == ROUTE_TRENDING)
         return true;
     return route_is_admin(id) == (http_req_listener(req) == HTTP_LISTENER_ADMIN);
 }

@@ -322,8 +322,8 @@ json_t *openapi_build(const openapi_config_t *cfg)
     json_t *components = openapi_components(cfg);
     if (components)
         json_object_set_new(components, "securitySchemes", security_schemes(cfg));
-    json_t *ext = json_pack("{s:o,s:s,s:b}", "kinds", json_array(), "reaction-mode", cfg->many ? "many" : "one",
-                            "development-mode", cfg->dev_mode);
+    json_t *ext = json_pack("{s:o,s:s,s:b,s:b}", "kinds", json_array(), "reaction-mode", cfg->many ? "many" : "one",
+                            "development-mode", cfg->dev_mode, "admin-listener", cfg->admin_listen);
     for (int i = 1; ext && i <= cfg->kinds->count; i++)
         json_array_append_new(json_object_get(ext, "kinds"), json_string(kinds_name(cfg->kinds, i)));
     /* The server is the one that serves the document: a relative URL. */

@@ -215,6 +215,23 @@ test('the operator page renders figures, lists and charts', async () => {
   await context.close();
 });
 
+test('with --admin-listen the operator page works from the admin listener', async () => {
+  const split = await startTallyd({ args: ['--admin-listen', '127.0.0.1:0'] });
+  const context = await browser.newContext();
+  try {
+    assert.equal((await fetch(`${split.url}/v1/admin/hot`, { headers: { 'X-User-Id': 'admin' } })).status, 404);
+    const page = await context.newPage();
+    await page.goto(`${split.url}/ui/admin`); // the public listener: the page says where to go
+    await page.waitForFunction(() => /admin listener/.test(document.getElementById('error').textContent));
+    await page.goto(`${split.adminUrl}/ui/admin`);
+    await page.waitForSelector('body[data-loaded="true"]', { timeout: 10000 });
+    assert.equal(await page.locator('#error').textContent(), '');
+  } finally {
+    await context.close();
+    await split.stop();
+  }
+});
+
 // Live counts pushed by another client: needs GET /v1/live (runs once the document has it).
 test('live: a click in one page shows in another without reloading', async (t) => {
   const doc = await (await fetch(`${tallyd.url}/v1/openapi.json`)).json();

@@ -14,7 +14,7 @@ export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..')
 const START_TIMEOUT_MS = 20000;
 const STOP_TIMEOUT_MS = 15000;
 
-/** Starts tallyd; resolves {url, pid, stop(), stderr()} once it prints its listening line. */
+/** Starts tallyd; resolves {url, adminUrl, pid, stop(), stderr()} once it prints its listening line. */
 export function startTallyd({ args = [], env = {} } = {}) {
   const bin = process.env.TALLYD ? resolve(REPO, process.env.TALLYD) : join(REPO, 'build', 'tallyd');
   const dir = mkdtempSync(join(tmpdir(), 'tally-js-'));
@@ -34,8 +34,10 @@ export function startTallyd({ args = [], env = {} } = {}) {
       clearTimeout(timer);
       child.removeAllListeners('exit');
       const exited = new Promise((r) => child.on('exit', r));
+      const admin = /admin listening on (http:\/\/[^\s]+)/.exec(out);
       resolveStart({
         url: m[1],
+        adminUrl: admin ? admin[1] : null,
         pid: child.pid,
         stderr: () => err,
         async stop() {
