@@ -90,7 +90,7 @@ static const op_desc_t ops[] = {
      ACCESS_ADMIN, "item", NULL, 200, "Changed", 0, "400:invalid-item-id " ERRORS_STORE},
     {ROUTE_HEALTHZ, "get", "/healthz", "healthz", "The process is up", ACCESS_NONE, "", NULL, 200, "Health", 0, ""},
     {ROUTE_READYZ, "get", "/readyz", "readyz", "The store is open, the pipeline running and writes not failing",
-     ACCESS_NONE, "", NULL, 200, "Health", 0, "503:unavailable"},
+     ACCESS_NONE, "", NULL, 200, "Health", 0, ""},
     {ROUTE_METRICS, "get", "/metrics", "metrics", "Prometheus text format", ACCESS_NONE, "", NULL, 200, "text", 0,
      "503:overloaded"},
     {ROUTE_OPENAPI, "get", "/v1/openapi.json", "openapi", "This document", ACCESS_NONE, "", NULL, 200, "OpenAPI", 0,
@@ -242,7 +242,7 @@ static json_t *operation(const openapi_config_t *cfg, const op_desc_t *op)
             add_errors(codes, ERRORS_DEV_USER);
     }
     if (op->access == ACCESS_ADMIN)
-        add_errors(codes, "403:forbidden");
+        add_errors(codes, cfg->admin_listen ? "403:forbidden 404:not-found" : "403:forbidden");
     add_errors(codes, op->errors);
     char status[8];
     snprintf(status, sizeof status, "%d", op->status);
@@ -251,6 +251,12 @@ static json_t *operation(const openapi_config_t *cfg, const op_desc_t *op)
     json_t *list;
     json_object_foreach(codes, key, list) json_object_set_new(responses, key, problem_response(key, list));
     json_decref(codes);
+    if (op->route == ROUTE_READYZ) /* not ready: the health body, not a problem */
+        json_object_set_new(responses, "503",
+                            json_pack("{s:s,s:{s:o},s:{s:{s:o}}}", "description",
+                                      "not ready: starting, stopping, the store unreachable or writes failing",
+                                      "headers", "Retry-After", openapi_ref("headers", "Retry-After"), "content",
+                                      "application/json", "schema", openapi_ref("schemas", "Health")));
     json_object_set_new(o, "responses", responses);
     return o;
 }

@@ -48,6 +48,21 @@ test('redocly lint passes the document (JWT mode)', async () => {
   await lint(jwtDoc);
 });
 
+test('redocly lint passes the document of a server with --admin-listen (and 404 is documented there)', async () => {
+  const split = await startTallyd({ args: ['--admin-listen', '127.0.0.1:0'] });
+  try {
+    const doc = await (await fetch(`${split.adminUrl}/v1/openapi.json`)).json();
+    assert.equal(doc['x-tally']['admin-listener'], true);
+    await lint(doc);
+    const v = new DocValidator(doc);
+    const res = await fetch(`${split.url}/v1/admin/hot`, { headers: { 'X-User-Id': 'admin' } });
+    v.check('GET', '/v1/admin/hot', res.status, res.headers.get('content-type'), await res.text());
+    assert.equal(res.status, 404);
+  } finally {
+    await split.stop();
+  }
+});
+
 test('redocly lint fails a broken document (the check can fail)', async () => {
   const broken = structuredClone(devDoc);
   broken.paths['/v1/items/{item}'].get.responses = { 200: { content: {} } }; // no description
