@@ -26,6 +26,9 @@ typedef enum {
     "409:idempotency-key-mismatch 409:idempotency-key-in-use 412:version-mismatch 413:body-too-large "                 \
     "415:unsupported-media-type " ERRORS_STORE
 
+#define STATUS_PROBLEM_MIN 400
+#define STATUS_PROBLEM_MAX 599
+
 /* Request headers and answer headers of an operation. */
 enum {
     HDR_ETAG = 1 << 0,     /* the answer carries ETag */
@@ -185,6 +188,19 @@ static json_t *problem_response(const char *status, json_t *codes)
     return r;
 }
 
+/* The problem answers of codes (status → code names) into responses, by status; takes codes. */
+static void add_problem_responses(json_t *responses, json_t *codes)
+{
+    for (int status = STATUS_PROBLEM_MIN; status <= STATUS_PROBLEM_MAX; status++) {
+        char key[16];
+        snprintf(key, sizeof key, "%d", status);
+        json_t *list = json_object_get(codes, key);
+        if (list)
+            json_object_set_new(responses, key, problem_response(key, list));
+    }
+    json_decref(codes);
+}
+
 static json_t *success_response(const op_desc_t *op)
 {
     json_t *content;
@@ -210,7 +226,8 @@ static json_t *request_body(const char *schema)
     if (strcmp(schema, "import") == 0)
         return json_pack("{s:b,s:{s:{s:{s:s}},s:{s:{s:s}}}}", "required", true, "content", "application/x-ndjson",
                          "schema", "type", "string", "text/csv", "schema", "type", "string");
-    return json_pack("{s:b,s:{s:{s:o}}}", "required", false, "content", "application/json", "schema",
+    bool optional = strcmp(schema, "RecountRequest") == 0; /* no body: recount everything */
+    return json_pack("{s:b,s:{s:{s:o}}}", "required", !optional, "content", "application/json", "schema",
                      openapi_ref("schemas", schema));
 }
 
@@ -247,10 +264,7 @@ static json_t *operation(const openapi_config_t *cfg, const op_desc_t *op)
     char status[8];
     snprintf(status, sizeof status, "%d", op->status);
     json_t *responses = json_pack("{s:o}", status, success_response(op));
-    const char *key;
-    json_t *list;
-    json_object_foreach(codes, key, list) json_object_set_new(responses, key, problem_response(key, list));
-    json_decref(codes);
+    add_problem_responses(responses, codes);
     if (op->route == ROUTE_READYZ) /* not ready: the health body, not a problem */
         json_object_set_new(responses, "503",
                             json_pack("{s:s,s:{s:o},s:{s:{s:o}}}", "description",
@@ -272,10 +286,7 @@ static json_t *file_operation(const ui_file_t *f, size_t index)
     json_t *responses = json_pack("{s:o,s:{s:s}}", "200", ok, "304", "description", "unchanged since If-None-Match");
     json_t *any = json_object();
     add_errors(any, ERRORS_ANY);
-    const char *key;
-    json_t *list;
-    json_object_foreach(any, key, list) json_object_set_new(responses, key, problem_response(key, list));
-    json_decref(any);
+    add_problem_responses(responses, any);
     return json_pack("{s:s,s:s,s:[],s:[o],s:o}", "operationId", id, "summary", "A static file of the web pages",
                      "security", "parameters", openapi_ref("parameters", "ifNoneMatch"), "responses", responses);
 }
