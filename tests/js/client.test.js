@@ -159,6 +159,44 @@ test('JWT mode: a token from getToken; no token is a typed 401', async () => {
   assert.ok(Array.isArray((await admin.request('GET', '/v1/admin/hot')).body.items));
 });
 
+test('the lists: who reacted and a user\'s reactions, paged by next (played by a fake fetch)', async () => {
+  const pages = [
+    { item: 'p:1', reactions: [{ user: 'u1', reaction: 'like', at: '2026-11-29T20:01:02.345Z' }], next: 'c1' },
+    { item: 'p:1', reactions: [{ user: 'u2', reaction: 'like', at: '2026-11-29T20:01:01.000Z' }] },
+  ];
+  const urls = [];
+  const fake = async (url) => {
+    urls.push(url);
+    const body = url.includes('after=c1') ? pages[1] : url.includes('/v1/users/') ? { user: 'u:7', reactions: [] } : pages[0];
+    return new Response(JSON.stringify(body), { status: 200, headers: { 'content-type': 'application/json' } });
+  };
+  const c = createClient({ baseUrl: 'http://127.0.0.1:9', userId: 'admin', fetch: fake });
+  const seen = [];
+  for await (const page of c.pages((after) => c.whoReacted('p:1', { reaction: 'like', limit: 1, after }))) seen.push(...page.reactions);
+  assert.deepEqual(seen.map((e) => e.user), ['u1', 'u2']);
+  assert.deepEqual(urls, ['http://127.0.0.1:9/v1/items/p:1/reactions?reaction=like&limit=1',
+    'http://127.0.0.1:9/v1/items/p:1/reactions?reaction=like&limit=1&after=c1']);
+  await c.userReactions('u:7', { limit: 5 });
+  assert.equal(urls[2], 'http://127.0.0.1:9/v1/users/u:7/reactions?limit=5');
+  await assert.rejects(c.userReactions('u 7'), TypeError);
+});
+
+// The real lists: run once this build has them (their operations are in the OpenAPI document).
+test('the lists from a real tallyd', async (t) => {
+  const doc = await (await fetch(`${dev.url}/v1/openapi.json`)).json();
+  if (!doc.paths['/v1/items/{item}/reactions'] || !doc.paths['/v1/users/{user}/reactions']) {
+    t.skip('the reaction lists are not in this build (enable: merge the lists branch)');
+    return;
+  }
+  const admin = createClient({ baseUrl: dev.url, userId: 'admin' });
+  for (const u of ['l1', 'l2', 'l3']) await createClient({ baseUrl: dev.url, userId: u }).add('list-1', 'like');
+  const users = [];
+  for await (const page of admin.pages((after) => admin.whoReacted('list-1', { limit: 2, after }))) users.push(...page.reactions.map((e) => e.user));
+  assert.deepEqual(users, ['l3', 'l2', 'l1']); // most recent first
+  const mine = await createClient({ baseUrl: dev.url, userId: 'l1' }).userReactions('l1');
+  assert.deepEqual(mine.reactions.map((e) => e.item), ['list-1']);
+});
+
 test('the event-stream reader: split chunks, CRLF, comments, id and retry', () => {
   const events = [];
   let retry = null;

@@ -1,7 +1,7 @@
 // helpers.js — for the JavaScript tests: start a real tallyd (build/tallyd, or $TALLYD) on a free
 // loopback port with a throwaway data directory, stop it by its PID; JWTs made with node's crypto;
 // validation of answers against the OpenAPI document's own schemas (ajv, JSON Schema 2020-12).
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { createHmac } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -13,6 +13,13 @@ import addFormats from 'ajv-formats';
 export const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 const START_TIMEOUT_MS = 20000;
 const STOP_TIMEOUT_MS = 15000;
+const SANITIZER_RE = /ERROR: (AddressSanitizer|LeakSanitizer)|: runtime error: /;
+
+/** Whether the tallyd under test has a flag (for tests of features other branches bring). */
+export function tallydHasFlag(flag) {
+  const bin = process.env.TALLYD ? resolve(REPO, process.env.TALLYD) : join(REPO, 'build', 'tallyd');
+  return spawnSync(bin, ['--help'], { encoding: 'utf8' }).stdout.includes(flag);
+}
 
 /** Starts tallyd; resolves {url, adminUrl, pid, stop(), stderr()} once it prints its listening line. */
 export function startTallyd({ args = [], env = {} } = {}) {
@@ -40,12 +47,15 @@ export function startTallyd({ args = [], env = {} } = {}) {
         adminUrl: admin ? admin[1] : null,
         pid: child.pid,
         stderr: () => err,
+        /** Stops it (SIGTERM, then SIGKILL after a bound); throws on a sanitizer report or a bad exit. */
         async stop() {
           if (child.exitCode === null) process.kill(child.pid, 'SIGTERM');
           const t = setTimeout(() => { if (child.exitCode === null) process.kill(child.pid, 'SIGKILL'); }, STOP_TIMEOUT_MS);
-          await exited;
+          const code = await exited;
           clearTimeout(t);
           rmSync(dir, { recursive: true, force: true });
+          if (SANITIZER_RE.test(err)) throw new Error(`tallyd: sanitizer report:\n${err}`);
+          if (code !== 0) throw new Error(`tallyd exited with status ${code}:\n${err.slice(-2000)}`);
         },
       });
     });

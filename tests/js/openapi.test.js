@@ -9,7 +9,7 @@ import { writeFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { startTallyd, makeJwt, DocValidator, REPO } from './helpers.js';
+import { startTallyd, makeJwt, DocValidator, REPO, tallydHasFlag } from './helpers.js';
 
 const run = promisify(execFile);
 const SECRET = 'openapi-test-secret-0123456789abcdef';
@@ -60,6 +60,30 @@ test('redocly lint passes the document of a server with --admin-listen (and 404 
     assert.equal(res.status, 404);
   } finally {
     await split.stop();
+  }
+});
+
+// Many mode comes with another branch: runs once tallyd has --reaction-mode.
+test('many mode: the document has arrays, passes lint, and real answers match it', async (t) => {
+  if (!tallydHasFlag('--reaction-mode')) {
+    t.skip('tallyd has no --reaction-mode in this build (enable: merge the many-mode branch)');
+    return;
+  }
+  const many = await startTallyd({ args: ['--reaction-mode', 'many', '--reactions', 'like,love'] });
+  try {
+    const doc = await (await fetch(`${many.url}/v1/openapi.json`)).json();
+    assert.equal(doc['x-tally']['reaction-mode'], 'many');
+    assert.ok(doc.components.schemas.ReactionSet);
+    await lint(doc);
+    const { call } = exerciser(many, doc);
+    const u = { 'X-User-Id': 'm1', 'Idempotency-Key': 'mk1' };
+    await call('PUT', '/v1/items/{item}/reaction', '/v1/items/m-1/reaction', { headers: u, body: { reactions: ['like', 'love'] }, expect: 200 });
+    await call('DELETE', '/v1/items/{item}/{kind}', '/v1/items/m-1/love', { headers: { 'X-User-Id': 'm1' }, expect: 200 });
+    await call('GET', '/v1/items/{item}', '/v1/items/m-1', { headers: { 'X-User-Id': 'm1' }, expect: 200 });
+    await call('GET', '/v1/items/{item}/reaction', '/v1/items/m-1/reaction', { headers: { 'X-User-Id': 'm1' }, expect: 200 });
+    await call('PUT', '/v1/items/{item}/reaction', '/v1/items/m-1/reaction', { headers: { 'X-User-Id': 'm1', 'If-Match': '"9"' }, body: { reactions: [] }, expect: 412 });
+  } finally {
+    await many.stop();
   }
 });
 
