@@ -5,7 +5,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { chromium } from 'playwright-core';
-import { startTallyd } from './helpers.js';
+import { startTallyd, tallydHasFlag } from './helpers.js';
 
 let tallyd, browser;
 
@@ -117,4 +117,36 @@ test('live: one stream for the page; pushed counts shown, except those older tha
   assert.ok(new Set(streams).size === 1, `streams: ${streams}`);
   assert.deepEqual(p.problems, []);
   await p.context().close();
+});
+
+// The same against a real tallyd in many mode: runs once tallyd has --reaction-mode.
+test('many mode against a real tallyd: two kinds held at once, survives a reload', async (t) => {
+  if (!tallydHasFlag('--reaction-mode')) {
+    t.skip('tallyd has no --reaction-mode in this build (enable: merge the many-mode branch)');
+    return;
+  }
+  const many = await startTallyd({ args: ['--reaction-mode', 'many', '--reactions', 'like,love'] });
+  const context = await browser.newContext();
+  try {
+    const p = await context.newPage();
+    await p.goto(`${many.url}/ui/?user=setter`);
+    await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="love"] .tally-count:text("0")');
+    await btn(p, 'post-1', 'like').click();
+    await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="like"][aria-pressed="true"]');
+    await btn(p, 'post-1', 'love').click();
+    await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="love"][aria-pressed="true"]');
+    assert.equal(await btn(p, 'post-1', 'like').getAttribute('aria-pressed'), 'true');
+    await p.reload();
+    await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="love"][aria-pressed="true"]');
+    assert.equal(await btn(p, 'post-1', 'like').getAttribute('aria-pressed'), 'true');
+    assert.deepEqual([await count(p, 'post-1', 'like'), await count(p, 'post-1', 'love')], ['1', '1']);
+    await btn(p, 'post-1', 'like').click();
+    await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="like"][aria-pressed="false"]');
+    const item = await (await fetch(`${many.url}/v1/items/post-1`, { headers: { 'X-User-Id': 'setter' } })).json();
+    assert.deepEqual(item.viewer.reactions, ['love']);
+    assert.equal(item.reactors, 1);
+  } finally {
+    await context.close();
+    await many.stop();
+  }
 });
