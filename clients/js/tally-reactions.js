@@ -184,7 +184,6 @@ export class TallyReactions extends HTMLElement {
       b.querySelector('.tally-label').textContent = settings.labels[kind] || kind;
       b.querySelector('.tally-count').textContent = n === undefined ? '' : String(n);
       b.setAttribute('aria-pressed', String(this.holds(kind)));
-      b.setAttribute('aria-label', `${kind}${n === undefined ? '' : `, ${n}`}`);
     }
     this.toggleAttribute('busy', this.busy);
     this.group.setAttribute('aria-busy', String(this.busy));

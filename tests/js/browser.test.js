@@ -104,6 +104,8 @@ test('a click sets aria-pressed and the count, and is saved', async () => {
   await settle(page, 'post-1');
   assert.equal(await button(page, 'post-1', 'like').getAttribute('aria-pressed'), 'true');
   assert.equal(await countOf(page, 'post-1', 'like'), '1');
+  // as assistive technology sees it: a pressed button named by its visible text
+  assert.equal(await page.getByRole('button', { name: 'Like 1', pressed: true, exact: true }).count(), 1);
   await converged('post-1', 'like', 1);
   await page.reload();
   await page.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"][aria-pressed="true"]');
