@@ -231,10 +231,30 @@ static json_t *request_body(const char *schema)
                      openapi_ref("schemas", schema));
 }
 
+/* The tag of an operation, from who may call it and whether it writes. */
+static const char *tag_of(const op_desc_t *op)
+{
+    if (op->access == ACCESS_ADMIN)
+        return "admin";
+    if (op->access == ACCESS_NONE)
+        return "operations";
+    return strcmp(op->method, "get") == 0 ? "reads" : "writes";
+}
+
+static json_t *tags_of(void)
+{
+    return json_pack("[{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s}]", "name", "reads", "description",
+                     "counts and the viewer's state", "name", "writes", "description",
+                     "reactions, with Idempotency-Key and If-Match", "name", "admin", "description",
+                     "admin rights: the change feed, hot items, recount, import, erasure", "name", "operations",
+                     "description", "health, metrics, this document", "name", "pages", "description",
+                     "the demo page, the operator's page and the JavaScript client (static files)");
+}
+
 static json_t *operation(const openapi_config_t *cfg, const op_desc_t *op)
 {
-    json_t *o = json_pack("{s:s,s:s,s:o}", "operationId", op->id, "summary", op->summary, "security",
-                          security_of(cfg, op->access));
+    json_t *o = json_pack("{s:s,s:s,s:[s],s:o}", "operationId", op->id, "summary", op->summary, "tags", tag_of(op),
+                          "security", security_of(cfg, op->access));
     json_t *params = json_array();
     const char *p = op->params;
     while (p && *p) {
@@ -287,8 +307,9 @@ static json_t *file_operation(const ui_file_t *f, size_t index)
     json_t *any = json_object();
     add_errors(any, ERRORS_ANY);
     add_problem_responses(responses, any);
-    return json_pack("{s:s,s:s,s:[],s:[o],s:o}", "operationId", id, "summary", "A static file of the web pages",
-                     "security", "parameters", openapi_ref("parameters", "ifNoneMatch"), "responses", responses);
+    return json_pack("{s:s,s:s,s:[s],s:[],s:[o],s:o}", "operationId", id, "summary", "A static file of the web pages",
+                     "tags", "pages", "security", "parameters", openapi_ref("parameters", "ifNoneMatch"), "responses",
+                     responses);
 }
 
 static json_t *security_schemes(const openapi_config_t *cfg)
@@ -344,6 +365,6 @@ json_t *openapi_build(const openapi_config_t *cfg)
     for (int i = 1; ext && i <= cfg->kinds->count; i++)
         json_array_append_new(json_object_get(ext, "kinds"), json_string(kinds_name(cfg->kinds, i)));
     /* The server is the one that serves the document: a relative URL. */
-    return json_pack("{s:s,s:o,s:[{s:s}],s:o,s:o,s:o}", "openapi", "3.1.0", "info", info_of(cfg), "servers", "url", "/",
-                     "paths", paths, "components", components, "x-tally", ext);
+    return json_pack("{s:s,s:o,s:[{s:s}],s:o,s:o,s:o,s:o}", "openapi", "3.1.0", "info", info_of(cfg), "servers", "url",
+                     "/", "tags", tags_of(), "paths", paths, "components", components, "x-tally", ext);
 }

@@ -110,6 +110,12 @@ test('the document follows the configuration', () => {
   assert.ok(put.responses['200'].headers.ETag);
   assert.ok(put.responses['503'].headers['Retry-After']);
   assert.ok(jwtDoc.paths['/v1/items/{item}/reaction'].put.responses['401'].headers['WWW-Authenticate']);
+  const tags = new Set(devDoc.tags.map((t) => t.name));
+  for (const [path, ops] of Object.entries(devDoc.paths)) {
+    for (const [method, op] of Object.entries(ops)) {
+      assert.ok(op.tags?.length && op.tags.every((t) => tags.has(t)), `${method} ${path}: tags ${op.tags}`);
+    }
+  }
 });
 
 test('every example in the document is valid against its schema', () => {
