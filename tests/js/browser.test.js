@@ -234,6 +234,56 @@ test('with --admin-listen the operator page works from the admin listener', asyn
   }
 });
 
+/** A third party's site on its own origin: a page embedding the button from tally's URL (set later). */
+function startSite() {
+  const site = { tallyUrl: '' };
+  const server = createServer((req, res) => {
+    const files = {
+      '/': ['text/html', '<!doctype html><title>a blog</title><script type="module" src="/embed.js"></script>'
+        + '<p>My post</p><tally-reactions item="blog-1"></tally-reactions>'],
+      '/embed.js': ['text/javascript', `import { configure } from '${site.tallyUrl}/ui/tally-reactions.js';\n`
+        + 'configure({ userId: \'reader-x\' });\n'],
+    };
+    const f = files[req.url];
+    res.writeHead(f ? 200 : 404, { 'content-type': f ? f[0] : 'text/plain' });
+    res.end(f ? f[1] : '');
+  });
+  return new Promise((resolve) => server.listen(0, '127.0.0.1', () => {
+    site.url = `http://localhost:${server.address().port}`;
+    site.close = () => { server.closeAllConnections(); server.close(); };
+    resolve(site);
+  }));
+}
+
+test('embedded in a page of another origin (--cors-origin): loads, counts and saves a click', async () => {
+  const blog = await startSite();
+  const cors = await startTallyd({ args: ['--cors-origin', blog.url] });
+  blog.tallyUrl = cors.url;
+  const context = await browser.newContext();
+  try {
+    const page = await context.newPage();
+    await page.goto(blog.url);
+    await page.waitForSelector('tally-reactions[item="blog-1"] button[data-kind="like"] .tally-count:text("0")', { timeout: 5000 });
+    await page.locator('tally-reactions[item="blog-1"] button[data-kind="like"]').click();
+    await page.waitForSelector('tally-reactions[item="blog-1"]:not([busy]) button[data-kind="like"][aria-pressed="true"]');
+    assert.equal(await page.locator('tally-reactions[item="blog-1"]').getAttribute('error'), null);
+    const item = await (await fetch(`${cors.url}/v1/items/blog-1`, { headers: { 'X-User-Id': 'reader-x' } })).json();
+    assert.equal(item.viewer.reaction, 'like');
+    // an origin tally does not allow: the module script itself is refused
+    const other = await context.newPage();
+    const errors = [];
+    other.on('console', (m) => errors.push(m.text()));
+    await other.goto(blog.url.replace('localhost', '127.0.0.1'));
+    await other.waitForTimeout(500);
+    assert.equal(await other.locator('tally-reactions button').count(), 0);
+    assert.ok(errors.some((e) => /CORS/.test(e)), errors.join('\n'));
+  } finally {
+    await context.close();
+    blog.close();
+    await cors.stop();
+  }
+});
+
 // Live counts pushed by another client: needs GET /v1/live (runs once the document has it).
 test('live: a click in one page shows in another without reloading', async (t) => {
   const doc = await (await fetch(`${tallyd.url}/v1/openapi.json`)).json();
