@@ -56,6 +56,7 @@ typedef struct app {
     atomic_uint_fast64_t last_write_failed_ms;
     char *openapi_json; /* GET /v1/openapi.json, rendered at start-up (openapi.h) */
     size_t openapi_len;
+    char openapi_etag[48]; /* a strong ETag of it, quoted */
 } app_t;
 
 /* The request handler (HTTP threads): routes, checks methods, dispatches. */

@@ -31,10 +31,11 @@ typedef enum {
 
 /* Request headers and answer headers of an operation. */
 enum {
-    HDR_ETAG = 1 << 0,     /* the answer carries ETag */
-    HDR_IDEM = 1 << 1,     /* takes Idempotency-Key (and may answer Idempotent-Replayed) */
-    HDR_IDEM_REQ = 1 << 2, /* Idempotency-Key required */
-    HDR_IF_MATCH = 1 << 3, /* takes If-Match */
+    HDR_ETAG = 1 << 0,      /* the answer carries ETag */
+    HDR_IDEM = 1 << 1,      /* takes Idempotency-Key (and may answer Idempotent-Replayed) */
+    HDR_IDEM_REQ = 1 << 2,  /* Idempotency-Key required */
+    HDR_IF_MATCH = 1 << 3,  /* takes If-Match */
+    HDR_FILE_ETAG = 1 << 4, /* the answer has a validator of its bytes: 304 to a matching If-None-Match */
 };
 
 typedef struct {
@@ -96,8 +97,8 @@ static const op_desc_t ops[] = {
      ACCESS_NONE, "", NULL, 200, "Health", 0, ""},
     {ROUTE_METRICS, "get", "/metrics", "metrics", "Prometheus text format", ACCESS_NONE, "", NULL, 200, "text", 0,
      "503:overloaded"},
-    {ROUTE_OPENAPI, "get", "/v1/openapi.json", "openapi", "This document", ACCESS_NONE, "", NULL, 200, "OpenAPI", 0,
-     ""},
+    {ROUTE_OPENAPI, "get", "/v1/openapi.json", "openapi", "This document", ACCESS_NONE, "ifNoneMatch", NULL, 200,
+     "OpenAPI", HDR_FILE_ETAG, ""},
 };
 #define NOPS (sizeof ops / sizeof ops[0])
 
@@ -212,6 +213,8 @@ static json_t *success_response(const op_desc_t *op)
     json_t *headers = json_object();
     if (op->headers & HDR_ETAG)
         json_object_set_new(headers, "ETag", openapi_ref("headers", "ETag"));
+    if (op->headers & HDR_FILE_ETAG)
+        json_object_set_new(headers, "ETag", openapi_ref("headers", "FileETag"));
     if (op->headers & (HDR_IDEM | HDR_IDEM_REQ))
         json_object_set_new(headers, "Idempotent-Replayed", openapi_ref("headers", "Idempotent-Replayed"));
     if (json_object_size(headers))
@@ -284,6 +287,8 @@ static json_t *operation(const openapi_config_t *cfg, const op_desc_t *op)
     char status[8];
     snprintf(status, sizeof status, "%d", op->status);
     json_t *responses = json_pack("{s:o}", status, success_response(op));
+    if (op->headers & HDR_FILE_ETAG)
+        json_object_set_new(responses, "304", json_pack("{s:s}", "description", "unchanged since If-None-Match"));
     add_problem_responses(responses, codes);
     if (op->route == ROUTE_READYZ) /* not ready: the health body, not a problem */
         json_object_set_new(responses, "503",

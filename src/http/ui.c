@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <openssl/sha.h>
+
 #include "http/ui.h"
 
 /* Pages may load only this origin's scripts and styles, and call only this origin (the demo and the
@@ -12,6 +14,7 @@
     "form-action 'none'; frame-ancestors 'none'"
 /* Not fingerprinted names: caches keep them but ask again (a cheap 304 with the ETag). */
 #define UI_CACHE_CONTROL "no-cache"
+#define OPENAPI_ETAG_BYTES 10 /* of the SHA-256, as hex: as the files' ETags */
 
 const ui_file_t *ui_file_find(span_t path)
 {
@@ -34,6 +37,31 @@ static bool etag_listed(span_t list, const char *etag)
     return false;
 }
 
+/* 200 with bytes (or 304 when If-None-Match names etag), with the validators and, for HTML, the
+ * CSP. */
+static void reply_static(http_request_t *req, const void *bytes, size_t len, const char *content_type, const char *etag)
+{
+    span_t inm;
+    bool fresh = http_req_header(req, "if-none-match", &inm) >= 1 && etag_listed(inm, etag);
+    http_add_header(req, "etag", etag);
+    http_add_header(req, "cache-control", UI_CACHE_CONTROL);
+    http_add_header(req, "x-content-type-options", "nosniff");
+    if (strncmp(content_type, "text/html", 9) == 0)
+        http_add_header(req, "content-security-policy", UI_CSP);
+    answer_t a = {.status = fresh ? 304 : 200, .type = ANSWER_TEXT, .content_type = content_type};
+    if (!fresh) {
+        a.body = malloc(len ? len : 1);
+        if (!a.body) {
+            reply_problem(req, 503, "overloaded", "out of memory");
+            return;
+        }
+        memcpy(a.body, bytes, len);
+        a.body_len = len;
+    }
+    http_respond(req, &a);
+    answer_free(&a);
+}
+
 void ui_get(app_t *app, http_request_t *req, span_t path)
 {
     (void)app;
@@ -42,29 +70,12 @@ void ui_get(app_t *app, http_request_t *req, span_t path)
         reply_problem(req, 404, "not-found", "no such file under /ui/");
         return;
     }
-    span_t inm;
-    bool fresh = http_req_header(req, "if-none-match", &inm) >= 1 && etag_listed(inm, f->etag);
-    http_add_header(req, "etag", f->etag);
-    http_add_header(req, "cache-control", UI_CACHE_CONTROL);
-    http_add_header(req, "x-content-type-options", "nosniff");
-    if (strncmp(f->content_type, "text/html", 9) == 0)
-        http_add_header(req, "content-security-policy", UI_CSP);
-    answer_t a = {.status = fresh ? 304 : 200, .type = ANSWER_TEXT, .content_type = f->content_type};
-    if (!fresh) {
-        a.body = malloc(f->len ? f->len : 1);
-        if (!a.body) {
-            reply_problem(req, 503, "overloaded", "out of memory");
-            return;
-        }
-        memcpy(a.body, f->bytes, f->len);
-        a.body_len = f->len;
-    }
-    http_respond(req, &a);
-    answer_free(&a);
+    reply_static(req, f->bytes, f->len, f->content_type, f->etag);
 }
 
 int ui_openapi_render(app_t *app, const openapi_config_t *cfg)
 {
+    unsigned char digest[SHA256_DIGEST_LENGTH];
     json_t *doc = openapi_build(cfg);
     char *text = doc ? json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(doc);
@@ -72,16 +83,15 @@ int ui_openapi_render(app_t *app, const openapi_config_t *cfg)
         return -1;
     app->openapi_json = text;
     app->openapi_len = strlen(text);
+    SHA256((const unsigned char *)text, app->openapi_len, digest);
+    size_t n = (size_t)snprintf(app->openapi_etag, sizeof app->openapi_etag, "\"");
+    for (size_t i = 0; i < OPENAPI_ETAG_BYTES; i++)
+        n += (size_t)snprintf(app->openapi_etag + n, sizeof app->openapi_etag - n, "%02x", digest[i]);
+    snprintf(app->openapi_etag + n, sizeof app->openapi_etag - n, "\"");
     return 0;
 }
 
 void ui_openapi_get(app_t *app, http_request_t *req)
 {
-    char *copy = malloc(app->openapi_len + 1);
-    if (!copy) {
-        reply_problem(req, 503, "overloaded", "out of memory");
-        return;
-    }
-    memcpy(copy, app->openapi_json, app->openapi_len);
-    reply_body(req, 200, ANSWER_JSON, copy, app->openapi_len);
+    reply_static(req, app->openapi_json, app->openapi_len, "application/json", app->openapi_etag);
 }
