@@ -157,7 +157,7 @@ function exerciser(server, doc) {
 }
 
 test('real answers of every route match the document (development mode)', async () => {
-  const { call, seen } = exerciser(dev, devDoc);
+  const { call, seen, v } = exerciser(dev, devDoc);
   const u = { 'X-User-Id': 'u:1~a' };
   const admin = { 'X-User-Id': 'admin' };
   const key = (k) => ({ ...u, 'Idempotency-Key': k });
@@ -210,6 +210,18 @@ test('real answers of every route match the document (development mode)', async 
   });
   await call('DELETE', '/v1/admin/users/{user}', '/v1/admin/users/u2', { headers: admin, expect: 200 });
   await call('DELETE', '/v1/admin/items/{item}', `/v1/admin/items/${item}`, { headers: admin, expect: 200 });
+  // live counts (once the build has them): the stream's head, and a refusal
+  if (devDoc.paths['/v1/live']) {
+    const ctl = new AbortController();
+    const res = await fetch(`${dev.url}/v1/live?ids=${item},other`, { signal: ctl.signal });
+    assert.equal(res.status, 200);
+    const first = await res.body.getReader().read(); // the stream has begun (retry: …)
+    assert.match(new TextDecoder().decode(first.value), /retry: \d+/);
+    ctl.abort();
+    v.check('GET', '/v1/live', res.status, res.headers.get('content-type'), '');
+    seen.add('get /v1/live');
+    await call('GET', '/v1/live', `/v1/live?ids=${Array.from({ length: 101 }, (_, i) => `i${i}`).join(',')}`, { expect: 400 });
+  }
   // the static files, and their revalidation
   for (const path of Object.keys(devDoc.paths).filter((p) => p.startsWith('/ui/'))) {
     const first = await call('GET', path, path, { expect: 200 });
