@@ -11,6 +11,7 @@ typedef enum {
     ACCESS_NONE,   /* no authentication is read at all (health, metrics, this document, the UI files) */
     ACCESS_PUBLIC, /* anyone; a user, when given, is checked and adds the viewer's state */
     ACCESS_USER,   /* a user */
+    ACCESS_OWNER,  /* the user the path names, or an admin */
     ACCESS_ADMIN,  /* an admin */
 } access_t;
 
@@ -207,6 +208,11 @@ static json_t *success_response(const op_desc_t *op)
     json_t *content;
     if (strcmp(op->answer, "text") == 0)
         content = json_pack("{s:{s:{s:s}}}", "text/plain", "schema", "type", "string");
+    else if (strcmp(op->answer, "events") == 0) /* GET /v1/live: server-sent events */
+        content = json_pack("{s:{s:{s:s,s:s}}}", "text/event-stream", "schema", "type", "string", "description",
+                            "retry: 2000, then events \"counts\" whose id: is the change-feed cursor the counts are "
+                            "folded up to and whose data: is {\"item\",\"counts\"} (and \"reactors\" in many "
+                            "mode); a \": keep-alive\" comment every 15 s");
     else
         content = json_pack("{s:{s:o}}", "application/json", "schema", openapi_ref("schemas", op->answer));
     json_t *r = json_pack("{s:s,s:o}", "description", op->summary, "content", content);
@@ -254,10 +260,31 @@ static json_t *tags_of(void)
                      "the demo page, the operator's page and the JavaScript client (static files)");
 }
 
+/* Who may call op: the table's word, unless the configuration decides for its route. */
+static access_t access_of(const openapi_config_t *cfg, const op_desc_t *op)
+{
+    switch (op->route < ROUTE_COUNT ? cfg->route_access[op->route] : OPENAPI_ACCESS_TABLE) {
+    case OPENAPI_ACCESS_PUBLIC:
+        return ACCESS_PUBLIC;
+    case OPENAPI_ACCESS_USERS:
+        return ACCESS_USER;
+    case OPENAPI_ACCESS_OWNER:
+        return ACCESS_OWNER;
+    case OPENAPI_ACCESS_ADMIN:
+        return ACCESS_ADMIN;
+    case OPENAPI_ACCESS_TABLE:
+        break;
+    }
+    return op->access;
+}
+
 static json_t *operation(const openapi_config_t *cfg, const op_desc_t *op)
 {
+    access_t access = access_of(cfg, op);
     json_t *o = json_pack("{s:s,s:s,s:[s],s:o}", "operationId", op->id, "summary", op->summary, "tags", tag_of(op),
-                          "security", security_of(cfg, op->access));
+                          "security", security_of(cfg, access));
+    if (access == ACCESS_OWNER)
+        json_object_set_new(o, "description", json_string("only the user the path names, or an admin"));
     json_t *params = json_array();
     const char *p = op->params;
     while (p && *p) {
@@ -276,13 +303,17 @@ static json_t *operation(const openapi_config_t *cfg, const op_desc_t *op)
     add_errors(codes, ERRORS_ANY);
     if (cfg->dev_mode)
         add_errors(codes, ERRORS_DEV);
-    if (op->access != ACCESS_NONE) {
+    if (access != ACCESS_NONE) {
         add_errors(codes, ERRORS_IDENTIFY);
         if (cfg->dev_mode)
             add_errors(codes, ERRORS_DEV_USER);
     }
-    if (op->access == ACCESS_ADMIN)
+    if (access == ACCESS_OWNER)
+        add_errors(codes, "403:forbidden");
+    if (access == ACCESS_ADMIN && op->access == ACCESS_ADMIN) /* an admin route: on the admin listener only */
         add_errors(codes, cfg->admin_listen ? "403:forbidden 404:not-found" : "403:forbidden");
+    else if (access == ACCESS_ADMIN)
+        add_errors(codes, "403:forbidden");
     add_errors(codes, op->errors);
     char status[8];
     snprintf(status, sizeof status, "%d", op->status);

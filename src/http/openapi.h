@@ -10,6 +10,15 @@
 #include "http/router.h"
 #include "http/ui_files.h"
 
+/* Who may call a route whose access a flag decides (--who-reacted, --user-reactions). */
+typedef enum {
+    OPENAPI_ACCESS_TABLE,  /* as openapi.c's table says (every route without such a flag) */
+    OPENAPI_ACCESS_PUBLIC, /* anyone; a user, when given, is checked */
+    OPENAPI_ACCESS_USERS,  /* any authenticated user */
+    OPENAPI_ACCESS_OWNER,  /* the user the path names, and admins */
+    OPENAPI_ACCESS_ADMIN,  /* admins */
+} openapi_access_t;
+
 /* What the document depends on. */
 typedef struct {
     const kinds_t *kinds;
@@ -18,7 +27,8 @@ typedef struct {
     bool admin_listen; /* the admin routes are served by a second listener */
     bool rate_limited; /* writes are rate-limited per user (429) */
     const char *version;
-    const ui_file_t *files; /* the static files of /ui/, each a GET of its own */
+    openapi_access_t route_access[ROUTE_COUNT]; /* per route, where the configuration decides who may call it */
+    const ui_file_t *files;                     /* the static files of /ui/, each a GET of its own */
     size_t nfiles;
 } openapi_config_t;
 

@@ -106,4 +106,15 @@ void test_openapi(void)
     json_t *schemes = json_object_get(json_object_get(doc, "components"), "securitySchemes");
     CHECK(json_object_get(schemes, "bearer") && !json_object_get(schemes, "devUser"));
     json_decref(doc);
+    /* Access decided by the configuration: the security and the 403 follow it. */
+    cfg.route_access[ROUTE_HOT] = OPENAPI_ACCESS_PUBLIC;
+    cfg.route_access[ROUTE_ITEM] = OPENAPI_ACCESS_OWNER;
+    doc = openapi_build(&cfg);
+    json_t *hot = json_object_get(json_object_get(json_object_get(doc, "paths"), "/v1/admin/hot"), "get");
+    json_t *item = json_object_get(json_object_get(json_object_get(doc, "paths"), "/v1/items/{item}"), "get");
+    CHECK(json_array_size(json_object_get(hot, "security")) == 2); /* [{}, bearer]: optional */
+    CHECK(!json_object_get(json_object_get(hot, "responses"), "403"));
+    CHECK(json_array_size(json_object_get(item, "security")) == 1);
+    CHECK(json_object_get(json_object_get(item, "responses"), "403") != NULL);
+    json_decref(doc);
 }
