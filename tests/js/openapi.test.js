@@ -210,6 +210,17 @@ test('real answers of every route match the document (development mode)', async 
   });
   await call('DELETE', '/v1/admin/users/{user}', '/v1/admin/users/u2', { headers: admin, expect: 200 });
   await call('DELETE', '/v1/admin/items/{item}', `/v1/admin/items/${item}`, { headers: admin, expect: 200 });
+  // the lists (once the build has them): default access, admin for who reacted, the owner for theirs
+  if (devDoc.paths['/v1/items/{item}/reactions']) {
+    await call('PUT', '/v1/items/{item}/{kind}', `/v1/items/${item}/love`, { headers: key('k4'), expect: 200 });
+    const page = await call('GET', '/v1/items/{item}/reactions', `/v1/items/${item}/reactions?reaction=love&limit=1`, { headers: admin, expect: 200 });
+    assert.equal(page.json().reactions[0].user, 'u:1~a');
+    await call('GET', '/v1/items/{item}/reactions', `/v1/items/${item}/reactions?limit=0`, { headers: admin, expect: 400 });
+    await call('GET', '/v1/items/{item}/reactions', `/v1/items/${item}/reactions`, { headers: u, expect: 403 });
+    await call('GET', '/v1/users/{user}/reactions', '/v1/users/u:1~a/reactions', { headers: u, expect: 200 });
+    await call('GET', '/v1/users/{user}/reactions', '/v1/users/someone/reactions', { headers: u, expect: 403 });
+    await call('DELETE', '/v1/items/{item}/{kind}', `/v1/items/${item}/love`, { headers: u, expect: 200 });
+  }
   // live counts (once the build has them): the stream's head, and a refusal
   if (devDoc.paths['/v1/live']) {
     const ctl = new AbortController();
