@@ -46,7 +46,7 @@ typedef struct {
     const char *params;  /* names in components.parameters, space-separated */
     const char *request; /* schema of the JSON body, NULL: none ("import": the import's own media types) */
     int status;          /* of the success answer */
-    const char *answer;  /* its schema; "text": Prometheus text */
+    const char *answer;  /* its schema; "text": Prometheus text; "events": server-sent events; NULL: no body */
     unsigned headers;    /* HDR_* */
     const char *errors;  /* besides ERRORS_ANY and the access's own */
 } op_desc_t;
@@ -206,6 +206,8 @@ static void add_problem_responses(json_t *responses, json_t *codes)
 static json_t *success_response(const op_desc_t *op)
 {
     json_t *content;
+    if (!op->answer) /* 204: no body */
+        return json_pack("{s:s}", "description", op->summary);
     if (strcmp(op->answer, "text") == 0)
         content = json_pack("{s:{s:{s:s}}}", "text/plain", "schema", "type", "string");
     else if (strcmp(op->answer, "events") == 0) /* GET /v1/live: server-sent events */
