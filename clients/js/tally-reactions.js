@@ -12,6 +12,8 @@
 import { createClient, compareCursors, TallyError } from './tally.js';
 
 const BATCH_MAX = 100; // GET /v1/items?ids= takes at most 100
+const LOAD_RETRIES = 3; // a failed first read is tried again after 2, 4, 8 s
+const LOAD_RETRY_MS = 1000;
 
 let settings = { baseUrl: new URL(import.meta.url).origin, live: true, labels: {} };
 let client = null;
@@ -119,6 +121,10 @@ export class TallyReactions extends HTMLElement {
     this.counts = null;
     this.viewer = null;
     this.writeCursor = null;
+    this.liveSeen = false;
+    this.ready = false; // the viewer's state is known
+    this.loadAttempts = 0;
+    this.generation = (this.generation || 0) + 1;
     this.render();
     if (!this.item) return;
     queueLoad(this);
@@ -189,19 +195,31 @@ export class TallyReactions extends HTMLElement {
     this.group.setAttribute('aria-busy', String(this.busy));
   }
 
+  // The first read. Counts already pushed by the live stream are kept: the stream started with the
+  // current counts and pushes every change after, while this answer may have been read before them.
   loaded(obj) {
     if (!obj) return;
-    this.counts = { ...obj.counts };
-    this.reactors = obj.reactors;
+    if (!this.liveSeen) {
+      this.counts = { ...obj.counts };
+      this.reactors = obj.reactors;
+    }
     this.viewer = obj.viewer || null;
+    this.ready = true;
     this.removeAttribute('error');
+    this.status.textContent = '';
     this.render();
     this.dispatchEvent(new CustomEvent('tally-load', { detail: obj }));
   }
 
+  // The first read failed (the client already retried): show why, and try again a few times.
   failed(err) {
     this.setAttribute('error', err.code || 'error');
     this.status.textContent = message(err);
+    const attempt = (this.loadAttempts = (this.loadAttempts || 0) + 1);
+    if (attempt <= LOAD_RETRIES) {
+      const generation = this.generation;
+      setTimeout(() => { if (this.isConnected && this.generation === generation) queueLoad(this); }, LOAD_RETRY_MS * 2 ** attempt);
+    }
   }
 
   // A count pushed by the live stream: taken unless it is older than our own write (it would undo
@@ -218,6 +236,7 @@ export class TallyReactions extends HTMLElement {
     }
     this.counts = { ...msg.counts };
     if (msg.reactors !== undefined) this.reactors = msg.reactors;
+    this.liveSeen = true;
     this.render();
   }
 
@@ -241,7 +260,7 @@ export class TallyReactions extends HTMLElement {
   }
 
   async click(kind) {
-    if (this.busy || !this.counts) return; // one write at a time: a double click counts once
+    if (this.busy || !this.ready) return; // one write at a time: a double click counts once
     const had = this.holds(kind);
     const before = { counts: this.counts, viewer: this.viewer };
     const next = this.optimistic(kind, had);

@@ -150,3 +150,23 @@ test('many mode against a real tallyd: two kinds held at once, survives a reload
     await many.stop();
   }
 });
+
+test('a first read that fails is shown, and tried again', async () => {
+  let reads = 0;
+  const p = await page(async (req) => {
+    const url = new URL(req.url());
+    if (url.pathname === '/v1/live') return { status: 503, headers: { 'retry-after': '30' }, body: '' };
+    if (req.method() === 'GET' && url.pathname === '/v1/items') {
+      if (++reads <= 2) { // the first page load and the one after configure(): both refused
+        return { status: 400, contentType: 'application/problem+json', body: '{"type":"urn:tally:error:invalid-parameter","title":"x","status":400}' };
+      }
+      const ids = url.searchParams.get('ids').split(',');
+      return json({ items: ids.map((id) => ({ item: id, counts: { like: 4, love: 0 }, viewer: { reaction: 'none', version: 0 } })) });
+    }
+    return null;
+  });
+  await p.waitForSelector('tally-reactions[item="post-1"][error="invalid-parameter"]');
+  await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"] .tally-count:text("4")', { timeout: 8000 });
+  assert.equal(await p.locator('tally-reactions[item="post-1"]').getAttribute('error'), null);
+  await p.context().close();
+});

@@ -221,6 +221,18 @@ test('real answers of every route match the document (development mode)', async 
     await call('GET', '/v1/users/{user}/reactions', '/v1/users/someone/reactions', { headers: u, expect: 403 });
     await call('DELETE', '/v1/items/{item}/{kind}', `/v1/items/${item}/love`, { headers: u, expect: 200 });
   }
+  // webhooks (once the build has them): create, list, rotate, resume, delete
+  if (devDoc.paths['/v1/admin/webhooks']) {
+    const created = await call('POST', '/v1/admin/webhooks', '/v1/admin/webhooks', { headers: admin, body: { url: 'https://hooks.example.invalid/tally' }, expect: 201 });
+    const id = created.json().id;
+    await call('POST', '/v1/admin/webhooks', '/v1/admin/webhooks', { headers: admin, body: { url: 'ftp://x' }, expect: 400 });
+    const list = await call('GET', '/v1/admin/webhooks', '/v1/admin/webhooks', { headers: admin, expect: 200 });
+    assert.ok(list.json().webhooks.some((w) => w.id === id));
+    await call('POST', '/v1/admin/webhooks/{webhook}/secret', `/v1/admin/webhooks/${id}/secret`, { headers: admin, expect: 200 });
+    await call('POST', '/v1/admin/webhooks/{webhook}/resume', `/v1/admin/webhooks/${id}/resume`, { headers: admin, body: {}, expect: 200 });
+    await call('DELETE', '/v1/admin/webhooks/{webhook}', `/v1/admin/webhooks/${id}`, { headers: admin, expect: 204 });
+    await call('DELETE', '/v1/admin/webhooks/{webhook}', `/v1/admin/webhooks/${id}`, { headers: admin, expect: 404 });
+  }
   // live counts (once the build has them): the stream's head, and a refusal
   if (devDoc.paths['/v1/live']) {
     const ctl = new AbortController();
