@@ -370,7 +370,8 @@ void http_respond(http_request_t *request, const answer_t *a)
         add_header_str(req, "allow", a->allow);
     if (a->www_authenticate)
         add_header_str(req, "www-authenticate", "Bearer");
-    req->res.content_length = a->body_len;
+    /* A 304 carries no Content-Length (RFC 9110 §8.6: it would have to be the 200's length). */
+    req->res.content_length = a->status == 304 ? SIZE_MAX : a->body_len;
     if (server.cfg.on_respond)
         server.cfg.on_respond(server.cfg.app, request, a->status, a->body_len);
     h2o_send_inline(req, a->body ? a->body : "", a->body_len);
