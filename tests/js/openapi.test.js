@@ -248,7 +248,9 @@ test('real answers of every route match the document (development mode)', async 
   // the static files, and their revalidation
   for (const path of Object.keys(devDoc.paths).filter((p) => p.startsWith('/ui/'))) {
     const first = await call('GET', path, path, { expect: 200 });
-    await call('GET', path, path, { headers: { 'If-None-Match': first.headers.get('etag') }, expect: 304 });
+    const again = await call('GET', path, path, { headers: { 'If-None-Match': first.headers.get('etag') }, expect: 304 });
+    assert.equal(again.headers.get('content-length'), null, 'a 304 has no Content-Length');
+    assert.equal(first.headers.get('content-length'), String(Buffer.byteLength(first.body)));
   }
   const all = Object.entries(devDoc.paths).flatMap(([p, ops]) => Object.keys(ops).map((m) => `${m} ${p}`));
   assert.deepEqual(all.filter((op) => !seen.has(op)), [], 'operations of the document never exercised');
