@@ -10,18 +10,22 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sa
 
 # Debian packages the build, the tests and the tools need (one place; `make deps` installs what is missing).
 DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq-dev postgresql-15 libjansson-dev libssl-dev libcurl4-openssl-dev \
-                python3 clang clang-format libclang-rt-14-dev curl
+                python3 clang clang-format libclang-rt-14-dev curl xxd chromium chromium-driver
 
 CORE_SRC   := $(wildcard src/core/*.c)
 LIB_SRC    := $(CORE_SRC) $(wildcard src/store/*.c) $(wildcard src/store/*/*.c) $(wildcard src/engine/*.c)
 HTTP_SRC   := $(wildcard src/http/*.c)
-TALLYD_SRC := $(LIB_SRC) $(HTTP_SRC) src/tallyd.c
+# The static files of /ui/ (URL path=file), embedded in tallyd at build time (scripts/embed_files.sh).
+UI_FILES   := /ui/=ui/index.html /ui/admin=ui/admin.html /ui/demo.js=ui/demo.js /ui/admin.js=ui/admin.js \
+              /ui/ui.css=ui/ui.css /ui/tally.js=clients/js/tally.js /ui/tally-reactions.js=clients/js/tally-reactions.js
+UI_GEN     := $(BUILD)/gen/ui_files.c
+TALLYD_SRC := $(LIB_SRC) $(HTTP_SRC) src/tallyd.c $(UI_GEN)
 TALLY_SRC  := $(LIB_SRC) src/tally.c
-UNIT_SRC   := $(LIB_SRC) src/http/router.c $(wildcard tests/unit/*.c)
+UNIT_SRC   := $(LIB_SRC) src/http/router.c src/http/openapi.c src/http/openapi_schemas.c $(UI_GEN) $(wildcard tests/unit/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 
-.PHONY: all deps run run-pg test unit e2e e2e-pg format format-check clean
+.PHONY: all deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean
 all: $(BUILD)/tallyd $(BUILD)/tally
 
 deps:
@@ -31,6 +35,21 @@ deps:
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
+	@$(MAKE) --no-print-directory npm-deps
+
+# The JavaScript test tools (package.json, exact versions in package-lock.json): the OpenAPI
+# validator, ajv, playwright-core (driving Debian's /usr/bin/chromium; it never downloads a browser).
+# Node 20 and npm come with the machine; where there is no npm at all, Debian's are installed.
+npm-deps: node_modules/.package-lock.json
+node_modules/.package-lock.json: package.json package-lock.json
+	@command -v npm >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; }
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+	@touch $@
+
+$(UI_GEN): scripts/embed_files.sh $(foreach f,$(UI_FILES),$(lastword $(subst =, ,$(f))))
+	@mkdir -p $(dir $@)
+	@echo "  EMBED $(words $(UI_FILES)) files"
+	@scripts/embed_files.sh $@ $(UI_FILES)
 
 $(BUILD)/rel/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -72,6 +91,10 @@ run-pg: deps all
 # one, and against the release build on PostgreSQL (tests/run_all.sh).
 test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/syncorder.so fuzz-build
 	@tests/run_all.sh
+
+# The JavaScript tests alone: OpenAPI (redocly lint, ajv), the client, the pages in headless Chromium.
+js-test: npm-deps all
+	tests/js/run.sh
 
 unit: $(BUILD)/san/unit_tests
 	$(BUILD)/san/unit_tests

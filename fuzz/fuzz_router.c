@@ -32,6 +32,13 @@ static const struct {
     {ROUTE_HOT, "/v1/admin/hot", NULL, "GET HEAD"},
     {ROUTE_ADMIN_USER, NULL, "/v1/admin/users/", "DELETE"},
     {ROUTE_ADMIN_ITEM, NULL, "/v1/admin/items/", "DELETE"},
+    {ROUTE_WEBHOOKS, "/v1/admin/webhooks", NULL, "GET HEAD POST"},
+    {ROUTE_WEBHOOK, NULL, NULL, "DELETE"},
+    {ROUTE_WEBHOOK_RESUME, NULL, NULL, "POST"},
+    {ROUTE_WEBHOOK_SECRET, NULL, NULL, "POST"},
+    {ROUTE_LIVE, "/v1/live", NULL, "GET"},
+    {ROUTE_OPENAPI, "/v1/openapi.json", NULL, "GET HEAD"},
+    {ROUTE_UI, NULL, NULL, "GET HEAD"},
 };
 _Static_assert(sizeof spec / sizeof spec[0] == ROUTE_COUNT, "fuzz_router.c: a route was added; add its row to spec");
 
@@ -52,6 +59,36 @@ static bool has_word(const char *words, span_t method)
 static route_t ref_route(span_t path)
 {
     route_t r = {.id = ROUTE_NOT_FOUND};
+    for (size_t i = 0; i < ROUTE_COUNT; i++)
+        if (spec[i].path && span_eq_str(path, spec[i].path)) {
+            r.id = spec[i].id;
+            return r;
+        }
+    /* /v1/admin/webhooks/{id}, …/{id}/resume, …/{id}/secret */
+    static const char webhooks[] = "/v1/admin/webhooks/";
+    size_t wn = strlen(webhooks);
+    if (path.len > wn && memcmp(path.ptr, webhooks, wn) == 0) {
+        span_t rest = {path.ptr + wn, path.len - wn};
+        const char *slash = memchr(rest.ptr, '/', rest.len);
+        span_t id = {rest.ptr, slash ? (size_t)(slash - rest.ptr) : rest.len};
+        span_t action = slash ? (span_t){slash + 1, rest.len - id.len - 1} : (span_t){0};
+        if (id.len && !slash)
+            r.id = ROUTE_WEBHOOK;
+        else if (id.len && span_eq_str(action, "resume"))
+            r.id = ROUTE_WEBHOOK_RESUME;
+        else if (id.len && span_eq_str(action, "secret"))
+            r.id = ROUTE_WEBHOOK_SECRET;
+        if (r.id != ROUTE_NOT_FOUND) {
+            r.item = id;
+            return r;
+        }
+    }
+    /* /ui/{file}: one segment after /ui/ (the whole path is the item) */
+    if (path.len >= 4 && memcmp(path.ptr, "/ui/", 4) == 0 && !memchr(path.ptr + 4, '/', path.len - 4)) {
+        r.id = ROUTE_UI;
+        r.item = path;
+        return r;
+    }
     for (size_t i = 0; i < ROUTE_COUNT; i++) {
         if (spec[i].path && span_eq_str(path, spec[i].path)) {
             r.id = spec[i].id;
@@ -137,8 +174,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 
     route_t want = ref_route(path);
     FUZZ_ASSERT(r.id == want.id);
+    if (r.id == ROUTE_UI)
+        FUZZ_ASSERT(span_eq(r.item, want.item));
     if (r.id == ROUTE_ITEM || r.id == ROUTE_REACTION || r.id == ROUTE_TOGGLE || r.id == ROUTE_KIND ||
-        r.id == ROUTE_ADMIN_USER || r.id == ROUTE_ADMIN_ITEM) {
+        r.id == ROUTE_ADMIN_USER || r.id == ROUTE_ADMIN_ITEM || r.id == ROUTE_WEBHOOK || r.id == ROUTE_WEBHOOK_RESUME ||
+        r.id == ROUTE_WEBHOOK_SECRET) {
         FUZZ_ASSERT(span_eq(r.item, want.item));
         FUZZ_ASSERT(r.item.len == 0 || !memchr(r.item.ptr, '/', r.item.len));
     }

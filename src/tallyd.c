@@ -22,6 +22,7 @@
 #include "http/app.h"
 #include "http/live.h"
 #include "http/server.h"
+#include "http/ui.h"
 #include "store/store.h"
 
 #define EXIT_USAGE 2
@@ -701,6 +702,17 @@ int main(int argc, char **argv)
         return 1;
     }
     recount_sampler_t *sampler;
+    openapi_config_t doc = {.kinds = &kinds,
+                            .many = strcmp(sopt.reaction_mode, "many") == 0,
+                            .dev_mode = app.dev_mode,
+                            .admin_listen = admin_fd >= 0,
+                            .rate_limited = o.write_rule.rate_per_s > 0,
+                            .files = ui_files,
+                            .nfiles = ui_files_count};
+    if (ui_openapi_render(&app, &doc) != 0) {
+        fprintf(stderr, "tallyd: out of memory for the OpenAPI document\n");
+        return 1;
+    }
     live_http_options_t lopt = {
         .max_streams = o.max_live_streams,
         .max_streams_per_client = o.max_live_streams_per_client,

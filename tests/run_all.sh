@@ -55,6 +55,8 @@ stage e2e-pg env TALLYD=build/tallyd TALLY_STORE=pg python3 tests/e2e/run_e2e.py
 stage e2e-pg-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 TALLY_STORE=pg \
     python3 tests/e2e/run_e2e.py -k test_pg_ -k test_crash -k test_idempotency \
     -k test_concurrency -k test_ops.Changes -k test_lifecycle_data -k test_many -k WebhookNodesTest -k test_live
+# The OpenAPI document, the JavaScript client and the pages in headless Chromium (~15 s).
+stage js tests/js/run.sh
 rm -rf "$log_dir"
 echo "(whole suite: ${SECONDS}s)"
 echo "$passed passed, $failed failed"

@@ -21,11 +21,12 @@ typedef struct {
     answer_type_t type;
     bool has_etag; /* ETag: "<etag_version>" */
     uint64_t etag_version;
-    bool replayed;          /* Idempotent-Replayed: true */
-    unsigned retry_after_s; /* Retry-After, when non-zero */
-    const char *allow;      /* Allow, when set (a static string) */
-    bool www_authenticate;  /* WWW-Authenticate: Bearer */
-    char *body;             /* owned, malloc'd */
+    bool replayed;            /* Idempotent-Replayed: true */
+    unsigned retry_after_s;   /* Retry-After, when non-zero */
+    const char *allow;        /* Allow, when set (a static string) */
+    bool www_authenticate;    /* WWW-Authenticate: Bearer */
+    const char *content_type; /* overrides type's Content-Type when set (a static string: /ui/ files) */
+    char *body;               /* owned, malloc'd */
     size_t body_len;
 } answer_t;
 

@@ -15,6 +15,7 @@
 #include "http/metrics.h"
 #include "http/router.h"
 #include "http/trends.h"
+#include "http/ui.h"
 #include "http/webhooks_admin.h"
 
 void reply_problem_with(http_request_t *req, int status, const char *code, const char *detail, problem_headers_t h)
@@ -229,10 +230,12 @@ static span_t request_authority(http_request_t *req)
 }
 
 /* Whether this listener serves route: with --admin-listen the admin routes only on the admin
- * listener and the rest only on the public one; health and metrics on both. */
+ * listener and the rest only on the public one; health, metrics, the OpenAPI document, the pages
+ * and trending on both (the operator's page, served from the admin listener, shows trending). */
 static bool listener_serves(const app_t *app, http_request_t *req, route_id_t id)
 {
-    if (!app->admin_listen || id == ROUTE_HEALTHZ || id == ROUTE_READYZ || id == ROUTE_METRICS)
+    if (!app->admin_listen || id == ROUTE_HEALTHZ || id == ROUTE_READYZ || id == ROUTE_METRICS || id == ROUTE_OPENAPI ||
+        id == ROUTE_UI || id == ROUTE_TRENDING)
         return true;
     return route_is_admin(id) == (http_req_listener(req) == HTTP_LISTENER_ADMIN);
 }
@@ -375,6 +378,12 @@ void app_handle(void *arg, http_request_t *req)
         return;
     case ROUTE_LIVE:
         live_http_get(app, req, route.query);
+        return;
+    case ROUTE_OPENAPI:
+        ui_openapi_get(app, req);
+        return;
+    case ROUTE_UI:
+        ui_get(app, req, route.item);
         return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:

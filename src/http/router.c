@@ -4,6 +4,7 @@
 #include <strings.h>
 
 #define ITEMS_PREFIX "/v1/items"
+#define UI_PREFIX "/ui/"
 
 static const struct {
     route_id_t id;
@@ -32,6 +33,8 @@ static const struct {
     {ROUTE_WEBHOOK_RESUME, "webhook_resume", NULL, "POST"},
     {ROUTE_WEBHOOK_SECRET, "webhook_secret", NULL, "POST"},
     {ROUTE_LIVE, "live", "/v1/live", "GET"},
+    {ROUTE_OPENAPI, "openapi", "/v1/openapi.json", "GET, HEAD"},
+    {ROUTE_UI, "ui", NULL, "GET, HEAD"},
 };
 
 #define WEBHOOKS_PREFIX "/v1/admin/webhooks/"
@@ -113,6 +116,13 @@ void route_match(span_t target, route_t *out)
     }
     if (match_webhook(path, out))
         return;
+    size_t ui_len = strlen(UI_PREFIX);
+    if (path.len >= ui_len && memcmp(path.ptr, UI_PREFIX, ui_len) == 0 &&
+        !memchr(path.ptr + ui_len, '/', path.len - ui_len)) {
+        out->id = ROUTE_UI; /* which files exist is ui.c's to say */
+        out->item = path;
+        return;
+    }
     out->id = ROUTE_NOT_FOUND;
     out->item = (span_t){0};
     static const struct {

@@ -293,6 +293,8 @@ static const char *reason_of(int status)
         return "Created";
     case 204:
         return "No Content";
+    case 304:
+        return "Not Modified";
     case 400:
         return "Bad Request";
     case 401:
@@ -364,7 +366,7 @@ void http_respond(http_request_t *request, const answer_t *a)
     conn_slot_t *slot = slot_of(req);
     if (slot && (slot->close_after_answer || slot->large))
         req->http1_is_persistent = 0;
-    add_header_str(req, "content-type", content_type_of(a->type));
+    add_header_str(req, "content-type", a->content_type ? a->content_type : content_type_of(a->type));
     if (a->has_etag) {
         snprintf(buf, sizeof buf, "\"%llu\"", (unsigned long long)a->etag_version);
         h2o_iovec_t v = h2o_strdup(&req->pool, buf, SIZE_MAX);
@@ -381,7 +383,8 @@ void http_respond(http_request_t *request, const answer_t *a)
         add_header_str(req, "allow", a->allow);
     if (a->www_authenticate)
         add_header_str(req, "www-authenticate", "Bearer");
-    req->res.content_length = a->body_len;
+    /* A 304 carries no Content-Length (RFC 9110 §8.6: it would have to be the 200's length). */
+    req->res.content_length = a->status == 304 ? SIZE_MAX : a->body_len;
     if (server.cfg.on_respond)
         server.cfg.on_respond(server.cfg.app, request, a->status, a->body_len);
     h2o_send_inline(req, a->body ? a->body : "", a->body_len);

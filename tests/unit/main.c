@@ -26,6 +26,7 @@ int main(void)
         {"fingerprint", test_fingerprint},
         {"router", test_router},
         {"router_admin", test_router_admin},
+        {"openapi", test_openapi},
         {"answer", test_answer},
         {"store", test_store},
         {"jwt", test_jwt},

@@ -35,5 +35,6 @@ void test_ratelimit(void);
 void test_trending(void);
 void test_webhooks(void);
 void test_live(void);
+void test_openapi(void);
 
 #endif

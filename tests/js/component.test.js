@@ -1,0 +1,172 @@
+// component.test.js — <tally-reactions> in headless Chromium against API.md's shapes for what this
+// build does not serve yet: many mode (arrays `reactions`, `reactors`) and live counts over
+// GET /v1/live (server-sent events). The page and its scripts come from a real tallyd; the API
+// answers are played by the test (playwright's page.route), as the contract writes them.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { chromium } from 'playwright-core';
+import { startTallyd, tallydHasFlag } from './helpers.js';
+
+let tallyd, browser;
+
+before(async () => {
+  tallyd = await startTallyd({ args: ['--reactions', 'like,love'] });
+  browser = await chromium.launch({ executablePath: process.env.CHROMIUM || '/usr/bin/chromium', args: ['--no-sandbox'] });
+});
+
+after(async () => {
+  await browser?.close();
+  await tallyd?.stop();
+});
+
+const json = (body) => ({ status: 200, contentType: 'application/json', body: JSON.stringify(body) });
+const sse = (events, retryMs) => ({
+  status: 200,
+  contentType: 'text/event-stream',
+  body: `retry: ${retryMs}\n\n${events.map(([id, data]) => `id: ${id}\nevent: counts\ndata: ${JSON.stringify(data)}\n\n`).join('')}`,
+});
+
+/** The demo page with the API played by api(route, request) (null: let tallyd answer). */
+async function page(api) {
+  const context = await browser.newContext();
+  const p = await context.newPage();
+  p.problems = [];
+  p.on('pageerror', (e) => p.problems.push(e.message));
+  await p.route((url) => url.pathname.startsWith('/v1/items') || url.pathname === '/v1/live', async (route) => {
+    const answer = await api(route.request());
+    if (answer) await route.fulfill(answer);
+    else await route.continue();
+  });
+  await p.goto(`${tallyd.url}/ui/?user=viewer`);
+  return p;
+}
+
+const btn = (p, item, kind) => p.locator(`tally-reactions[item="${item}"] button[data-kind="${kind}"]`);
+const count = async (p, item, kind) => (await btn(p, item, kind).locator('.tally-count').textContent()).trim();
+
+test('many mode: a set of kinds, each button adds or removes its own kind', async () => {
+  const writes = [];
+  let viewer = { reactions: ['like'], version: 2 };
+  const p = await page(async (req) => {
+    const url = new URL(req.url());
+    if (url.pathname === '/v1/live') return { status: 503, headers: { 'retry-after': '30' }, body: '' };
+    if (req.method() === 'GET' && url.pathname === '/v1/items') {
+      const ids = url.searchParams.get('ids').split(',');
+      return json({ items: ids.map((id) => ({ item: id, counts: { like: 3, love: 1 }, reactors: 4, viewer })) });
+    }
+    if (req.method() !== 'GET') {
+      writes.push(`${req.method()} ${url.pathname}`);
+      const kind = url.pathname.split('/').pop();
+      const previous = viewer.reactions;
+      const set = new Set(previous);
+      if (req.method() === 'PUT') set.add(kind); else set.delete(kind);
+      viewer = { reactions: ['like', 'love'].filter((k) => set.has(k)), version: viewer.version + 1 };
+      return json({ item: 'post-1', reactions: viewer.reactions, previous, version: viewer.version, changed: true, cursor: '30' });
+    }
+    return null;
+  });
+  await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"][aria-pressed="true"]');
+  assert.equal(await btn(p, 'post-1', 'love').getAttribute('aria-pressed'), 'false');
+  await btn(p, 'post-1', 'love').click();
+  await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="love"][aria-pressed="true"]');
+  assert.equal(await btn(p, 'post-1', 'like').getAttribute('aria-pressed'), 'true'); // both held
+  assert.deepEqual([await count(p, 'post-1', 'like'), await count(p, 'post-1', 'love')], ['3', '2']);
+  await btn(p, 'post-1', 'like').click();
+  await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="like"][aria-pressed="false"]');
+  assert.equal(await btn(p, 'post-1', 'love').getAttribute('aria-pressed'), 'true');
+  assert.deepEqual([await count(p, 'post-1', 'like'), await count(p, 'post-1', 'love')], ['2', '2']);
+  assert.deepEqual(writes, ['PUT /v1/items/post-1/love', 'DELETE /v1/items/post-1/like']);
+  assert.deepEqual(p.problems, []);
+  await p.context().close();
+});
+
+test('live: one stream for the page; pushed counts shown, except those older than our own write', async () => {
+  const streams = [];
+  let phase = 0; // what the next stream says
+  const p = await page(async (req) => {
+    const url = new URL(req.url());
+    if (url.pathname === '/v1/live') {
+      streams.push(url.searchParams.get('ids'));
+      if (phase === 0) return sse([['10', { item: 'post-1', counts: { like: 7, love: 0 } }], ['10', { item: 'post-2', counts: { like: 1, love: 5 } }]], 300);
+      if (phase === 1) return sse([['15', { item: 'post-1', counts: { like: 7, love: 0 } }]], 300); // before our click
+      phase = 3;
+      return sse([['21', { item: 'post-1', counts: { like: 9, love: 0 } }]], 60000);
+    }
+    if (req.method() === 'GET' && url.pathname === '/v1/items') {
+      const ids = url.searchParams.get('ids').split(',');
+      return json({ items: ids.map((id) => ({ item: id, counts: { like: 0, love: 0 }, viewer: { reaction: 'none', version: 0 } })) });
+    }
+    if (req.method() === 'PUT') {
+      return json({ item: 'post-1', reaction: 'like', previous: 'none', version: 1, changed: true, cursor: '20' });
+    }
+    return null;
+  });
+  await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"] .tally-count:text("7")');
+  assert.equal(await count(p, 'post-2', 'love'), '5');
+  assert.equal(streams.at(-1), 'post-1,post-2,post-3'); // one stream for every button of the page
+  phase = 1;
+  await btn(p, 'post-1', 'like').click();
+  await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="like"][aria-pressed="true"]');
+  assert.equal(await count(p, 'post-1', 'like'), '8');
+  const before = streams.length;
+  for (let i = 0; i < 100 && streams.length < before + 1; i++) await p.waitForTimeout(20);
+  await p.waitForTimeout(100);
+  assert.equal(await count(p, 'post-1', 'like'), '8', 'a count older than our write would undo the click');
+  phase = 2;
+  await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"] .tally-count:text("9")', { timeout: 5000 });
+  assert.ok(new Set(streams).size === 1, `streams: ${streams}`);
+  assert.deepEqual(p.problems, []);
+  await p.context().close();
+});
+
+// The same against a real tallyd in many mode: runs once tallyd has --reaction-mode.
+test('many mode against a real tallyd: two kinds held at once, survives a reload', async (t) => {
+  if (!tallydHasFlag('--reaction-mode')) {
+    t.skip('tallyd has no --reaction-mode in this build (enable: merge the many-mode branch)');
+    return;
+  }
+  const many = await startTallyd({ args: ['--reaction-mode', 'many', '--reactions', 'like,love'] });
+  const context = await browser.newContext();
+  try {
+    const p = await context.newPage();
+    await p.goto(`${many.url}/ui/?user=setter`);
+    await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="love"] .tally-count:text("0")');
+    await btn(p, 'post-1', 'like').click();
+    await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="like"][aria-pressed="true"]');
+    await btn(p, 'post-1', 'love').click();
+    await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="love"][aria-pressed="true"]');
+    assert.equal(await btn(p, 'post-1', 'like').getAttribute('aria-pressed'), 'true');
+    await p.reload();
+    await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="love"][aria-pressed="true"]');
+    assert.equal(await btn(p, 'post-1', 'like').getAttribute('aria-pressed'), 'true');
+    assert.deepEqual([await count(p, 'post-1', 'like'), await count(p, 'post-1', 'love')], ['1', '1']);
+    await btn(p, 'post-1', 'like').click();
+    await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="like"][aria-pressed="false"]');
+    const item = await (await fetch(`${many.url}/v1/items/post-1`, { headers: { 'X-User-Id': 'setter' } })).json();
+    assert.deepEqual(item.viewer.reactions, ['love']);
+    assert.equal(item.reactors, 1);
+  } finally {
+    await context.close();
+    await many.stop();
+  }
+});
+
+test('a first read that fails is shown, and tried again', async () => {
+  let reads = 0;
+  const p = await page(async (req) => {
+    const url = new URL(req.url());
+    if (url.pathname === '/v1/live') return { status: 503, headers: { 'retry-after': '30' }, body: '' };
+    if (req.method() === 'GET' && url.pathname === '/v1/items') {
+      if (++reads <= 2) { // the first page load and the one after configure(): both refused
+        return { status: 400, contentType: 'application/problem+json', body: '{"type":"urn:tally:error:invalid-parameter","title":"x","status":400}' };
+      }
+      const ids = url.searchParams.get('ids').split(',');
+      return json({ items: ids.map((id) => ({ item: id, counts: { like: 4, love: 0 }, viewer: { reaction: 'none', version: 0 } })) });
+    }
+    return null;
+  });
+  await p.waitForSelector('tally-reactions[item="post-1"][error="invalid-parameter"]');
+  await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"] .tally-count:text("4")', { timeout: 8000 });
+  assert.equal(await p.locator('tally-reactions[item="post-1"]').getAttribute('error'), null);
+  await p.context().close();
+});
