@@ -501,3 +501,63 @@ class LiveNodesTest(TallyTestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class LiveThousandStreamsTest(TallyTestCase):
+    """1 000 open streams are held with bounded memory (issue 16): the server's resident size grows
+    by a bounded amount per stream, every stream gets its updates, and closing them gives the
+    slots back."""
+
+    def test_thousand_streams_bounded_memory(self):
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < 1200:  # this process holds 1 000 sockets
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(max(hard, 1200), 4096), hard))
+
+        def rss_kib(pid):
+            with open("/proc/%d/status" % pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1])
+            return 0
+
+        with Server(args=NO_LIMIT + ["--max-connections", "1500", "--max-live-streams", "1200",
+                                     "--max-live-streams-per-client", "1200",
+                                     "--live-interval", "50ms"]) as srv:
+            items = [uid("th") for _ in range(10)]
+            warm = [SSEClient(srv, items) for _ in range(20)]  # threads' first allocations
+            for c in warm:
+                c.close()
+            time.sleep(0.3)
+            before = rss_kib(srv.pid)
+            streams = []
+            try:
+                for n in range(1000):
+                    c = SSEClient(srv, [items[n % 10], items[(n + 3) % 10]], timeout=20)
+                    self.assertEqual(c.status, 200, "stream %d" % n)
+                    streams.append(c)
+                deadline = time.monotonic() + 10 * SLOW
+                while metric(srv, "tally_live_streams") != 1000 and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                self.assertEqual(metric(srv, "tally_live_streams"), 1000)
+                during = rss_kib(srv.pid)
+                per_stream = (during - before) / 1000.0
+                # measured about 18 KiB a stream (buffers, the socket's own, the item index)
+                self.assertLess(per_stream, 64, "RSS grew %.1f KiB a stream (%d → %d KiB)"
+                                % (per_stream, before, during))
+                self.assertEqual(srv.put(items[0], "u-th", "like")[0], 200)
+                # a sample of the streams that watch items[0] (the first or the second of their ids)
+                watching = [c for n, c in enumerate(streams) if n % 10 in (0, 7)][:40]
+                for c in watching:
+                    ev = c.wait_for(lambda e: e.get("event") == "counts" and
+                                    e["data"]["item"] == items[0] and
+                                    e["data"]["counts"]["like"] == 1, 10 * SLOW)
+                    self.assertIsNotNone(ev, "a stream watching the item got its update")
+            finally:
+                for c in streams:
+                    c.close()
+            deadline = time.monotonic() + 10 * SLOW
+            while metric(srv, "tally_live_streams") != 0 and time.monotonic() < deadline:
+                time.sleep(0.1)
+            self.assertEqual(metric(srv, "tally_live_streams"), 0, "closed streams give their slots back")
+            srv.stop()
