@@ -68,6 +68,7 @@ typedef struct {
     const char *access_log;
     const char *cors[CORS_ORIGINS_MAX];
     int ncors;
+    list_access_t who_reacted, user_reactions;
 } options_t;
 
 typedef struct flag flag_t;
@@ -146,6 +147,26 @@ static const char *set_mode(const flag_t *f, const char *value, void *dest)
         return "expected one or many";
     *(const char **)dest = value;
     return NULL;
+}
+
+/* --who-reacted admin|users|public, --user-reactions owner|users|public: f->why lists the words. */
+static const char *set_access(const flag_t *f, const char *value, void *dest)
+{
+    static const struct {
+        const char *word;
+        list_access_t access;
+    } words[] = {{"admin", LIST_ACCESS_ADMIN},
+                 {"owner", LIST_ACCESS_OWNER},
+                 {"users", LIST_ACCESS_USERS},
+                 {"public", LIST_ACCESS_PUBLIC}};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+        /* each flag takes its own first word (admin or owner) and the two shared ones */
+        if (strcmp(value, words[i].word) == 0 && strstr(f->why, value)) {
+            *(list_access_t *)dest = words[i].access;
+            return NULL;
+        }
+    }
+    return f->why;
 }
 
 static const char *set_store(const flag_t *f, const char *value, void *dest)
@@ -247,6 +268,14 @@ static const flag_t flags[] = {
      10000000},
     {"--trending-capacity", "K", STR(TRENDING_CAPACITY_DEFAULT),
      "counters per trending summary; the error bound is events/K", set_uint, OPT(trending_capacity), 16, 65536},
+    {"--who-reacted", "admin|users|public", "admin",
+     "who may list an item's reactors (GET /v1/items/{item}/reactions):\n"
+     "admins, any authenticated user, or anyone",
+     set_access, OPT(who_reacted), 0, 0, "expected admin, users or public"},
+    {"--user-reactions", "owner|users|public", "owner",
+     "who may list a user's reactions (GET /v1/users/{user}/reactions):\n"
+     "that user and admins, any authenticated user, or anyone",
+     set_access, OPT(user_reactions), 0, 0, "expected owner, users or public"},
     {"--help", NULL, NULL, "this text", NULL, 0},
 };
 #pragma GCC diagnostic pop
@@ -461,6 +490,8 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
         app->cors_origins[i] = o->cors[i];
     app->ncors = o->ncors;
     app->max_header_bytes = o->max_header_bytes;
+    app->who_reacted = o->who_reacted;
+    app->user_reactions = o->user_reactions;
     if (o->access_log) {
         app->access_log = strcmp(o->access_log, "-") == 0 ? stderr : fopen(o->access_log, "a");
         if (!app->access_log) {

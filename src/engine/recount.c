@@ -178,7 +178,9 @@ static int recount_locked(store_t *store, writer_t *writer, const span_t *items,
 {
     *report = (recount_report_t){0};
     itemmap_t fixes = {0};
-    chunk_t c = {.fixes = &fixes, .report = report, .kinds = store_kinds(store)->count,
+    chunk_t c = {.fixes = &fixes,
+                 .report = report,
+                 .kinds = store_kinds(store)->count,
                  .many = store_kinds(store)->mode == REACTION_MODE_MANY};
     int rc = STORE_OK;
     bool more = true;

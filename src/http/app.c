@@ -10,6 +10,7 @@
 #include "http/admin.h"
 #include "http/changes.h"
 #include "http/items.h"
+#include "http/lists.h"
 #include "http/metrics.h"
 #include "http/router.h"
 #include "http/trends.h"
@@ -361,6 +362,10 @@ void app_handle(void *arg, http_request_t *req)
     case ROUTE_ADMIN_USER:
     case ROUTE_ADMIN_ITEM:
         admin_clear(app, req, route.item, route.id == ROUTE_ADMIN_USER);
+        return;
+    case ROUTE_ITEM_REACTIONS:
+    case ROUTE_USER_REACTIONS:
+        lists_get(app, req, route.item, route.query, route.id == ROUTE_USER_REACTIONS);
         return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:

@@ -6,22 +6,24 @@
 
 typedef enum {
     ROUTE_NOT_FOUND,
-    ROUTE_HEALTHZ,    /* /healthz */
-    ROUTE_READYZ,     /* /readyz */
-    ROUTE_ITEMS,      /* /v1/items?ids=… */
-    ROUTE_ITEM,       /* /v1/items/{item} */
-    ROUTE_REACTION,   /* /v1/items/{item}/reaction */
-    ROUTE_TOGGLE,     /* /v1/items/{item}/reaction:toggle */
-    ROUTE_KIND,       /* /v1/items/{item}/{kind} */
-    ROUTE_METRICS,    /* /metrics */
-    ROUTE_CHANGES,    /* /v1/changes */
-    ROUTE_RECOUNT,    /* /v1/admin/recount */
-    ROUTE_IMPORT,     /* /v1/admin/import */
-    ROUTE_TRENDING,   /* /v1/trending */
-    ROUTE_HOT,        /* /v1/admin/hot */
-    ROUTE_ADMIN_USER, /* /v1/admin/users/{user} */
-    ROUTE_ADMIN_ITEM, /* /v1/admin/items/{item} */
-    ROUTE_COUNT       /* number of routes, for per-route tables */
+    ROUTE_HEALTHZ,        /* /healthz */
+    ROUTE_READYZ,         /* /readyz */
+    ROUTE_ITEMS,          /* /v1/items?ids=… */
+    ROUTE_ITEM,           /* /v1/items/{item} */
+    ROUTE_REACTION,       /* /v1/items/{item}/reaction */
+    ROUTE_TOGGLE,         /* /v1/items/{item}/reaction:toggle */
+    ROUTE_KIND,           /* /v1/items/{item}/{kind} */
+    ROUTE_METRICS,        /* /metrics */
+    ROUTE_CHANGES,        /* /v1/changes */
+    ROUTE_RECOUNT,        /* /v1/admin/recount */
+    ROUTE_IMPORT,         /* /v1/admin/import */
+    ROUTE_TRENDING,       /* /v1/trending */
+    ROUTE_HOT,            /* /v1/admin/hot */
+    ROUTE_ADMIN_USER,     /* /v1/admin/users/{user} */
+    ROUTE_ADMIN_ITEM,     /* /v1/admin/items/{item} */
+    ROUTE_ITEM_REACTIONS, /* /v1/items/{item}/reactions: who reacted */
+    ROUTE_USER_REACTIONS, /* /v1/users/{user}/reactions: a user's reactions */
+    ROUTE_COUNT           /* number of routes, for per-route tables */
 } route_id_t;
 
 /* A short stable name for metrics labels ("item", "reaction", …). */
@@ -29,7 +31,7 @@ const char *route_name(route_id_t id);
 
 typedef struct {
     route_id_t id;
-    span_t item;  /* raw segment, for the item routes (and the user of ROUTE_ADMIN_USER) */
+    span_t item;  /* raw segment, for the item routes (and the user of ROUTE_ADMIN_USER, ROUTE_USER_REACTIONS) */
     span_t kind;  /* raw segment, for ROUTE_KIND */
     span_t query; /* after '?', without it */
 } route_t;

@@ -26,6 +26,8 @@ int main(void)
         {"fingerprint", test_fingerprint},
         {"router", test_router},
         {"router_admin", test_router_admin},
+        {"router_lists", test_router_lists},
+        {"list_change", test_list_change},
         {"answer", test_answer},
         {"store", test_store},
         {"jwt", test_jwt},
