@@ -47,8 +47,8 @@ static int page_add(void *arg, span_t name, uint64_t seq, uint64_t at_ms, kindse
     app_iso_time(at_ms, at);
     const kinds_t *kinds = rd->app->kinds;
     /* A many-mode page of one kind shows that kind's `at`, and the pair's whole set. */
-    json_t *e = json_pack("{s:s%,s:o?,s:s}", rd->q.by_user ? "item" : "user", name.ptr, name.len,
-                          kindset_member(kinds), kindset_json(kinds, set), "at", at);
+    json_t *e = json_pack("{s:s%,s:o?,s:s}", rd->q.by_user ? "item" : "user", name.ptr, name.len, kindset_member(kinds),
+                          kindset_json(kinds, set), "at", at);
     if (!e || json_array_append_new(p->entries, e) != 0) {
         p->rc = STORE_ERROR;
         return 1;
@@ -75,8 +75,7 @@ static void list_page(list_read_t *rd)
         rc = p.rc;
     json_t *body = NULL;
     if (rc == STORE_OK)
-        body = json_pack("{s:s%,s:o}", rd->q.by_user ? "user" : "item", rd->key, rd->q.key.len, "reactions",
-                         p.entries);
+        body = json_pack("{s:s%,s:o}", rd->q.by_user ? "user" : "item", rd->key, rd->q.key.len, "reactions", p.entries);
     else
         json_decref(p.entries);
     if (body && p.more) {
@@ -90,8 +89,8 @@ static void list_page(list_read_t *rd)
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
     json_decref(body);
     if (!text) {
-        answer_problem(&rd->answer, rc == STORE_UNAVAILABLE ? 503 : 500, rc == STORE_UNAVAILABLE ? "unavailable" : "internal",
-                       "reading the list failed");
+        answer_problem(&rd->answer, rc == STORE_UNAVAILABLE ? 503 : 500,
+                       rc == STORE_UNAVAILABLE ? "unavailable" : "internal", "reading the list failed");
         return;
     }
     answer_set_body(&rd->answer, 200, ANSWER_JSON, text, strlen(text));
@@ -142,8 +141,7 @@ static bool params_or_reply(app_t *app, http_request_t *req, span_t query, list_
     rd->q.kind = KIND_NONE;
     if (parse_query_param(query, "reaction", &text) && (rd->q.kind = kinds_find(app->kinds, text, false)) <= 0)
         return param_error(req, "reaction must be one of the configured kinds");
-    if (parse_query_param(query, "limit", &text) &&
-        (parse_uint(text, LISTS_LIMIT_MAX, &limit) != 0 || limit < 1))
+    if (parse_query_param(query, "limit", &text) && (parse_uint(text, LISTS_LIMIT_MAX, &limit) != 0 || limit < 1))
         return param_error(req, "limit must be a whole number from 1 to 100");
     if (parse_query_param(query, "after", &text)) {
         span_t name;

@@ -99,8 +99,8 @@ static int pos_del(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user
 }
 
 /* The pair's entry of kind d at seq, in both indexes. */
-static int entry_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, int d, uint64_t seq,
-                     uint64_t at_ms, uint32_t set)
+static int entry_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, int d, uint64_t seq, uint64_t at_ms,
+                     uint32_t set)
 {
     uint8_t kbuf[LIST_KEY_LEN], v[LIST_VALUE_LEN];
     lmdb_put_u64(v, at_ms);
@@ -327,7 +327,7 @@ int lmdb_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn 
         return lmdb_rc(rc);
     MDB_val key = {slen, start}, val;
     rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
-    rc = rc == MDB_SUCCESS ? mdb_cursor_get(cur, &key, &val, MDB_PREV)
+    rc = rc == MDB_SUCCESS    ? mdb_cursor_get(cur, &key, &val, MDB_PREV)
          : rc == MDB_NOTFOUND ? mdb_cursor_get(cur, &key, &val, MDB_LAST)
                               : rc;
     int result = STORE_OK;
@@ -396,8 +396,7 @@ static uint64_t diff(uint64_t a, uint64_t b)
     return a > b ? a - b : b - a;
 }
 
-int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expect, void *arg,
-                          uint64_t *mismatches)
+int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches)
 {
     lmdb_read_t *r = (lmdb_read_t *)r_;
     const lmdb_store_t *s = r->store;
