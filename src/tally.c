@@ -395,10 +395,12 @@ static int cmd_verify(int argc, char **argv)
                    kinds_count_name(kinds, rep.drift[i].kind), (long long)rep.drift[i].counted,
                    (long long)rep.drift[i].stored);
         printf("checked %zu items, %zu drift\n", rep.checked, rep.ndrift);
+        if (rep.list_mismatches)
+            printf("lists: %llu entries disagree with the rows\n", (unsigned long long)rep.list_mismatches);
     } else {
         fprintf(stderr, "tally verify: reading the store failed\n");
     }
-    size_t drift = rep.ndrift;
+    size_t drift = rep.ndrift + (rep.list_mismatches > 0);
     recount_report_free(&rep);
     store_close(store);
     return rc != STORE_OK || drift ? EXIT_FAILED : 0;

@@ -70,19 +70,36 @@ static int listmap_grow(listmap_t *m)
     return 0;
 }
 
+/* The slot holding (item, user), or the empty slot where it would go. */
+static size_t listmap_slot(const listmap_t *m, span_t item, span_t user)
+{
+    size_t s = pair_hash(item, user) & (m->nslots - 1);
+    for (; m->slots[s]; s = (s + 1) & (m->nslots - 1)) {
+        const listmap_entry_t *e = &m->entries[m->slots[s] - 1];
+        if (e->item_len == item.len && e->user_len == user.len && memcmp(e->item, item.ptr, item.len) == 0 &&
+            memcmp(e->user, user.ptr, user.len) == 0)
+            break;
+    }
+    return s;
+}
+
+listmap_entry_t *listmap_find(const listmap_t *m, span_t item, span_t user)
+{
+    if (!m->nslots)
+        return NULL;
+    size_t s = listmap_slot(m, item, user);
+    return m->slots[s] ? &m->entries[m->slots[s] - 1] : NULL;
+}
+
 listmap_entry_t *listmap_get(listmap_t *m, span_t item, span_t user)
 {
     if (item.len > ID_MAX_LEN || user.len > ID_MAX_LEN)
         return NULL;
     if (m->count == m->cap && listmap_grow(m) != 0)
         return NULL;
-    size_t s = pair_hash(item, user) & (m->nslots - 1);
-    for (; m->slots[s]; s = (s + 1) & (m->nslots - 1)) {
-        listmap_entry_t *e = &m->entries[m->slots[s] - 1];
-        if (e->item_len == item.len && e->user_len == user.len && memcmp(e->item, item.ptr, item.len) == 0 &&
-            memcmp(e->user, user.ptr, user.len) == 0)
-            return e;
-    }
+    size_t s = listmap_slot(m, item, user);
+    if (m->slots[s])
+        return &m->entries[m->slots[s] - 1];
     listmap_entry_t *e = &m->entries[m->count];
     memcpy(e->item, item.ptr, item.len);
     memcpy(e->user, user.ptr, user.len);

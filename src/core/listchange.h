@@ -46,6 +46,8 @@ typedef struct {
 /* The entry of (item, user), created (list_change_init) if new; NULL when out of memory or an id is
  * longer than ID_MAX_LEN. */
 listmap_entry_t *listmap_get(listmap_t *m, span_t item, span_t user);
+/* The entry of (item, user), or NULL when absent. */
+listmap_entry_t *listmap_find(const listmap_t *m, span_t item, span_t user);
 void listmap_free(listmap_t *m);
 
 #endif

@@ -127,15 +127,19 @@ const char PG_LISTS_BUILD_SQL[] =
     "WITH t AS (SELECT coalesce((SELECT at_ms FROM tally_log ORDER BY seq LIMIT 1),"
     "  (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS at)"
     " INSERT INTO tally_lists SELECT r.item, r.\"user\", d.d, 0, t.at, r.kind FROM tally_rows r CROSS JOIN t"
-    " CROSS JOIN generate_series(0, 16) AS d(d) WHERE r.kind <> 0 AND (d.d = 0 OR " PG_SET_HAS("r.kind", "d.d") ");"
-    /* then each at its last change, and each kind where it last joined, in the retained log */
-    "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, \"user\") item, \"user\","
-    " seq, at_ms FROM tally_log ORDER BY item, \"user\", seq DESC) x"
-    " WHERE l.kind = 0 AND l.item = x.item AND l.\"user\" = x.\"user\";"
-    "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, \"user\", d.d) item,"
-    " \"user\", d.d, seq, at_ms FROM tally_log CROSS JOIN generate_series(1, 16) AS d(d)"
-    " WHERE " PG_SET_HAS("to_kind", "d.d") " AND NOT " PG_SET_HAS("from_kind", "d.d")
-    " ORDER BY item, \"user\", d.d, seq DESC) x WHERE l.kind = x.d AND l.item = x.item AND l.\"user\" = x.\"user\"";
+    " CROSS JOIN generate_series(0, 16) AS d(d) WHERE r.kind <> 0 AND (d.d = 0 OR " PG_SET_HAS(
+        "r.kind", "d.d") ");"
+                         /* then each at its last change, and each kind where it last joined, in the retained log */
+                         "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, "
+                         "\"user\") item, \"user\","
+                         " seq, at_ms FROM tally_log ORDER BY item, \"user\", seq DESC) x"
+                         " WHERE l.kind = 0 AND l.item = x.item AND l.\"user\" = x.\"user\";"
+                         "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, "
+                         "\"user\", d.d) item,"
+                         " \"user\", d.d, seq, at_ms FROM tally_log CROSS JOIN generate_series(1, 16) AS d(d)"
+                         " WHERE " PG_SET_HAS("to_kind", "d.d") " AND NOT " PG_SET_HAS(
+                             "from_kind", "d.d") " ORDER BY item, \"user\", d.d, seq DESC) x WHERE l.kind = x.d AND "
+                                                 "l.item = x.item AND l.\"user\" = x.\"user\"";
 
 int pg_lists_rebuild(store_write_t *w_)
 {
@@ -197,13 +201,13 @@ int pg_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expe
     cstr(it, item);
     const char *p[] = {it};
     int rc;
-    PGresult *rows = pg_rexec(r, "check-rows",
-                              "SELECT \"user\", kind FROM tally_rows WHERE item = $1 ORDER BY \"user\"", 1, p, &rc);
+    PGresult *rows =
+        pg_rexec(r, "check-rows", "SELECT \"user\", kind FROM tally_rows WHERE item = $1 ORDER BY \"user\"", 1, p, &rc);
     if (!rows)
         return rc;
-    PGresult *lists = pg_rexec(r, "check-lists",
-                               "SELECT \"user\", kind, kinds FROM tally_lists WHERE item = $1 ORDER BY \"user\", kind",
-                               1, p, &rc);
+    PGresult *lists =
+        pg_rexec(r, "check-lists",
+                 "SELECT \"user\", kind, kinds FROM tally_lists WHERE item = $1 ORDER BY \"user\", kind", 1, p, &rc);
     if (!lists) {
         PQclear(rows);
         return rc;
