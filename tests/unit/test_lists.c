@@ -79,8 +79,7 @@ static void test_cursor(void)
     CHECK(list_cursor_parse(SPAN_LIT("0.x"), &seq, &name) == 0 && seq == 0);
     n = list_cursor_format(buf, UINT64_MAX, SPAN_LIT("u"));
     CHECK(list_cursor_parse((span_t){buf, n}, &seq, &name) == 0 && seq == UINT64_MAX);
-    const char *bad[] = {"", "5", "5.", ".u", "x.u", "05.u", "-1.u", "5.u/v", "5.%41", "18446744073709551616.u",
-                         "5.."};
+    const char *bad[] = {"", "5", "5.", ".u", "x.u", "05.u", "-1.u", "5.u/v", "5.%41", "18446744073709551616.u", "5.."};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(list_cursor_parse(span_of(bad[i]), &seq, &name) != 0);
 }

@@ -121,30 +121,31 @@ int pg_lists_flush(pg_write_t *w)
 /* d is in a stored set k (a disk code, or the negated bits of several) */
 #define PG_SET_HAS(k, d) "(CASE WHEN " k " >= 0 THEN " k " = " d " ELSE ((-(" k ")::bigint) >> " d ") & 1 = 1 END)"
 
-const char PG_LISTS_BUILD_SQL[] =
-    "DELETE FROM tally_lists;"
+const char *const PG_LISTS_BUILD_SQL[PG_LISTS_BUILD_STEPS] = {
+    "DELETE FROM tally_lists",
     /* every pair and each kind of its set at position 0, with the oldest retained entry's time */
     "WITH t AS (SELECT coalesce((SELECT at_ms FROM tally_log ORDER BY seq LIMIT 1),"
     "  (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS at)"
     " INSERT INTO tally_lists SELECT r.item, r.\"user\", d.d, 0, t.at, r.kind FROM tally_rows r CROSS JOIN t"
-    " CROSS JOIN generate_series(0, 16) AS d(d) WHERE r.kind <> 0 AND (d.d = 0 OR " PG_SET_HAS(
-        "r.kind", "d.d") ");"
-                         /* then each at its last change, and each kind where it last joined, in the retained log */
-                         "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, "
-                         "\"user\") item, \"user\","
-                         " seq, at_ms FROM tally_log ORDER BY item, \"user\", seq DESC) x"
-                         " WHERE l.kind = 0 AND l.item = x.item AND l.\"user\" = x.\"user\";"
-                         "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, "
-                         "\"user\", d.d) item,"
-                         " \"user\", d.d, seq, at_ms FROM tally_log CROSS JOIN generate_series(1, 16) AS d(d)"
-                         " WHERE " PG_SET_HAS("to_kind", "d.d") " AND NOT " PG_SET_HAS(
-                             "from_kind", "d.d") " ORDER BY item, \"user\", d.d, seq DESC) x WHERE l.kind = x.d AND "
-                                                 "l.item = x.item AND l.\"user\" = x.\"user\"";
+    " CROSS JOIN generate_series(0, 16) AS d(d) WHERE r.kind <> 0 AND (d.d = 0 OR " PG_SET_HAS("r.kind", "d.d") ")",
+    /* then each at its last change, and each kind where it last joined, in the retained log */
+    "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, \"user\") item, \"user\","
+    " seq, at_ms FROM tally_log ORDER BY item, \"user\", seq DESC) x"
+    " WHERE l.kind = 0 AND l.item = x.item AND l.\"user\" = x.\"user\"",
+    "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, \"user\", d.d) item,"
+    " \"user\", d.d, seq, at_ms FROM tally_log CROSS JOIN generate_series(1, 16) AS d(d)"
+    " WHERE " PG_SET_HAS("to_kind", "d.d") " AND NOT " PG_SET_HAS(
+        "from_kind", "d.d") " ORDER BY item, \"user\", d.d, seq DESC) x WHERE l.kind = x.d AND l.item = x.item AND "
+                            "l.\"user\" = x.\"user\"",
+};
 
 int pg_lists_rebuild(store_write_t *w_)
 {
     pg_write_t *w = (pg_write_t *)w_;
-    return pg_wrun(w, "lists-build", PG_LISTS_BUILD_SQL, 0, NULL);
+    int rc = STORE_OK;
+    for (int i = 0; rc == STORE_OK && i < PG_LISTS_BUILD_STEPS; i++)
+        rc = pg_wrun(w, "lists-build", PG_LISTS_BUILD_SQL[i], 0, NULL);
+    return rc;
 }
 
 /* --- pages --- */

@@ -614,11 +614,8 @@ static int schema_upgrade_from_1(pg_store_t *s, const char *version)
     PGresult *res = PQexec(s->wconn, PG_LISTS_SCHEMA_SQL);
     bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
     PQclear(res);
-    if (ok) {
-        res = PQexec(s->wconn, PG_LISTS_BUILD_SQL);
-        ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
-        PQclear(res);
-    }
+    for (int i = 0; ok && i < PG_LISTS_BUILD_STEPS; i++)
+        ok = pg_run(s, s->wconn, "lists-build", PG_LISTS_BUILD_SQL[i], 0, NULL) == STORE_OK;
     if (!ok || pg_run(s, s->wconn, "schema",
                       "UPDATE tally_meta SET value = $1 WHERE name IN ('schema_version', 'schema_compatible_from')", 1,
                       p) != STORE_OK)
