@@ -134,8 +134,8 @@ class RollingUpgradeTest(TallyTestCase):
     def test_an_older_node_runs_beside_a_newer_schema_only_when_allowed(self):
         with Server(args=["--rate-limit", "off"]) as srv:
             self.assertOk(srv.json("PUT", "/v1/items/ru/reaction", {"reaction": "like"}, user="u1"))
-            # a newer tallyd upgraded the schema and says version-1 nodes may still run beside it
-            srv.db.sql("UPDATE tally_meta SET value = '2' WHERE name = 'schema_version'")
+            # a newer tallyd upgraded the schema and says version-2 nodes may still run beside it
+            srv.db.sql("UPDATE tally_meta SET value = '3' WHERE name = 'schema_version'")
             node = srv.node()
             try:
                 self.assertOk(node.json("PUT", "/v1/items/ru/reaction", {"reaction": "like"}, user="u2"))
@@ -143,7 +143,7 @@ class RollingUpgradeTest(TallyTestCase):
             finally:
                 node.close()
             # a change the old nodes cannot live with: they refuse to start
-            srv.db.sql("UPDATE tally_meta SET value = '2' WHERE name = 'schema_compatible_from'")
+            srv.db.sql("UPDATE tally_meta SET value = '3' WHERE name = 'schema_compatible_from'")
             rc, _, err = run_tallyd(["--listen", "127.0.0.1:0"] + srv.store_args())
             self.assertEqual(rc, 1, err)
             self.assertIn("newer than this tallyd", err)
