@@ -10,7 +10,8 @@
  *   idem        [user_len][user][key]   → [expires_ms][fingerprint][status][type][has_etag][etag][body]
  *   idem_exp    [expires_ms BE][idem key] → "" (expiry index, swept front to back)
  *   aux         text key                → bytes (other modules' state: trending's summaries)
- *   lpos, litem, luser                  the lists, kept by the fold (lmdb_lists.c)
+ *   litem, luser                        the lists, kept by the fold (lmdb_lists.c); a row's value may end
+ *                                       with the lists' record of its pair
  * Kinds on disk are numbered in the order they were first configured, so adding a kind never renumbers
  * rows; kind codes are translated at this seam. Integers are in host byte order, except the expiry
  * prefix, which must sort. */
@@ -218,7 +219,7 @@ static int rows_hold_sets(lmdb_store_t *s, MDB_txn *txn, bool *found)
     MDB_val key, val;
     for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS && !*found;
          rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
-        *found = val.mv_size == ROW_VALUE_SET_LEN;
+        *found = val.mv_size >= ROW_VALUE_SET_LEN && ((const uint8_t *)val.mv_data)[0] == SET_MARK;
     mdb_cursor_close(cur);
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
@@ -258,6 +259,8 @@ static int mode_reconcile(lmdb_store_t *s, MDB_txn *txn, const kinds_t *kinds, c
         snprintf(err, errlen, "counting the reactors of each item failed");
         return rc;
     }
+    /* the lists of one mode have no "any kind" entries (a page of any kind merges the kinds') */
+    s->lists_stale = s->lists_stale || (rc == MDB_SUCCESS && s->mode != stored);
     const char *name = s->mode == REACTION_MODE_MANY ? "many" : "one";
     if ((rc = meta_put(txn, s->meta, "mode", name, strlen(name))) != MDB_SUCCESS) {
         snprintf(err, errlen, "writing the reaction mode: %s", mdb_strerror(rc));
@@ -374,7 +377,6 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         (rc = mdb_dbi_open(txn, "idem", MDB_CREATE, &s->idem)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "idem_exp", MDB_CREATE, &s->idem_exp)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "aux", MDB_CREATE, &s->aux)) != MDB_SUCCESS ||
-        (rc = mdb_dbi_open(txn, "lpos", MDB_CREATE, &s->lpos)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "litem", MDB_CREATE, &s->litem)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "luser", MDB_CREATE, &s->luser)) != MDB_SUCCESS) {
         snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
@@ -385,7 +387,7 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         kinds_reconcile(s, txn, kinds, err, errlen) != STORE_OK ||
         mode_reconcile(s, txn, kinds, err, errlen) != STORE_OK)
         goto fail;
-    if (build_lists) { /* a store made before the lists: built from the rows and the log, once */
+    if (build_lists || s->lists_stale) { /* a store made before the lists (or in the other mode): built once */
         uint64_t t0 = clock_ms(CLOCK_MONOTONIC);
         if (lmdb_txn_lists_rebuild(s, txn) != STORE_OK) {
             snprintf(err, errlen, "building the lists (who reacted, a user's reactions) failed");
@@ -469,14 +471,22 @@ static uint8_t set_encode(const lmdb_store_t *s, kindset_t set, uint16_t *severa
     return kindset_size(set) <= 1 ? (uint8_t)(db ? __builtin_ctz(db) : 0) : SET_MARK;
 }
 
+size_t lmdb_row_base_len(const MDB_val *val)
+{
+    const uint8_t *p = val->mv_data;
+    size_t len = val->mv_size && p[0] == SET_MARK ? ROW_VALUE_SET_LEN : ROW_VALUE_LEN;
+    return val->mv_size >= len ? len : 0;
+}
+
 void lmdb_row_decode(const lmdb_store_t *s, const MDB_val *val, reaction_row_t *row)
 {
     const uint8_t *p = val->mv_data;
+    size_t base = lmdb_row_base_len(val);
     *row = (reaction_row_t){KINDSET_EMPTY, 0};
-    if (val->mv_size == ROW_VALUE_LEN) {
+    if (base == ROW_VALUE_LEN && p[0] != SET_MARK) {
         row->set = p[0] <= s->db_kinds ? lmdb_set_from_db(s, p[0] ? 1u << p[0] : 0) : KINDSET_EMPTY;
         row->version = lmdb_get_u64(p + 1);
-    } else if (val->mv_size == ROW_VALUE_SET_LEN && p[0] == SET_MARK) {
+    } else if (base == ROW_VALUE_SET_LEN) {
         row->set = lmdb_set_from_db(s, (uint32_t)lmdb_get_u16(p + 1) << 1);
         row->version = lmdb_get_u64(p + 3);
     }
@@ -640,18 +650,34 @@ int lmdb_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *ro
     return row_get(w->store, w->txn, item, user, row);
 }
 
+/* The row's value: its reaction part, then the lists' record the stored value ends with (kept: the
+ * writer changes the reaction, the fold the record). */
 int lmdb_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row_t *row)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
     char kbuf[KEY_BUF_LEN];
-    uint8_t vbuf[ROW_VALUE_SET_LEN];
+    uint8_t vbuf[ROW_VALUE_SET_LEN + LMDB_LIST_RECORD_MAX];
     uint16_t several;
     vbuf[0] = set_encode(w->store, row->set, &several);
     size_t len = vbuf[0] == SET_MARK ? ROW_VALUE_SET_LEN : ROW_VALUE_LEN;
     if (vbuf[0] == SET_MARK)
         lmdb_put_u16(vbuf + 1, several);
     lmdb_put_u64(vbuf + len - 8, row->version);
-    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val = {len, vbuf};
+    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, old;
+    int rc = MDB_NOTFOUND;
+    if (!atomic_load_explicit(&w->store->filter_ready, memory_order_acquire) ||
+        pairfilter_may_contain(&w->store->filter, item, user))
+        rc = mdb_get(w->txn, w->store->rows, &key, &old);
+    if (rc == MDB_SUCCESS) {
+        size_t base = lmdb_row_base_len(&old);
+        if (base == 0 || old.mv_size - base > LMDB_LIST_RECORD_MAX)
+            return store_corrupt(item, "a row value of a length no row has");
+        memcpy(vbuf + len, (const uint8_t *)old.mv_data + base, old.mv_size - base);
+        len += old.mv_size - base;
+    } else if (rc != MDB_NOTFOUND) {
+        return lmdb_rc(rc);
+    }
+    MDB_val val = {len, vbuf};
     pairfilter_add(&w->store->filter, item, user); /* before the row can be seen (store_write_commit) */
     return lmdb_rc(mdb_put(w->txn, w->store->rows, &key, &val, 0));
 }
