@@ -98,24 +98,41 @@ static int pos_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user
     return rc == MDB_SUCCESS ? pos_decode(&val, p, found) : lmdb_rc(rc);
 }
 
-/* Writes the pair's record into its row (p NULL: removes it). A pair without a row (only damaged
- * lists have one) gets a row of version 0, which reads as no row. */
-static int pos_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, const pos_t *p)
+/* The reaction part of a pair's row (a row of none at version 0 when there is none: only damaged
+ * lists have an entry without a row, and such a row reads as no row). */
+typedef struct {
+    uint8_t bytes[ROW_VALUE_SET_LEN];
+    size_t len;
+    bool exists;
+} row_base_t;
+
+static int base_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, row_base_t *b)
 {
     char kbuf[KEY_BUF_LEN];
-    uint8_t v[ROW_VALUE_SET_LEN + LMDB_LIST_RECORD_MAX] = {0};
     MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val;
+    memset(b, 0, sizeof *b);
+    b->len = ROW_VALUE_LEN;
     int rc = mdb_get(txn, s->rows, &key, &val);
-    size_t len = ROW_VALUE_LEN; /* none, version 0 */
-    if (rc == MDB_SUCCESS) {
-        if ((len = lmdb_row_base_len(&val)) == 0)
-            return STORE_ERROR;
-        memcpy(v, val.mv_data, len);
-    } else if (rc != MDB_NOTFOUND) {
-        return lmdb_rc(rc);
-    } else if (!p) {
+    if (rc == MDB_NOTFOUND)
         return STORE_OK;
-    }
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    if ((b->len = lmdb_row_base_len(&val)) == 0)
+        return STORE_ERROR;
+    memcpy(b->bytes, val.mv_data, b->len);
+    b->exists = true;
+    return STORE_OK;
+}
+
+/* Writes the pair's record after the row's reaction part b (p NULL: removes it). */
+static int pos_write(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, const row_base_t *b, const pos_t *p)
+{
+    if (!p && !b->exists)
+        return STORE_OK;
+    char kbuf[KEY_BUF_LEN];
+    uint8_t v[ROW_VALUE_SET_LEN + LMDB_LIST_RECORD_MAX];
+    size_t len = b->len;
+    memcpy(v, b->bytes, len);
     if (p) {
         memcpy(v + len, &p->set, 4);
         lmdb_put_u64(v + len + 4, p->any_seq);
@@ -123,8 +140,15 @@ static int pos_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user
         for (uint32_t m = p->set; m; m &= m - 1, len += 8)
             lmdb_put_u64(v + len, p->kind_seq[__builtin_ctz(m)]);
     }
-    val = (MDB_val){len, v};
+    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val = {len, v};
     return lmdb_rc(mdb_put(txn, s->rows, &key, &val, 0));
+}
+
+static int pos_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, const pos_t *p)
+{
+    row_base_t b;
+    int rc = base_get(s, txn, item, user, &b);
+    return rc == STORE_OK ? pos_write(s, txn, item, user, &b, p) : rc;
 }
 
 /* The pair's entry of kind d at seq, in both indexes. */
@@ -161,8 +185,21 @@ static int txn_list_apply(const lmdb_store_t *s, MDB_txn *txn, span_t item, span
     if (item.len > 255 || user.len > 255)
         return STORE_ERROR;
     pos_t old, now = {0};
-    bool found;
-    int rc = pos_get(s, txn, item, user, &old, &found);
+    bool found = false;
+    row_base_t base;
+    char kbuf[KEY_BUF_LEN];
+    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val;
+    int rc = lmdb_rc(mdb_get(txn, s->rows, &key, &val)); /* once: the reaction part and the record */
+    memset(&base, 0, sizeof base);
+    memset(&old, 0, sizeof old);
+    base.len = ROW_VALUE_LEN;
+    if (rc == STORE_OK) {
+        base.exists = true;
+        if ((rc = pos_decode(&val, &old, &found)) == STORE_OK)
+            memcpy(base.bytes, val.mv_data, base.len = lmdb_row_base_len(&val));
+    }
+    if (rc == STORE_NOTFOUND)
+        rc = STORE_OK;
     if (rc != STORE_OK)
         return rc;
     uint32_t set = lmdb_set_to_db(s, c->set), joined = lmdb_set_to_db(s, c->joined & c->set);
@@ -176,7 +213,7 @@ static int txn_list_apply(const lmdb_store_t *s, MDB_txn *txn, span_t item, span
         }
     }
     if (rc != STORE_OK || set == 0)
-        return rc == STORE_OK && found ? pos_put(s, txn, item, user, NULL) : rc;
+        return rc == STORE_OK && found ? pos_write(s, txn, item, user, &base, NULL) : rc;
     now.set = set;
     now.any_seq = c->seq;
     if (has_any(s))
@@ -191,7 +228,7 @@ static int txn_list_apply(const lmdb_store_t *s, MDB_txn *txn, span_t item, span
             now.kind_seq[d] = old.kind_seq[d];
         }
     }
-    return rc == STORE_OK ? pos_put(s, txn, item, user, &now) : rc;
+    return rc == STORE_OK ? pos_write(s, txn, item, user, &base, &now) : rc;
 }
 
 int lmdb_list_apply(store_write_t *w_, span_t item, span_t user, const list_change_t *c)
