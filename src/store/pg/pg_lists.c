@@ -164,14 +164,19 @@ int pg_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn fn
     num(limit, q->limit);
     const char *p[] = {key, kind, seq, name, limit};
     /* (seq, name) below the cursor: with no cursor, below (the largest position, ""), i.e. all */
+    /* the page first (one backwards range scan of one index, with its LIMIT), then each entry's
+     * pair's kind-0 row (a primary-key lookup) for the set */
     static const char BY_ITEM[] =
-        "SELECT l.\"user\", l.seq, l.at_ms, a.kinds FROM tally_lists l JOIN tally_lists a ON a.item = l.item"
-        " AND a.\"user\" = l.\"user\" AND a.kind = 0 WHERE l.item = $1 AND l.kind = $2"
-        " AND (l.seq, l.\"user\") < ($3::bigint, $4::text COLLATE \"C\") ORDER BY l.seq DESC, l.\"user\" DESC LIMIT $5";
+        "SELECT l.\"user\", l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
+        " WHERE item = $1 AND kind = $2 AND (seq, \"user\") < ($3::bigint, $4::text COLLATE \"C\")"
+        " ORDER BY seq DESC, \"user\" DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = "
+        "l.\"user\""
+        " AND a.kind = 0 ORDER BY l.seq DESC, l.\"user\" DESC";
     static const char BY_USER[] =
-        "SELECT l.item, l.seq, l.at_ms, a.kinds FROM tally_lists l JOIN tally_lists a ON a.item = l.item"
-        " AND a.\"user\" = l.\"user\" AND a.kind = 0 WHERE l.\"user\" = $1 AND l.kind = $2"
-        " AND (l.seq, l.item) < ($3::bigint, $4::text COLLATE \"C\") ORDER BY l.seq DESC, l.item DESC LIMIT $5";
+        "SELECT l.item, l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
+        " WHERE \"user\" = $1 AND kind = $2 AND (seq, item) < ($3::bigint, $4::text COLLATE \"C\")"
+        " ORDER BY seq DESC, item DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = l.\"user\""
+        " AND a.kind = 0 ORDER BY l.seq DESC, l.item DESC";
     int rc;
     PGresult *res = pg_rexec(r, "read-list", q->by_user ? BY_USER : BY_ITEM, 5, p, &rc);
     if (!res)
