@@ -17,7 +17,7 @@ import re
 import threading
 import time
 
-from harness import (PG, SLOW, Server, TallyTestCase, metric, pg_only, run_threads, uid)
+from harness import (PG, SLOW, Server, TallyTestCase, embedded_only, metric, pg_only, run_threads, uid)
 
 ADMIN = {"X-User-Id": "admin"}
 FAST = ["--rate-limit", "off", "--recount-interval", "0"]
@@ -213,6 +213,29 @@ class ManyModeTest(TallyTestCase):
             self.assertTrue(wait_for(lambda: [e["user"] for e in walk(s, path, reaction="like")] == ["a", "b"]))
             mine = walk(s, "/v1/users/a/reactions", user="a", reaction="love")
             self.assertEqual([(e["item"], e["reactions"]) for e in mine], [(item, ["like", "love"])])
+            recount_ok(self, s)
+
+
+class ModeSwitchTest(TallyTestCase):
+
+    @embedded_only("the embedded store's lists of one mode have no entries of any kind: rebuilt on a switch")
+    def test_one_to_many_rebuilds_the_lists(self):
+        with Server(args=FAST) as s:
+            item = uid("sw")
+            for u, k in (("a", "like"), ("b", "dislike"), ("c", "like")):
+                self.assertEqual(s.put(item, u, k)[0], 200)
+            self.assertEqual([e["user"] for e in walk(s, "/v1/items/%s/reactions" % item)], ["c", "b", "a"])
+            s.stop()
+            s.start(FAST + ["--reaction-mode", "many"])
+            self.assertIn("event=lists-built", s.stderr())
+            got = walk(s, "/v1/items/%s/reactions" % item)
+            self.assertEqual([(e["user"], e["reactions"]) for e in got],
+                             [("c", ["like"]), ("b", ["dislike"]), ("a", ["like"])])
+            self.assertEqual(s.json("PUT", "/v1/items/%s/dislike" % item, user="a")[0], 200)
+            got = walk(s, "/v1/items/%s/reactions" % item)
+            self.assertEqual([e["user"] for e in got], ["a", "c", "b"])
+            self.assertEqual([e["user"] for e in walk(s, "/v1/items/%s/reactions" % item, reaction="like")],
+                             ["c", "a"])
             recount_ok(self, s)
 
 
