@@ -216,6 +216,31 @@ class ManyModeTest(TallyTestCase):
             recount_ok(self, s)
 
 
+class ExportUserTest(TallyTestCase):
+
+    @embedded_only("tally export reads a data directory")
+    def test_export_one_user_with_the_lists_lagging(self):
+        from test_ops import tally
+        with Server(args=FAST + ["--fold-window", "1h"]) as s:
+            import_lines(s, [("x%d" % i, "keep", "like") for i in range(50)])
+            for i in range(5):
+                self.assertEqual(s.put("e%d" % i, "exp", "like" if i % 2 else "dislike")[0], 200)
+            self.assertEqual(s.put("e0", "exp", "none")[0], 200)
+            s.kill9()  # nothing folded: the user's list is empty, the log holds everything
+            r = tally("export", "--data", s.data_dir, "--user", "exp")
+            self.assertEqual(r.returncode, 0, r.stderr)
+            got = sorted(json.loads(line)["item"] for line in r.stdout.splitlines())
+            self.assertEqual(got, ["e1", "e2", "e3", "e4"])
+            self.assertEqual(json.loads(r.stdout.splitlines()[0])["user"], "exp")
+            s.start(FAST)  # folds the backlog
+            self.assertTrue(wait_for(lambda: len(walk(s, "/v1/users/exp/reactions")) == 4))
+            s.stop()
+            r = tally("export", "--data", s.data_dir, "--user", "exp")
+            self.assertEqual(sorted(json.loads(line)["item"] for line in r.stdout.splitlines()), got)
+            r = tally("export", "--data", s.data_dir, "--user", "nobody")
+            self.assertEqual((r.returncode, r.stdout), (0, ""))
+
+
 class ModeSwitchTest(TallyTestCase):
 
     @embedded_only("the embedded store's lists of one mode have no entries of any kind: rebuilt on a switch")
