@@ -193,14 +193,15 @@ static void test_schema_upgrade(const char *dir)
     CHECK(list_names(dir, false, "i1", KIND_NONE, "u1,")); /* the lists were built from the rows */
 
     /* version 2 had no lists: opening one builds them */
-    MDB_dbi luser;
+    MDB_dbi litem, luser;
     CHECK((env = raw_env(dir, 0)) != NULL);
     if (!env)
         return;
     MDB_val v2 = {1, "2"};
     CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
-          mdb_dbi_open(txn, "luser", 0, &luser) == 0 && mdb_drop(txn, luser, 1) == 0 &&
-          mdb_put(txn, meta, &k, &v2, 0) == 0 && mdb_txn_commit(txn) == 0);
+          mdb_dbi_open(txn, "litem", 0, &litem) == 0 && mdb_dbi_open(txn, "luser", 0, &luser) == 0 &&
+          mdb_drop(txn, litem, 1) == 0 && mdb_drop(txn, luser, 1) == 0 && mdb_put(txn, meta, &k, &v2, 0) == 0 &&
+          mdb_txn_commit(txn) == 0);
     mdb_env_close(env);
     CHECK(list_names(dir, false, "i1", KIND_NONE, "u1,"));
     CHECK(list_names(dir, true, "u1", 1, "i1,"));

@@ -49,7 +49,7 @@ struct lmdb_store {
     store_t base;
     MDB_env *env;
     MDB_dbi rows, log, counts, meta, idem, idem_exp, aux;
-    MDB_dbi luser;                /* a user's list (lmdb_lists.c); an item's lives in counts, after its record */
+    MDB_dbi litem, luser;         /* the lists (lmdb_lists.c) */
     bool lists_stale;             /* opening found lists of the other mode: built anew */
     kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
@@ -109,12 +109,6 @@ uint32_t lmdb_set_to_db(const lmdb_store_t *s, kindset_t set);
 kindset_t lmdb_set_from_db(const lmdb_store_t *s, uint32_t db);
 /* Builds the lists anew from the rows and the retained log, in txn (lmdb_lists.c). */
 int lmdb_txn_lists_rebuild(const lmdb_store_t *s, MDB_txn *txn);
-/* True when a key of the counts database is an item's counts record ([len][item]), not an entry of
- * the item's list ([len][item][kind][seq][user], which sorts right after it). */
-static inline bool lmdb_key_is_counts(const MDB_val *key)
-{
-    return key->mv_size >= 1 && key->mv_size == (size_t)1 + ((const uint8_t *)key->mv_data)[0];
-}
 /* The item of a rows or counts key ([len][item]…), or false when the key is malformed. */
 bool lmdb_key_item(const MDB_val *key, span_t *item);
 

@@ -1,18 +1,16 @@
 /* lmdb_lists.c — the embedded store's lists: who reacted to an item, what a user reacted to.
  *
  * Databases (kept by the fold, in its transaction; positions are log seqs):
- *   counts [len][item][d u8][seq BE][user] → [at_ms u64][set u32]  (d: disk code; 0 = any kind)
+ *   litem  [len][item][d u8][seq BE][user] → [at_ms u64][set u32]  (d: disk code; 0 = any kind)
  *   luser  [len][user][d u8][seq BE][item] → [at_ms u64][set u32]
  *   rows   a row's value ends with the pair's record: [set u32, disk codes][any seq u64][seq u64 per
  *          kind of the set, in disk-code order] (where its entries are; absent: none)
  * The position is big-endian so that an item's (or a user's) entries of one kind sort by position: a
- * page is one backwards walk of one key range. An item's entries live in the counts database right
- * after its counts record, which the fold rewrites in the same transaction: for most items the
- * new entry lands on that page (a database of their own cost each write another random page). The record lives in the
- * row so that the fold's update of it lands on the page the write made dirty in the same transaction. In one mode a
- * pair has one kind, and its entry under that kind is the only one (a page of any kind merges the kinds' ranges: half
- * the entries to write); in many mode d = 0 holds each pair at its last change, and the set in an entry's value is
- * current only there (a kind's page reads the pair's record). */
+ * page is one backwards walk of one key range. The record lives in the row so that the fold's update
+ * of it lands on the page the write made dirty in the same transaction. In one mode a pair has one
+ * kind, and its entry under that kind is the only one (a page of any kind merges the kinds' ranges:
+ * half the entries to write); in many mode d = 0 holds each pair at its last change, and the set in
+ * an entry's value is current only there (a kind's page reads the pair's record). */
 #include "store/lmdb/lmdb_internal.h"
 
 #include <stdio.h>
@@ -161,7 +159,7 @@ static int entry_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t us
     lmdb_put_u64(v, at_ms);
     memcpy(v + 8, &set, 4);
     MDB_val key = {list_key(kbuf, item, d, seq, user, false), kbuf}, val = {sizeof v, v};
-    int rc = mdb_put(txn, s->counts, &key, &val, 0);
+    int rc = mdb_put(txn, s->litem, &key, &val, 0);
     if (rc == MDB_SUCCESS) {
         key = (MDB_val){list_key(kbuf, user, d, seq, item, false), kbuf};
         rc = mdb_put(txn, s->luser, &key, &val, 0);
@@ -173,7 +171,7 @@ static int entry_del(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t us
 {
     uint8_t kbuf[LIST_KEY_LEN];
     MDB_val key = {list_key(kbuf, item, d, seq, user, false), kbuf};
-    int rc = mdb_del(txn, s->counts, &key, NULL);
+    int rc = mdb_del(txn, s->litem, &key, NULL);
     if (rc == MDB_SUCCESS || rc == MDB_NOTFOUND) {
         key = (MDB_val){list_key(kbuf, user, d, seq, item, false), kbuf};
         rc = mdb_del(txn, s->luser, &key, NULL);
@@ -270,22 +268,6 @@ static int build_entry(void *arg, uint64_t seq, const transition_t *t)
     return b->rc != STORE_OK;
 }
 
-/* Deletes every entry of the items' lists from counts (the counts records stay). */
-static int drop_item_lists(const lmdb_store_t *s, MDB_txn *txn)
-{
-    MDB_cursor *cur;
-    MDB_val key, val;
-    int rc = mdb_cursor_open(txn, s->counts, &cur);
-    if (rc != MDB_SUCCESS)
-        return lmdb_rc(rc);
-    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;
-         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
-        if (!lmdb_key_is_counts(&key) && (rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
-            break; /* after a deletion MDB_NEXT gives the entry that followed it */
-    mdb_cursor_close(cur);
-    return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
-}
-
 static int first_log_at(const lmdb_store_t *s, MDB_txn *txn, uint64_t *at_ms)
 {
     MDB_cursor *cur;
@@ -307,7 +289,7 @@ static int first_log_at(const lmdb_store_t *s, MDB_txn *txn, uint64_t *at_ms)
 int lmdb_txn_lists_rebuild(const lmdb_store_t *s, MDB_txn *txn)
 {
     build_t b = {s, txn, 0, STORE_OK};
-    int rc = drop_item_lists(s, txn);
+    int rc = lmdb_rc(mdb_drop(txn, s->litem, 0));
     if (rc == STORE_OK)
         rc = lmdb_rc(mdb_drop(txn, s->luser, 0));
     if (rc == STORE_OK)
@@ -463,7 +445,7 @@ int lmdb_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn 
         size_t slen = q->has_cursor ? list_key(start, q->key, d, q->seq, q->name, false)
                                     : list_key(start, q->key, d + 1, 0, (span_t){"", 0}, true);
         MDB_val sk = {slen, start};
-        if ((rc = mdb_cursor_open(r->txn, q->by_user ? s->luser : s->counts, &heads[i].cur)) == MDB_SUCCESS)
+        if ((rc = mdb_cursor_open(r->txn, q->by_user ? s->luser : s->litem, &heads[i].cur)) == MDB_SUCCESS)
             rc = head_step(&heads[i], prefix, plen, &sk);
     }
     for (size_t n = 0; rc == MDB_SUCCESS && n < q->limit; n++) {
@@ -508,13 +490,13 @@ static bool entry_has(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t u
 {
     uint8_t kbuf[LIST_KEY_LEN];
     MDB_val key = {list_key(kbuf, item, d, seq, user, false), kbuf}, val;
-    if (mdb_get(txn, s->counts, &key, &val) != MDB_SUCCESS)
+    if (mdb_get(txn, s->litem, &key, &val) != MDB_SUCCESS)
         return false;
     key = (MDB_val){list_key(kbuf, user, d, seq, item, false), kbuf};
     return mdb_get(txn, s->luser, &key, &val) == MDB_SUCCESS;
 }
 
-/* How many keys of db start with prefix and are not a counts record (in counts: the list entries). */
+/* How many keys of db start with prefix. */
 static int count_prefix(MDB_txn *txn, MDB_dbi db, const void *prefix, size_t plen, uint64_t *n)
 {
     MDB_cursor *cur;
@@ -523,11 +505,11 @@ static int count_prefix(MDB_txn *txn, MDB_dbi db, const void *prefix, size_t ple
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
     MDB_val key = {plen, (void *)prefix}, val;
-    for (rc = mdb_cursor_get(cur, &key, &val, plen ? MDB_SET_RANGE : MDB_FIRST); rc == MDB_SUCCESS;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS;
          rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
         if (key.mv_size < plen || memcmp(key.mv_data, prefix, plen) != 0)
             break;
-        *n += !lmdb_key_is_counts(&key);
+        (*n)++;
     }
     mdb_cursor_close(cur);
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
@@ -544,14 +526,13 @@ int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn ex
     const lmdb_store_t *s = r->store;
     *mismatches = 0;
     if (item.len == 0) {
-        MDB_stat b;
-        uint64_t a = 0;
-        int rc = count_prefix(r->txn, s->counts, "", 0, &a); /* the items' entries: keys past a record */
-        if (rc == STORE_OK)
-            rc = lmdb_rc(mdb_stat(r->txn, s->luser, &b));
-        if (rc == STORE_OK)
-            *mismatches = diff(a, b.ms_entries);
-        return rc;
+        MDB_stat a, b;
+        int rc = mdb_stat(r->txn, s->litem, &a);
+        if (rc == MDB_SUCCESS)
+            rc = mdb_stat(r->txn, s->luser, &b);
+        if (rc == MDB_SUCCESS)
+            *mismatches = diff(a.ms_entries, b.ms_entries);
+        return lmdb_rc(rc);
     }
     if (item.len > 255)
         return STORE_ERROR;
@@ -597,7 +578,7 @@ int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn ex
         result = lmdb_rc(rc);
     uint64_t have_entries = 0;
     if (result == STORE_OK)
-        result = count_prefix(r->txn, s->counts, prefix, plen, &have_entries);
+        result = count_prefix(r->txn, s->litem, prefix, plen, &have_entries);
     if (result == STORE_OK)
         *mismatches += diff(have_entries, want_entries);
     return result;

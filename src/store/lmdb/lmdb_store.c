@@ -10,8 +10,7 @@
  *   idem        [user_len][user][key]   → [expires_ms][fingerprint][status][type][has_etag][etag][body]
  *   idem_exp    [expires_ms BE][idem key] → "" (expiry index, swept front to back)
  *   aux         text key                → bytes (other modules' state: trending's summaries)
- *   luser                               the lists, kept by the fold (lmdb_lists.c), with the items'
- *                                       lists in counts after each item's record; a row's value may end
+ *   litem, luser                        the lists, kept by the fold (lmdb_lists.c); a row's value may end
  *                                       with the lists' record of its pair
  * Kinds on disk are numbered in the order they were first configured, so adding a kind never renumbers
  * rows; kind codes are translated at this seam. Integers are in host byte order, except the expiry
@@ -196,8 +195,6 @@ static int counts_add_reactors(lmdb_store_t *s, MDB_txn *txn)
          rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
         int64_t counts[KINDS_MAX + 1] = {0};
         span_t item = {key.mv_data, key.mv_size};
-        if (!lmdb_key_is_counts(&key))
-            continue; /* an entry of the item's list (lmdb_lists.c) */
         if (counts_decode(s, item, &val, counts) != STORE_OK) {
             mdb_cursor_close(cur);
             return STORE_ERROR;
@@ -380,6 +377,7 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         (rc = mdb_dbi_open(txn, "idem", MDB_CREATE, &s->idem)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "idem_exp", MDB_CREATE, &s->idem_exp)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "aux", MDB_CREATE, &s->aux)) != MDB_SUCCESS ||
+        (rc = mdb_dbi_open(txn, "litem", MDB_CREATE, &s->litem)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "luser", MDB_CREATE, &s->luser)) != MDB_SUCCESS) {
         snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
         goto fail;

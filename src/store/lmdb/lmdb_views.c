@@ -153,9 +153,6 @@ int lmdb_stats(store_t *s_, store_stats_t *st)
         st->rows = ms.ms_entries;
     if (rc == MDB_SUCCESS && (rc = mdb_stat(txn, s->counts, &ms)) == MDB_SUCCESS)
         st->items = ms.ms_entries;
-    /* counts also holds the items' lists: one entry for each of the user index's */
-    if (rc == MDB_SUCCESS && (rc = mdb_stat(txn, s->luser, &ms)) == MDB_SUCCESS)
-        st->items = st->items > ms.ms_entries ? st->items - ms.ms_entries : 0;
     if (rc == MDB_SUCCESS && (rc = mdb_stat(txn, s->log, &ms)) == MDB_SUCCESS) {
         st->log_entries = ms.ms_entries;
         st->log_bytes = (uint64_t)(ms.ms_branch_pages + ms.ms_leaf_pages + ms.ms_overflow_pages) * ms.ms_psize;
