@@ -221,7 +221,7 @@ static const flag_t flags[] = {
     {"--threads", "N", NULL, "HTTP threads (default: the number of CPUs)", set_uint, OPT(threads), 1, 64},
     {"--idempotency-ttl", "DUR", "24h", "how long Idempotency-Key answers are kept: 90s, 15m, 24h", set_duration,
      OPT(idem_ttl_ms), 1000, 0, "must be at least 1s"},
-    {"--fold-window", "DUR", "0", "minimum interval between folds of the log into counts", set_duration,
+    {"--fold-window", "DUR", "0", "minimum interval between folds of the log into counts and lists", set_duration,
      OPT(fold_window_ms)},
     {"--request-timeout", "DUR", "10s", "time to read a request and idle keep-alive limit", set_duration,
      OPT(request_timeout_ms), 100, 0, "must be at least 100ms"},
