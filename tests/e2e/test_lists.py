@@ -331,6 +331,19 @@ class ErasureTest(TallyTestCase):
             self.assertTrue(wait_for(lambda: len(walk(s, "/v1/users/keep/reactions")) == len(items)))
             self.assertEqual([e["user"] for e in walk(s, "/v1/items/%s/reactions" % items[5])], ["keep"])
 
+    def test_item_deletion_leaves_both_lists(self):
+        with Server(args=FAST) as s:
+            gone, kept = uid("gone"), uid("kept")
+            import_lines(s, [(i, "u%d" % k, "like") for i in (gone, kept) for k in range(30)])
+            self.assertTrue(wait_for(lambda: len(walk(s, "/v1/users/u7/reactions")) == 2))
+            doc = self.assertOk(s.json("DELETE", "/v1/admin/items/" + gone, headers=ADMIN))
+            self.assertEqual(doc["changed"], 30)
+            self.assertTrue(wait_for(lambda: walk(s, "/v1/items/%s/reactions" % gone) == []))
+            for k in (0, 7, 29):
+                self.assertEqual([e["item"] for e in walk(s, "/v1/users/u%d/reactions" % k)], [kept])
+            self.assertEqual(len(walk(s, "/v1/items/%s/reactions" % kept)), 30)
+            recount_ok(self, s)
+
     def test_erase_right_after_a_burst(self):
         self.erase_after_burst([])
 
