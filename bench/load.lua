@@ -3,7 +3,9 @@
 --   wrk -t1 -c64 -d12s --latency -s bench/load.lua URL -- SCENARIO TARGET OUT SEED [RATE]
 --
 -- SCENARIO  write | keyed | viral | feed | mixed | toggle | paced (the write requests, RATE a second) |
---           paced_keyed (the keyed requests, RATE a second)
+--           paced_keyed (the keyed requests, RATE a second) |
+--           who (a page of 20 of who reacted to an item, Zipf item, as an admin) |
+--           mine (a page of 20 of a user's reactions, uniform user, as that user)
 --           keyed: the writes of `write`, each with a fresh Idempotency-Key (as the peers store an
 --           idempotency record for every write)
 -- TARGET    tally | nginx (nginx: same requests, no record of what was sent)
@@ -128,6 +130,15 @@ local function read_req()
    return http("GET", "/v1/items/p" .. ii, "X-User-Id: u" .. user_index() .. "\r\n")
 end
 
+local function who_req()
+   return http("GET", "/v1/items/p" .. item_index(zipf_rank()) .. "/reactions?limit=20", "X-User-Id: admin\r\n")
+end
+
+local function mine_req()
+   local u = "u" .. user_index()
+   return http("GET", "/v1/users/" .. u .. "/reactions?limit=20", "X-User-Id: " .. u .. "\r\n")
+end
+
 local function toggle_req()
    if n_req > RETRY_MIN_AGE * 2 and random() < 0.2 then
       -- resend an earlier request: same user, item, key and body
@@ -198,7 +209,7 @@ function init(args)
       start_pacing(rate)
    end
    scenario_name, out_prefix = scenario, args[3]
-   record_pairs = target == "tally" and scenario ~= "feed"
+   record_pairs = target == "tally" and scenario ~= "feed" and scenario ~= "who" and scenario ~= "mine"
    math.randomseed(seed * 1000 + tid)
    host_hdr = wrk.host .. ":" .. tostring(wrk.port)
    build_zipf()
@@ -220,6 +231,10 @@ function request()
       return read_req()
    elseif scenario == "toggle" then
       return toggle_req()
+   elseif scenario == "who" then
+      return who_req()
+   elseif scenario == "mine" then
+      return mine_req()
    end
    error("unknown scenario " .. tostring(scenario))
 end

@@ -39,6 +39,8 @@ static const struct {
     {ROUTE_LIVE, "/v1/live", NULL, "GET"},
     {ROUTE_OPENAPI, "/v1/openapi.json", NULL, "GET HEAD"},
     {ROUTE_UI, NULL, NULL, "GET HEAD"},
+    {ROUTE_ITEM_REACTIONS, NULL, NULL, "GET HEAD"},
+    {ROUTE_USER_REACTIONS, NULL, NULL, "GET HEAD"},
 };
 _Static_assert(sizeof spec / sizeof spec[0] == ROUTE_COUNT, "fuzz_router.c: a route was added; add its row to spec");
 
@@ -89,6 +91,18 @@ static route_t ref_route(span_t path)
         r.item = path;
         return r;
     }
+    /* /v1/users/{user}/reactions */
+    static const char users[] = "/v1/users/";
+    size_t un = strlen(users);
+    if (path.len > un && memcmp(path.ptr, users, un) == 0) {
+        span_t rest = {path.ptr + un, path.len - un};
+        const char *slash = memchr(rest.ptr, '/', rest.len);
+        if (slash && span_eq_str((span_t){slash + 1, rest.len - (size_t)(slash - rest.ptr) - 1}, "reactions")) {
+            r.id = ROUTE_USER_REACTIONS;
+            r.item = (span_t){rest.ptr, (size_t)(slash - rest.ptr)};
+        }
+        return r;
+    }
     for (size_t i = 0; i < ROUTE_COUNT; i++) {
         if (spec[i].path && span_eq_str(path, spec[i].path)) {
             r.id = spec[i].id;
@@ -121,6 +135,8 @@ static route_t ref_route(span_t path)
     r.item = item;
     if (span_eq_str(action, "reaction"))
         r.id = ROUTE_REACTION;
+    else if (span_eq_str(action, "reactions"))
+        r.id = ROUTE_ITEM_REACTIONS;
     else if (span_eq_str(action, "reaction:toggle"))
         r.id = ROUTE_TOGGLE;
     else {
@@ -178,7 +194,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(span_eq(r.item, want.item));
     if (r.id == ROUTE_ITEM || r.id == ROUTE_REACTION || r.id == ROUTE_TOGGLE || r.id == ROUTE_KIND ||
         r.id == ROUTE_ADMIN_USER || r.id == ROUTE_ADMIN_ITEM || r.id == ROUTE_WEBHOOK || r.id == ROUTE_WEBHOOK_RESUME ||
-        r.id == ROUTE_WEBHOOK_SECRET) {
+        r.id == ROUTE_WEBHOOK_SECRET || r.id == ROUTE_ITEM_REACTIONS || r.id == ROUTE_USER_REACTIONS) {
         FUZZ_ASSERT(span_eq(r.item, want.item));
         FUZZ_ASSERT(r.item.len == 0 || !memchr(r.item.ptr, '/', r.item.len));
     }

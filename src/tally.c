@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/itemmap.h"
 #include "core/jwt.h"
 #include "core/kindsjson.h"
 #include "core/parse.h"
@@ -256,6 +257,73 @@ static int export_row(void *arg, span_t item, span_t user, const reaction_row_t 
     return ferror(stdout) ? 1 : 0;
 }
 
+/* One user's export: the items of the user's list, and of the log not yet folded into it. */
+#define EXPORT_LIST_PAGE 1000
+typedef struct {
+    itemmap_t items;
+    span_t user;
+    uint64_t seq; /* the last entry of the page, to go on below it */
+    char name[ID_MAX_LEN];
+    size_t name_len, n;
+    int rc;
+} user_export_t;
+
+static int export_list_entry(void *arg, span_t item, uint64_t seq, uint64_t at_ms, kindset_t set)
+{
+    (void)at_ms, (void)set;
+    user_export_t *x = arg;
+    if (!itemmap_get(&x->items, item)) {
+        x->rc = STORE_ERROR;
+        return 1;
+    }
+    x->seq = seq;
+    memcpy(x->name, item.ptr, item.len);
+    x->name_len = item.len;
+    x->n++;
+    return 0;
+}
+
+static int export_log_entry(void *arg, uint64_t seq, const transition_t *t)
+{
+    (void)seq;
+    user_export_t *x = arg;
+    if (span_eq(t->user, x->user) && !itemmap_get(&x->items, t->item)) {
+        x->rc = STORE_ERROR;
+        return 1;
+    }
+    return 0;
+}
+
+/* Every row of user that is not none, from one snapshot: its cost is the user's reactions. */
+static int export_user(store_t *store, store_read_t *snap, span_t user)
+{
+    user_export_t x = {.user = user, .rc = STORE_OK};
+    uint64_t checkpoint;
+    int rc = store_read_checkpoint(snap, &checkpoint);
+    if (rc == STORE_OK)
+        rc = store_read_log(snap, checkpoint, SIZE_MAX, export_log_entry, &x);
+    store_list_query_t q = {.by_user = true, .key = user, .kind = KIND_NONE, .limit = EXPORT_LIST_PAGE};
+    do {
+        x.n = 0;
+        if (rc == STORE_OK && x.rc == STORE_OK)
+            rc = store_read_list(snap, &q, export_list_entry, &x);
+        q.has_cursor = true;
+        q.seq = x.seq;
+        q.name = (span_t){x.name, x.name_len};
+    } while (rc == STORE_OK && x.rc == STORE_OK && x.n == EXPORT_LIST_PAGE);
+    if (rc == STORE_OK)
+        rc = x.rc;
+    for (size_t i = 0; rc == STORE_OK && i < x.items.count; i++) {
+        span_t item = {x.items.entries[i].item, x.items.entries[i].item_len};
+        reaction_row_t row;
+        if ((rc = store_read_row(snap, item, user, &row)) == STORE_OK &&
+            export_row((void *)store_kinds(store), item, user, &row) != 0)
+            rc = STORE_ERROR;
+    }
+    itemmap_free(&x.items);
+    return rc;
+}
+
 static int cmd_export(int argc, char **argv)
 {
     flags_t f = {0};
@@ -264,13 +332,16 @@ static int cmd_export(int argc, char **argv)
         return first == -1 ? 0 : EXIT_USAGE;
     if (!f.data || first != argc)
         return usage_error("needs --data DIR");
+    if (f.user && !id_valid(span_of(f.user)))
+        return usage_error("--user: not a valid user id");
     store_t *store = open_existing(f.data);
     if (!store)
         return EXIT_FAILED;
     store_read_t *snap;
     int rc = store_read_begin(store, &snap);
     if (rc == STORE_OK) {
-        rc = store_read_rows(snap, export_row, (void *)store_kinds(store));
+        rc = f.user ? export_user(store, snap, span_of(f.user))
+                    : store_read_rows(snap, export_row, (void *)store_kinds(store));
         store_read_end(snap);
     }
     store_close(store);
@@ -415,10 +486,12 @@ static int cmd_verify(int argc, char **argv)
                    kinds_count_name(kinds, rep.drift[i].kind), (long long)rep.drift[i].counted,
                    (long long)rep.drift[i].stored);
         printf("checked %zu items, %zu drift\n", rep.checked, rep.ndrift);
+        if (rep.list_mismatches)
+            printf("lists: %llu entries disagree with the rows\n", (unsigned long long)rep.list_mismatches);
     } else {
         fprintf(stderr, "tally verify: reading the store failed\n");
     }
-    size_t drift = rep.ndrift;
+    size_t drift = rep.ndrift + (rep.list_mismatches > 0);
     recount_report_free(&rep);
     store_close(store);
     return rc != STORE_OK || drift ? EXIT_FAILED : 0;
@@ -509,7 +582,10 @@ static const command_t commands[] = {
      "  applies {item,user,reaction} records (JSON lines, or CSV with the header item,user,reaction) as\n"
      "  ordinary writes; tallyd must not be running on DIR; a re-run changes nothing\n",
      cmd_import},
-    {"export", "tally export --data DIR\n  every reaction row (not none) as JSON lines, the import format\n",
+    {"export",
+     "tally export --data DIR [--user USER]\n  every reaction row (not none) as JSON lines, the import format; with "
+     "--user,\n"
+     "  only that user's (read from the user's list: the cost of the user's reactions)\n",
      cmd_export},
     {"erase-user",
      "tally erase-user --data DIR USER\n  every reaction of USER becomes none; their idempotency records are deleted\n",

@@ -77,6 +77,7 @@ typedef struct {
     int ncors;
     netallow_t webhook_allow;
     uint64_t webhook_timeout_ms, webhook_backoff_min_ms, webhook_backoff_max_ms, webhook_secret_overlap_ms;
+    list_access_t who_reacted, user_reactions;
 } options_t;
 
 typedef struct flag flag_t;
@@ -157,6 +158,26 @@ static const char *set_mode(const flag_t *f, const char *value, void *dest)
     return NULL;
 }
 
+/* --who-reacted admin|users|public, --user-reactions owner|users|public: f->why lists the words. */
+static const char *set_access(const flag_t *f, const char *value, void *dest)
+{
+    static const struct {
+        const char *word;
+        list_access_t access;
+    } words[] = {{"admin", LIST_ACCESS_ADMIN},
+                 {"owner", LIST_ACCESS_OWNER},
+                 {"users", LIST_ACCESS_USERS},
+                 {"public", LIST_ACCESS_PUBLIC}};
+    for (size_t i = 0; i < sizeof words / sizeof words[0]; i++) {
+        /* each flag takes its own first word (admin or owner) and the two shared ones */
+        if (strcmp(value, words[i].word) == 0 && strstr(f->why, value)) {
+            *(list_access_t *)dest = words[i].access;
+            return NULL;
+        }
+    }
+    return f->why;
+}
+
 static const char *set_store(const flag_t *f, const char *value, void *dest)
 {
     (void)f;
@@ -216,7 +237,7 @@ static const flag_t flags[] = {
     {"--threads", "N", NULL, "HTTP threads (default: the number of CPUs)", set_uint, OPT(threads), 1, 64},
     {"--idempotency-ttl", "DUR", "24h", "how long Idempotency-Key answers are kept: 90s, 15m, 24h", set_duration,
      OPT(idem_ttl_ms), 1000, 0, "must be at least 1s"},
-    {"--fold-window", "DUR", "0", "minimum interval between folds of the log into counts", set_duration,
+    {"--fold-window", "DUR", "0", "minimum interval between folds of the log into counts and lists", set_duration,
      OPT(fold_window_ms)},
     {"--request-timeout", "DUR", "10s", "time to read a request and idle keep-alive limit", set_duration,
      OPT(request_timeout_ms), 100, 0, "must be at least 100ms"},
@@ -285,6 +306,14 @@ static const flag_t flags[] = {
      OPT(max_live_streams), 0, 1000000},
     {"--max-live-streams-per-client", "N", "16", "open live streams per client address at most; past it 503", set_uint,
      OPT(max_live_streams_per_client), 0, 1000000},
+    {"--who-reacted", "admin|users|public", "admin",
+     "who may list an item's reactors (GET /v1/items/{item}/reactions):\n"
+     "admins, any authenticated user, or anyone",
+     set_access, OPT(who_reacted), 0, 0, "expected admin, users or public"},
+    {"--user-reactions", "owner|users|public", "owner",
+     "who may list a user's reactions (GET /v1/users/{user}/reactions):\n"
+     "that user and admins, any authenticated user, or anyone",
+     set_access, OPT(user_reactions), 0, 0, "expected owner, users or public"},
     {"--help", NULL, NULL, "this text", NULL, 0},
 };
 #pragma GCC diagnostic pop
@@ -516,6 +545,8 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
         app->cors_origins[i] = o->cors[i];
     app->ncors = o->ncors;
     app->max_header_bytes = o->max_header_bytes;
+    app->who_reacted = o->who_reacted;
+    app->user_reactions = o->user_reactions;
     if (o->access_log) {
         app->access_log = strcmp(o->access_log, "-") == 0 ? stderr : fopen(o->access_log, "a");
         if (!app->access_log) {
@@ -709,6 +740,12 @@ int main(int argc, char **argv)
                             .rate_limited = o.write_rule.rate_per_s > 0,
                             .files = ui_files,
                             .nfiles = ui_files_count};
+    static const openapi_access_t list_access[] = {[LIST_ACCESS_ADMIN] = OPENAPI_ACCESS_ADMIN,
+                                                   [LIST_ACCESS_OWNER] = OPENAPI_ACCESS_OWNER,
+                                                   [LIST_ACCESS_USERS] = OPENAPI_ACCESS_USERS,
+                                                   [LIST_ACCESS_PUBLIC] = OPENAPI_ACCESS_PUBLIC};
+    doc.route_access[ROUTE_ITEM_REACTIONS] = list_access[o.who_reacted];
+    doc.route_access[ROUTE_USER_REACTIONS] = list_access[o.user_reactions];
     if (ui_openapi_render(&app, &doc) != 0) {
         fprintf(stderr, "tallyd: out of memory for the OpenAPI document\n");
         return 1;

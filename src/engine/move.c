@@ -1,6 +1,7 @@
 /* move.c — copying a whole store into an empty one (the embedded store to PostgreSQL): rows with
  * their versions, idempotency records still live, the retained log at its own positions, the
- * counts and the checkpoint they were folded to, and trending's summaries. Only the seam is used,
+ * counts and the checkpoint they were folded to, and trending's summaries; the lists are then built
+ * in the destination from what was copied. Only the seam is used,
  * so any store moves to any other. */
 #include "engine/move.h"
 
@@ -166,6 +167,12 @@ int move_store(store_t *from, store_t *to, move_result_t *res, char *err, size_t
     store_read_end(snap);
     if (m.tx)
         m.rc = m.rc == STORE_OK ? store_write_commit(m.tx) : (store_write_abort(m.tx), m.rc);
+    /* The lists are the destination's own (its positions are the source's, copied with the log):
+     * built from what was copied, once it is all committed. */
+    if (m.rc == STORE_OK && (step = "the lists", m.rc = store_write_begin(to, &m.tx)) == STORE_OK) {
+        m.rc = store_lists_rebuild(m.tx);
+        m.rc = m.rc == STORE_OK ? store_write_commit(m.tx) : (store_write_abort(m.tx), m.rc);
+    }
     if (m.rc != STORE_OK)
         snprintf(err, errlen, "copying %s failed (after %llu rows, %llu keys, %llu log entries, %llu items)", step,
                  (unsigned long long)res->rows, (unsigned long long)res->keys, (unsigned long long)res->log_entries,

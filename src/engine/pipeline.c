@@ -1,13 +1,17 @@
-/* pipeline.c — the fold: many transitions of one item become one counts update. */
+/* pipeline.c — the fold: many transitions of one item become one counts update, and many
+ * transitions of one (item, user) pair one change of the lists (who reacted, a user's reactions),
+ * written in the same transaction as the counts and the checkpoint. */
 #include "engine/pipeline.h"
 
 #include <assert.h>
 #include <stdio.h>
 
 #include "core/itemmap.h"
+#include "core/listchange.h"
 
 typedef struct {
     itemmap_t sums;
+    listmap_t pairs;
     uint64_t last_seq;
     size_t limit, seen;
     pipeline_result_t *result;
@@ -35,6 +39,12 @@ static int fold_one(void *arg, uint64_t seq, const transition_t *t)
         return 1;
     }
     reaction_deltas_add(t->from, t->to, e->deltas);
+    listmap_entry_t *p = listmap_get(&f->pairs, t->item, t->user);
+    if (!p) {
+        f->rc = STORE_ERROR;
+        return 1;
+    }
+    list_change_add(&p->change, t->from, t->to, seq, t->at_ms);
     f->last_seq = seq;
     f->seen++;
     return 0;
@@ -62,6 +72,10 @@ int pipeline_fold(store_write_t *w, size_t limit, pipeline_result_t *result)
         rc = store_counts_add(w, (span_t){e->item, e->item_len}, e->deltas);
         updates++;
     }
+    for (size_t i = 0; rc == STORE_OK && i < f.pairs.count; i++) {
+        const listmap_entry_t *p = &f.pairs.entries[i];
+        rc = store_list_apply(w, (span_t){p->item, p->item_len}, (span_t){p->user, p->user_len}, &p->change);
+    }
     if (rc == STORE_OK && f.seen > 0)
         rc = store_checkpoint_put(w, f.last_seq);
     if (rc == STORE_OK) {
@@ -69,5 +83,6 @@ int pipeline_fold(store_write_t *w, size_t limit, pipeline_result_t *result)
         result->items = updates;
     }
     itemmap_free(&f.sums);
+    listmap_free(&f.pairs);
     return rc;
 }

@@ -16,8 +16,8 @@ typedef struct {
 } pipeline_result_t;
 
 /* Folds up to limit entries after the checkpoint: sums each item's deltas in memory, writes one
- * counts update per item and moves the checkpoint. Returns a STORE_ code; on error the caller must
- * abort the transaction. Writer thread only. */
+ * counts update per item and one lists change per (item, user) pair, and moves the checkpoint. Returns a STORE_ code;
+ * on error the caller must abort the transaction. Writer thread only. */
 int pipeline_fold(store_write_t *w, size_t limit, pipeline_result_t *result);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "core/clock.h"
 #include "core/itemmap.h"
+#include "core/listchange.h"
 #include "engine/thread.h"
 
 recount_stats_t recount_stats;
@@ -36,6 +37,7 @@ static int drift_add(recount_report_t *rep, span_t item, int kind, int64_t count
 typedef struct {
     store_read_t *snap;
     const itemmap_t *unfolded;
+    const listmap_t *unfolded_pairs;
     itemmap_t *fixes;
     recount_report_t *report;
     int kinds;
@@ -49,6 +51,9 @@ typedef struct {
  * partial map and every later comparison would find false drift: it is an error, as in fold_one. */
 typedef struct {
     itemmap_t map;
+    /* per pair the log changed after the checkpoint, its set as folded: the first such entry's
+     * `from` (change.set; change.seq marks it taken) */
+    listmap_t pairs;
     int rc;
 } unfolded_t;
 
@@ -62,7 +67,29 @@ static int unfolded_add(void *arg, uint64_t seq, const transition_t *t)
         return 1;
     }
     reaction_deltas_add(t->from, t->to, e->deltas);
+    listmap_entry_t *p = listmap_get(&u->pairs, t->item, t->user);
+    if (!p) {
+        u->rc = STORE_ERROR;
+        return 1;
+    }
+    if (p->change.seq == 0) { /* positions start at 1 */
+        p->change.set = t->from;
+        p->change.seq = seq;
+    }
     return 0;
+}
+
+typedef struct {
+    const listmap_t *pairs;
+    span_t item;
+} expect_t;
+
+/* The set the lists should hold for (item, user): the row's, or its set before the unfolded log. */
+static kindset_t expect_folded(void *arg, span_t user, kindset_t row_set)
+{
+    const expect_t *x = arg;
+    const listmap_entry_t *p = listmap_find(x->pairs, x->item, user);
+    return p ? p->change.set : row_set;
 }
 
 /* Compares one item inside the chunk's snapshot. */
@@ -77,6 +104,11 @@ static int check_item(void *arg, span_t item)
         return 1;
     const itemmap_entry_t *pending = itemmap_find(c->unfolded, item);
     c->report->checked++;
+    expect_t x = {c->unfolded_pairs, item};
+    uint64_t mismatches = 0;
+    if ((c->rc = store_read_lists_check(c->snap, item, expect_folded, &x, &mismatches)) != STORE_OK)
+        return 1;
+    c->report->list_mismatches += mismatches;
     /* [0], the reactors, is kept in many mode; in one mode it is the sum of the others */
     for (int k = c->many ? KIND_NONE : 1; k <= c->kinds; k++) {
         int64_t effective = stored[k] + (pending ? pending->deltas[k] : 0);
@@ -104,6 +136,7 @@ static int recount_chunk(store_t *store, const span_t *items, size_t nitems, chu
         return rc;
     c->snap = snap;
     c->unfolded = &unfolded.map;
+    c->unfolded_pairs = &unfolded.pairs;
     c->rc = STORE_OK;
     rc = store_read_checkpoint(snap, &checkpoint);
     if (rc == STORE_OK)
@@ -123,11 +156,16 @@ static int recount_chunk(store_t *store, const span_t *items, size_t nitems, chu
         size_t visited;
         rc = store_read_items(snap, (span_t){c->last, c->last_len}, RECOUNT_CHUNK_ITEMS, check_item, c, &visited);
         *more = visited == RECOUNT_CHUNK_ITEMS;
+        uint64_t twins = 0; /* after the last chunk: the user index against the item index */
+        if (rc == STORE_OK && !*more &&
+            (rc = store_read_lists_check(snap, (span_t){"", 0}, NULL, NULL, &twins)) == STORE_OK)
+            c->report->list_mismatches += twins;
     }
     if (rc == STORE_OK)
         rc = c->rc;
     store_read_end(snap);
     itemmap_free(&unfolded.map);
+    listmap_free(&unfolded.pairs);
     return rc;
 }
 
@@ -198,6 +236,7 @@ static int recount_locked(store_t *store, writer_t *writer, const span_t *items,
     if (rc == STORE_OK) {
         atomic_fetch_add(&recount_stats.runs, 1);
         atomic_store(&recount_stats.last_drift, report->ndrift);
+        atomic_store(&recount_stats.last_list_mismatches, report->list_mismatches);
         atomic_fetch_add(&recount_stats.corrected_total, report->corrected);
     }
     return rc;

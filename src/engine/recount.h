@@ -23,6 +23,8 @@ typedef struct {
 typedef struct {
     size_t checked;   /* items compared */
     size_t corrected; /* drift entries corrected (0 when run without a writer) */
+    /* entries of the lists (who reacted, a user's reactions) that disagree with the rows: should be 0 */
+    uint64_t list_mismatches;
     recount_drift_t *drift;
     size_t ndrift, cap;
 } recount_report_t;
@@ -42,9 +44,11 @@ int recount_sampler_start(store_t *store, writer_t *writer, uint64_t interval_ms
                           recount_sampler_t **out);
 void recount_sampler_stop(recount_sampler_t *r);
 
-/* For the metrics: drift entries found by the last finished recount, and the total corrected. */
+/* For the metrics: drift entries found by the last finished recount, and the total corrected; the
+ * lists' entries that disagreed with the rows in the last recount. */
 typedef struct {
     atomic_uint_fast64_t runs, last_drift, corrected_total;
+    atomic_uint_fast64_t last_list_mismatches; /* found by the last finished recount */
 } recount_stats_t;
 extern recount_stats_t recount_stats;
 

@@ -191,9 +191,30 @@ static int clear_one(void *arg, span_t name)
     return 0;
 }
 
+static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms);
+
+/* Before a user's walk on a store that walks the user's list (the embedded one): the whole log is
+ * folded first, in this transaction, so the list holds the user's newest reactions and no longer
+ * holds the rows earlier chunks cleared. A shared store walks its rows by user and needs nothing. */
+static int writer_catch_up(writer_t *w, store_write_t *tx)
+{
+    if (store_shared(w->store))
+        return STORE_OK;
+    int rc = STORE_OK;
+    do
+        rc = writer_fold(w, tx, clock_ms(CLOCK_MONOTONIC));
+    while (rc == STORE_OK && w->fold_backlog);
+    return rc;
+}
+
 static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
 {
     clear_walk_t c = {w, tx, cmd, now_ms, STORE_OK};
+    if (cmd->type == WRITE_CLEAR_USER) {
+        int rc = writer_catch_up(w, tx);
+        if (rc != STORE_OK)
+            return rc;
+    }
     write_clear_t *cl = &cmd->clear;
     size_t visited = 0, deleted = 0;
     span_t after = {cl->resume, cl->resume_len}, fixed = {cl->name, cl->name_len};
@@ -205,7 +226,7 @@ static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
                  : store_user_items(tx, fixed, after, WRITER_CLEAR_CHUNK, clear_one, &c, &visited, last, &last_len);
     if (rc == STORE_OK)
         rc = c.rc;
-    if (rc == STORE_OK && last_len) { /* a user's walk visits items without their row too */
+    if (rc == STORE_OK && cmd->type == WRITE_CLEAR_USER) { /* where the next chunk goes on (or starts over) */
         memcpy(cl->resume, last, last_len);
         cl->resume_len = last_len;
     }

@@ -109,8 +109,9 @@ static void recount_job(admin_job_t *job)
                                                (json_int_t)d->counted, "stored", (json_int_t)d->stored));
     }
     answer_json(&job->answer,
-                json_pack("{s:I,s:I,s:o}", "checked", (json_int_t)rep.checked, "corrected", (json_int_t)rep.corrected,
-                          "drift", drift),
+                json_pack("{s:I,s:I,s:o,s:I}", "checked", (json_int_t)rep.checked, "corrected",
+                          (json_int_t)rep.corrected, "drift", drift, "list_mismatches",
+                          (json_int_t)rep.list_mismatches),
                 200);
     recount_report_free(&rep);
 }

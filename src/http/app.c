@@ -11,6 +11,7 @@
 #include "http/admin.h"
 #include "http/changes.h"
 #include "http/items.h"
+#include "http/lists.h"
 #include "http/live.h"
 #include "http/metrics.h"
 #include "http/router.h"
@@ -384,6 +385,10 @@ void app_handle(void *arg, http_request_t *req)
         return;
     case ROUTE_UI:
         ui_get(app, req, route.item);
+        return;
+    case ROUTE_ITEM_REACTIONS:
+    case ROUTE_USER_REACTIONS:
+        lists_get(app, req, route.item, route.query, route.id == ROUTE_USER_REACTIONS);
         return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:

@@ -30,6 +30,14 @@
 #define STATUS_CODES 600 /* per-route counters are indexed by status code */
 #define CORS_ORIGINS_MAX 16
 
+/* Who may read a list (--who-reacted: admin, users, public; --user-reactions: owner, users, public). */
+typedef enum {
+    LIST_ACCESS_ADMIN,  /* admins only */
+    LIST_ACCESS_OWNER,  /* the user the list is of, and admins */
+    LIST_ACCESS_USERS,  /* any authenticated user */
+    LIST_ACCESS_PUBLIC, /* anyone */
+} list_access_t;
+
 typedef struct app {
     const kinds_t *kinds;
     store_t *store;
@@ -50,9 +58,10 @@ typedef struct app {
     ratelimit_t *read_limit;                    /* per client address, reads without a user; NULL = off */
     const char *cors_origins[CORS_ORIGINS_MAX]; /* "*" allows any origin */
     int ncors;
-    size_t max_header_bytes; /* larger header sections are refused with 431 */
-    FILE *access_log;        /* one line per answer, when set */
-    bool admin_listen;       /* a second listener serves the admin routes (and the public one not) */
+    size_t max_header_bytes;                   /* larger header sections are refused with 431 */
+    FILE *access_log;                          /* one line per answer, when set */
+    bool admin_listen;                         /* a second listener serves the admin routes (and the public one not) */
+    list_access_t who_reacted, user_reactions; /* who may read the lists */
     /* When a reaction write last failed to commit (wall ms), seen as its answer comes back:
      * /readyz and tally_writes_failing say "writes failing" for a while after it. */
     atomic_uint_fast64_t last_write_failed_ms;

@@ -172,6 +172,10 @@ static void metrics_render(app_t *app, answer_t *a)
     counter(&t, "tally_recount_corrections_total", "Count corrections made by recounts.",
             atomic_load(&recount_stats.corrected_total));
     counter(&t, "tally_recount_runs_total", "Recounts finished.", atomic_load(&recount_stats.runs));
+    gauge(&t, "tally_list_index_mismatches",
+          "Entries of the lists (who reacted, a user's reactions) that disagreed with the rows in the last recount "
+          "(should be 0).",
+          (double)atomic_load(&recount_stats.last_list_mismatches));
     if (have_store) {
         gauge(&t, "tally_store_used_bytes", "Bytes of the store's map in use.", (double)st.used_bytes);
         gauge(&t, "tally_store_rows", "Reaction rows.", (double)st.rows);

@@ -176,6 +176,19 @@ static void add_examples(json_t *s, const openapi_config_t *cfg)
     examples(s, "Toggle", json_pack("[{s:s}]", "reaction", k2));
 }
 
+/* A page of a list: {<of>: id, reactions: [{<each>: id, reaction (or reactions), at}], next?}. */
+static json_t *list_schema(bool many, const char *of, const char *each)
+{
+    json_t *entry_props =
+        json_pack("{s:o,s:{s:s,s:s}}", each, schema_ref("Id"), "at", "type", "string", "format", "date-time");
+    json_object_set_new(entry_props, many ? "reactions" : "reaction", schema_ref(many ? "ReactionSet" : "Kind"));
+    json_t *entry = object(entry_props, REQUIRED(each, many ? "reactions" : "reaction", "at"), true);
+    json_t *props =
+        json_pack("{s:o,s:{s:s,s:o},s:{s:s,s:s}}", of, schema_ref("Id"), "reactions", "type", "array", "items", entry,
+                  "next", "type", "string", "description", "present when there may be more: pass it as after");
+    return object(props, REQUIRED(of, "reactions"), true);
+}
+
 /* The schemas section: every body of every route. */
 static json_t *schemas_of(const openapi_config_t *cfg)
 {
@@ -231,10 +244,11 @@ static json_t *schemas_of(const openapi_config_t *cfg)
     json_t *drift = object(json_pack("{s:o,s:o,s:{s:s},s:{s:s}}", "item", schema_ref("Id"), "kind", schema_ref("Kind"),
                                      "counted", "type", "integer", "stored", "type", "integer"),
                            REQUIRED("item", "kind", "counted", "stored"), true);
-    json_object_set_new(s, "RecountResult",
-                        object(json_pack("{s:o,s:o,s:{s:s,s:o}}", "checked", integer_min0(), "corrected",
-                                         integer_min0(), "drift", "type", "array", "items", drift),
-                               REQUIRED("checked", "corrected", "drift"), true));
+    json_object_set_new(
+        s, "RecountResult",
+        object(json_pack("{s:o,s:o,s:{s:s,s:o},s:o}", "checked", integer_min0(), "corrected", integer_min0(), "drift",
+                         "type", "array", "items", drift, "list_mismatches", integer_min0()),
+               REQUIRED("checked", "corrected", "drift"), true));
     json_object_set_new(s, "ImportRejection",
                         object(json_pack("{s:o,s:{s:s}}", "line", integer_min0(), "error", "type", "string"),
                                REQUIRED("line", "error"), true));
@@ -246,11 +260,11 @@ static json_t *schemas_of(const openapi_config_t *cfg)
     json_t *time_or_null = json_pack("{s:[s,s],s:s}", "type", "string", "null", "format", "date-time");
     json_object_set_new(
         s, "WebhookState",
-        object(json_pack("{s:{s:s},s:{s:s},s:O,s:{s:s},s:{s:s,s:i},s:O,s:{s:[s,s],s:[s,s,s,s,s,s,n]},s:{s:[s,s,s]}}",
+        object(json_pack("{s:{s:s},s:{s:s},s:O,s:{s:s},s:{s:s,s:i},s:O,s:{s:[s,s],s:[s,s,s,s,s,s,s,n]},s:{s:[s,s,s]}}",
                          "id", "type", "string", "url", "type", "string", "created", time_or_null, "delivered", "type",
                          "string", "lag_s", "type", "number", "minimum", 0, "failing_since", time_or_null, "last_error",
-                         "type", "string", "null", "enum", "timeout", "connect", "tls", "refused-address", "status-4xx",
-                         "status-5xx", "state", "enum", "active", "failing", "expired"),
+                         "type", "string", "null", "enum", "timeout", "connect", "tls", "refused-address", "status-3xx",
+                         "status-4xx", "status-5xx", "state", "enum", "active", "failing", "expired"),
                REQUIRED("id", "url", "delivered", "lag_s", "state"), true));
     json_object_set_new(
         s, "Webhooks",
@@ -274,6 +288,8 @@ static json_t *schemas_of(const openapi_config_t *cfg)
                                          "previous_valid_until", time_or_null),
                                REQUIRED("id", "secret"), true));
     json_decref(time_or_null);
+    json_object_set_new(s, "ItemReactions", list_schema(cfg->many, "item", "user"));
+    json_object_set_new(s, "UserReactions", list_schema(cfg->many, "user", "item"));
     json_object_set_new(s, "Changed", object(json_pack("{s:o}", "changed", integer_min0()), REQUIRED("changed"), true));
     json_object_set_new(s, "Health",
                         object(json_pack("{s:{s:s,s:[s,s]},s:{s:s}}", "status", "type", "string", "enum", "ok",
@@ -354,6 +370,10 @@ static json_t *parameters_of(void)
                         param("limit", "query", false, bounded_int(1, TRENDING_LIMIT_MAX, 10), NULL));
     json_object_set_new(p, "webhook",
                         param("webhook", "path", true, json_pack("{s:s}", "type", "string"), "a webhook's id"));
+    json_object_set_new(
+        p, "listReaction",
+        param("reaction", "query", false, schema_ref("Kind"), "only the users (items) holding that kind"));
+    json_object_set_new(p, "listLimit", param("limit", "query", false, bounded_int(1, 100, 20), NULL));
     json_object_set_new(p, "onError",
                         param("on-error", "query", false, json_pack("{s:s,s:[s]}", "type", "string", "enum", "abort"),
                               "abort: a bad line rejects the whole import and nothing changes"));

@@ -5,6 +5,8 @@
 
 #define ITEMS_PREFIX "/v1/items"
 #define UI_PREFIX "/ui/"
+#define USERS_PREFIX "/v1/users/"
+#define LIST_SEGMENT "reactions"
 
 static const struct {
     route_id_t id;
@@ -35,6 +37,8 @@ static const struct {
     {ROUTE_LIVE, "live", "/v1/live", "GET"},
     {ROUTE_OPENAPI, "openapi", "/v1/openapi.json", "GET, HEAD"},
     {ROUTE_UI, "ui", NULL, "GET, HEAD"},
+    {ROUTE_ITEM_REACTIONS, "item_reactions", NULL, "GET, HEAD"},
+    {ROUTE_USER_REACTIONS, "user_reactions", NULL, "GET, HEAD"},
 };
 
 #define WEBHOOKS_PREFIX "/v1/admin/webhooks/"
@@ -138,6 +142,17 @@ void route_match(span_t target, route_t *out)
             return;
         }
     }
+    size_t users_len = strlen(USERS_PREFIX);
+    if (path.len > users_len && memcmp(path.ptr, USERS_PREFIX, users_len) == 0) {
+        span_t rest = {path.ptr + users_len, path.len - users_len};
+        bool more;
+        span_t user = next_segment(&rest, &more);
+        if (more && span_eq_str(rest, LIST_SEGMENT)) {
+            out->id = ROUTE_USER_REACTIONS;
+            out->item = user;
+        }
+        return;
+    }
     size_t prefix_len = strlen(ITEMS_PREFIX);
     if (path.len < prefix_len || memcmp(path.ptr, ITEMS_PREFIX, prefix_len) != 0)
         return;
@@ -161,6 +176,8 @@ void route_match(span_t target, route_t *out)
         return; /* deeper paths are not routes */
     if (span_eq_str(action, "reaction"))
         out->id = ROUTE_REACTION;
+    else if (span_eq_str(action, LIST_SEGMENT))
+        out->id = ROUTE_ITEM_REACTIONS;
     else if (span_eq_str(action, "reaction:toggle"))
         out->id = ROUTE_TOGGLE;
     else if (action.len > 0) {

@@ -28,6 +28,8 @@ typedef enum {
     ROUTE_LIVE,           /* /v1/live?ids=… (server-sent events) */
     ROUTE_OPENAPI,        /* /v1/openapi.json */
     ROUTE_UI,             /* /ui/{file}: the static files (the whole path in item) */
+    ROUTE_ITEM_REACTIONS, /* /v1/items/{item}/reactions: who reacted */
+    ROUTE_USER_REACTIONS, /* /v1/users/{user}/reactions: a user's reactions */
     ROUTE_COUNT           /* number of routes, for per-route tables */
 } route_id_t;
 
@@ -36,8 +38,8 @@ const char *route_name(route_id_t id);
 
 typedef struct {
     route_id_t id;
-    span_t item;  /* raw segment, for the item routes (the user of ROUTE_ADMIN_USER, a webhook's id, the path of
-                     ROUTE_UI) */
+    span_t item;  /* raw segment, for the item routes (the user of ROUTE_ADMIN_USER and ROUTE_USER_REACTIONS, a
+                     webhook's id, the path of ROUTE_UI) */
     span_t kind;  /* raw segment, for ROUTE_KIND */
     span_t query; /* after '?', without it */
 } route_t;

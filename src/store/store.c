@@ -250,3 +250,23 @@ int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, siz
 {
     return w->ops->log_prune(w, upto_seq, before_ms, limit, deleted);
 }
+
+int store_list_apply(store_write_t *w, span_t item, span_t user, const list_change_t *c)
+{
+    return w->ops->list_apply(w, item, user, c);
+}
+
+int store_lists_rebuild(store_write_t *w)
+{
+    return w->ops->lists_rebuild(w);
+}
+
+int store_read_list(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg)
+{
+    return r->ops->read_list(r, q, fn, arg);
+}
+
+int store_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches)
+{
+    return r->ops->read_lists_check(r, item, expect, arg, mismatches);
+}

@@ -18,6 +18,7 @@
 #include "core/histogram.h"
 #include "core/ids.h"
 #include "core/kinds.h"
+#include "core/listchange.h"
 #include "core/reaction.h"
 #include "core/span.h"
 
@@ -185,10 +186,13 @@ int store_stats(store_t *store, store_stats_t *st);
  * the store is in use, also by another process. */
 int store_backup(store_t *store, const char *dir);
 
-/* Walks one item's users (its rows), or the items one user has a row on, in key order, strictly
- * after `after` (from the first when empty), visiting at most limit names: users of the item, or
- * items of the store (the user's row is looked up in each: there is no index by user, which would
- * cost every new row a page write; last is the last item visited, to go on after it). The name is
+/* Walks one item's users (its rows, in key order, strictly after `after`, from the first when empty),
+ * or the items one user's reaction is set on, visiting at most limit names. The user's walk reads
+ * what the store keeps by user: on the embedded store the user's list (below), in position order and
+ * from the first every time (`after` is not used: the caller folds the log first, in the same
+ * transaction, so the list is exact and the rows a walk cleared have left it); on PostgreSQL the rows
+ * by user, in item order after `after`. Either way its cost is in proportion to the user's reactions;
+ * last is the last name visited, to go on after it (empty when the walk starts over). The name is
  * valid during the call. Writer thread. */
 typedef int (*store_name_fn)(void *arg, span_t name);
 int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
@@ -222,5 +226,44 @@ int store_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
 /* Deletes log entries from the oldest on, while seq <= upto_seq and their commit time is before
  * before_ms, at most limit. Writer thread. */
 int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
+
+/* --- the lists: who reacted to an item, what a user reacted to ---
+ * Kept by the fold from the log, in the fold's transaction (so they lag no more than the counts):
+ * per pair (item, user) whose set is not empty, an entry under "any kind" at the position of the
+ * pair's last change and one under each kind of the set at the position where that kind joined,
+ * in two indexes: by item (its users) and by user (their items). Positions are log seqs. */
+
+/* Applies the net change of one pair (core/listchange.h) to both indexes, in place of what they
+ * held for it. Each pair at most once per fold; changes follow the log's order. Writer thread. */
+int store_list_apply(store_write_t *w, span_t item, span_t user, const list_change_t *c);
+
+/* Builds both indexes anew from the rows and the retained log, in this transaction: every pair
+ * whose set is not empty, at the positions of its transitions in the retained log; a pair (or a
+ * kind) that changed before the oldest retained entry at position 0 with the oldest entry's time
+ * (the upgrade of a store made before the lists, a moved store). Writer thread. */
+int store_lists_rebuild(store_write_t *w);
+
+/* One entry of a list page: the other name of the pair, its position and time under the list's
+ * kind, and the pair's set as the lists know it. The name is valid only during the call. */
+typedef int (*store_list_fn)(void *arg, span_t name, uint64_t seq, uint64_t at_ms, kindset_t set);
+typedef struct {
+    bool by_user; /* the key is a user (their items); else an item (its users) */
+    span_t key;   /* the item or the user */
+    int kind;     /* a kind code, or KIND_NONE: any kind */
+    uint64_t seq; /* start strictly below (seq, name) in the list's order (newest first); */
+    span_t name;  /* with has_cursor false: from the newest */
+    bool has_cursor;
+    size_t limit;
+} store_list_query_t;
+/* Calls fn for at most q->limit entries, newest first. fn returns 0 to go on. */
+int store_read_list(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg);
+
+/* The check that the lists equal the rows. For one item: every row compared with the lists' entries
+ * for it, in both indexes, and every entry of the item's index with a row; a row's set is the one
+ * expect gives (the set as folded: a pair changed by the log after the checkpoint has its set before
+ * that change). With item empty: the two indexes' sizes against each other (an entry of the user
+ * index without its twin in the item index). *mismatches counts what disagrees. Any thread. */
+typedef kindset_t (*store_list_expect_fn)(void *arg, span_t user, kindset_t row_set);
+int store_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches);
 
 #endif

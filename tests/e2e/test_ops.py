@@ -639,7 +639,8 @@ class RecountTest(TallyTestCase):
                     self.assertProblem(s.json("POST", path, {"items": bad}, headers=ADMIN),
                                        400, "invalid-item-id")
             doc = self.assertOk(s.json("POST", path, {}, headers=ADMIN))
-            self.assertEqual(doc, {"checked": 0, "corrected": 0, "drift": []})
+            self.assertEqual(doc, {"checked": 0, "corrected": 0, "drift": [],
+                                   "list_mismatches": 0})
 
     @embedded_only("corrupt_count edits a count in the embedded store's files")
     def test_drift_found_and_corrected(self):
@@ -656,10 +657,12 @@ class RecountTest(TallyTestCase):
             want_a = {"like": 3, "dislike": 1}
             self.assertCounts(s, a, want_a)
             doc = self.assertOk(s.json("POST", "/v1/admin/recount", {}, headers=ADMIN))
-            self.assertEqual(doc, {"checked": 4, "corrected": 0, "drift": []})
+            self.assertEqual(doc, {"checked": 4, "corrected": 0, "drift": [],
+                                   "list_mismatches": 0})
             doc = self.assertOk(s.json("POST", "/v1/admin/recount", {"items": [a, b]},
                                        headers=ADMIN))
-            self.assertEqual(doc, {"checked": 2, "corrected": 0, "drift": []})
+            self.assertEqual(doc, {"checked": 2, "corrected": 0, "drift": [],
+                                   "list_mismatches": 0})
             self.assertEqual(scrape(self, s).value("tally_recount_drift"), 0)
 
             s.stop()
@@ -670,7 +673,7 @@ class RecountTest(TallyTestCase):
             doc = self.assertOk(s.json("POST", "/v1/admin/recount", {}, headers=ADMIN))
             self.assertEqual(doc, {"checked": 4, "corrected": 1,
                                    "drift": [{"item": a, "kind": "like", "counted": 3,
-                                              "stored": 8}]})
+                                              "stored": 8}], "list_mismatches": 0})
             self.assertCounts(s, a, want_a)
             self.assertCounts(s, b, {"like": 1, "dislike": 0}, timeout=0)
             self.assertCounts(s, c, {"like": 0, "dislike": 2}, timeout=0)
@@ -681,7 +684,8 @@ class RecountTest(TallyTestCase):
             self.assertEqual(m1.value("tally_recount_runs_total")
                              - m0.value("tally_recount_runs_total"), 1)
             doc = self.assertOk(s.json("POST", "/v1/admin/recount", {}, headers=ADMIN))
-            self.assertEqual(doc, {"checked": 4, "corrected": 0, "drift": []})
+            self.assertEqual(doc, {"checked": 4, "corrected": 0, "drift": [],
+                                   "list_mismatches": 0})
             self.assertEqual(scrape(self, s).value("tally_recount_drift"), 0)
             # a correction is not a transition: the change feed does not see it
             self.assertEqual(m1.value("tally_transitions_total"), 0)

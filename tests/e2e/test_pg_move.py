@@ -60,6 +60,20 @@ def feed(srv):
     raise AssertionError("the feed did not end")
 
 
+def who_reacted(srv, item):
+    """The whole list of who reacted to item, page by page."""
+    out, after = [], None
+    for _ in range(100):
+        path = "/v1/items/%s/reactions?limit=7" % item + ("" if after is None else "&after=" + after)
+        st, _, doc, raw = srv.json("GET", path, headers=ADMIN)
+        assert st == 200, raw
+        out += doc["reactions"]
+        after = doc.get("next")
+        if not after:
+            return out
+    raise AssertionError("the list did not end")
+
+
 @pg_only()
 class MoveTest(TallyTestCase):
 
@@ -86,6 +100,7 @@ class MoveTest(TallyTestCase):
                            for i in items for u in users}
             before_counts = {i: src.json("GET", "/v1/items/%s" % i)[2]["counts"] for i in items}
             before_feed = feed(src)
+            before_lists = {i: who_reacted(src, i) for i in items}
             src.stop()
 
             db = PgDatabase()
@@ -110,6 +125,8 @@ class MoveTest(TallyTestCase):
                     self.assertEqual((st, got), (200, raw), "a key stored before the move replays")
                     self.assertEqual(hdrs.get("idempotent-replayed"), "true")
                 self.assertEqual(feed(dst), before_feed, "the same entries at the same cursors")
+                for i, entries in before_lists.items():  # built after the copy, at the same positions
+                    self.assertEqual(who_reacted(dst, i), entries, i)
                 st, _, doc, raw = dst.json("PUT", "/v1/items/%s/reaction" % items[0], {"reaction": "like"},
                                            user=uid("mv-new"))
                 self.assertEqual(st, 200, raw)
@@ -134,8 +151,8 @@ class RollingUpgradeTest(TallyTestCase):
     def test_an_older_node_runs_beside_a_newer_schema_only_when_allowed(self):
         with Server(args=["--rate-limit", "off"]) as srv:
             self.assertOk(srv.json("PUT", "/v1/items/ru/reaction", {"reaction": "like"}, user="u1"))
-            # a newer tallyd upgraded the schema and says version-1 nodes may still run beside it
-            srv.db.sql("UPDATE tally_meta SET value = '2' WHERE name = 'schema_version'")
+            # a newer tallyd upgraded the schema and says version-2 nodes may still run beside it
+            srv.db.sql("UPDATE tally_meta SET value = '3' WHERE name = 'schema_version'")
             node = srv.node()
             try:
                 self.assertOk(node.json("PUT", "/v1/items/ru/reaction", {"reaction": "like"}, user="u2"))
@@ -143,7 +160,7 @@ class RollingUpgradeTest(TallyTestCase):
             finally:
                 node.close()
             # a change the old nodes cannot live with: they refuse to start
-            srv.db.sql("UPDATE tally_meta SET value = '2' WHERE name = 'schema_compatible_from'")
+            srv.db.sql("UPDATE tally_meta SET value = '3' WHERE name = 'schema_compatible_from'")
             rc, _, err = run_tallyd(["--listen", "127.0.0.1:0"] + srv.store_args())
             self.assertEqual(rc, 1, err)
             self.assertIn("newer than this tallyd", err)

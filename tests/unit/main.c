@@ -27,6 +27,8 @@ int main(void)
         {"router", test_router},
         {"router_admin", test_router_admin},
         {"openapi", test_openapi},
+        {"router_lists", test_router_lists},
+        {"list_change", test_list_change},
         {"answer", test_answer},
         {"store", test_store},
         {"jwt", test_jwt},

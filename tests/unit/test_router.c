@@ -50,3 +50,21 @@ void test_router_admin(void)
     CHECK(route_allows(ROUTE_RECOUNT, SPAN_LIT("POST")) && !route_allows(ROUTE_RECOUNT, SPAN_LIT("GET")));
     CHECK(strcmp(route_name(ROUTE_ITEM), "item") == 0 && strcmp(route_name(ROUTE_NOT_FOUND), "not_found") == 0);
 }
+
+void test_router_lists(void)
+{
+    route_t r = match("/v1/items/v1/reactions?limit=5");
+    CHECK(r.id == ROUTE_ITEM_REACTIONS && span_eq_str(r.item, "v1") && span_eq_str(r.query, "limit=5"));
+    r = match("/v1/users/u7/reactions?reaction=like");
+    CHECK(r.id == ROUTE_USER_REACTIONS && span_eq_str(r.item, "u7") && span_eq_str(r.query, "reaction=like"));
+    CHECK(match("/v1/users/u7").id == ROUTE_NOT_FOUND);
+    CHECK(match("/v1/users/u7/reactions/x").id == ROUTE_NOT_FOUND);
+    CHECK(match("/v1/users/u7/reaction").id == ROUTE_NOT_FOUND);
+    CHECK(match("/v1/users/").id == ROUTE_NOT_FOUND);
+    CHECK(match("/v1/items/v1/reactions/x").id == ROUTE_NOT_FOUND);
+    CHECK(route_allows(ROUTE_ITEM_REACTIONS, SPAN_LIT("GET")) && !route_allows(ROUTE_ITEM_REACTIONS, SPAN_LIT("PUT")));
+    CHECK(route_allows(ROUTE_USER_REACTIONS, SPAN_LIT("HEAD")) &&
+          !route_allows(ROUTE_USER_REACTIONS, SPAN_LIT("DELETE")));
+    CHECK(!route_is_admin(ROUTE_ITEM_REACTIONS) && !route_is_admin(ROUTE_USER_REACTIONS));
+    CHECK(strcmp(route_name(ROUTE_USER_REACTIONS), "user_reactions") == 0);
+}

@@ -65,7 +65,8 @@ static int collect_name(void *arg, span_t name)
     return 0;
 }
 
-/* A user's items without an index: one lookup per item, in item order, resumable. */
+/* A user's items come from the user's list, once the log is folded: only the items the user's
+ * reaction is set on, however many items and users there are. */
 static void test_user_items(const char *dir)
 {
     store_t *s = open_with(dir, "like,dislike", 1ull << 30);
@@ -77,42 +78,30 @@ static void test_user_items(const char *dir)
     const char *items[] = {"a", "ab", "b", "b0", "c", "zz"};
     char user[32];
     for (size_t i = 0; i < sizeof items / sizeof items[0]; i++) {
-        for (int u = 0; u < 50; u++) { /* many users per item: the walk must skip them */
+        for (int u = 0; u < 50; u++) {
             snprintf(user, sizeof user, "u%d", u);
             if (!(u == 7 && (i == 1 || i == 4))) /* u7 has no row on ab and c */
                 CHECK(apply(w, items[i], user, 1, 1000) == STORE_OK);
         }
     }
-    CHECK(apply(w, "b", "u7", KIND_NONE, 1000) == STORE_OK); /* a row at none is still a row */
+    CHECK(apply(w, "b", "u7", KIND_NONE, 1000) == STORE_OK); /* a row at none is not listed */
     CHECK(apply(w, "b", "u70", 1, 1000) == STORE_OK);        /* u7's prefix, another user */
     CHECK(apply(w, "b", "u", 1, 1000) == STORE_OK);
+    pipeline_result_t res;
+    CHECK(pipeline_fold(w, 1u << 20, &res) == STORE_OK && !res.more);
     char out[256] = "", last[ID_MAX_LEN];
     size_t visited, last_len;
     CHECK(store_user_items(w, SPAN_LIT("u7"), (span_t){0}, 100, collect_name, out, &visited, last, &last_len) ==
           STORE_OK);
-    CHECK(strcmp(out, "a,b,b0,zz,") == 0 && visited == 6);
+    CHECK(strcmp(out, "a,b0,zz,") == 0 && visited == 3 && last_len == 0); /* in the order they were set */
     out[0] = '\0';
-    CHECK(store_user_items(w, SPAN_LIT("u7"), (span_t){0}, 3, collect_name, out, &visited, last, &last_len) ==
+    CHECK(store_user_items(w, SPAN_LIT("u7"), (span_t){0}, 2, collect_name, out, &visited, last, &last_len) ==
           STORE_OK);
-    CHECK(strcmp(out, "a,b,") == 0 && visited == 3); /* keys sort by length, then bytes: a, b, c visited */
-    CHECK(last_len == 1 && last[0] == 'c');
-    out[0] = '\0';
-    CHECK(store_user_items(w, SPAN_LIT("u7"), SPAN_LIT("b"), 3, collect_name, out, &visited, last, &last_len) ==
-          STORE_OK);
-    CHECK(strcmp(out, "b0,") == 0 && visited == 3); /* resumes after b: c, ab, b0 */
-    CHECK(last_len == 2 && memcmp(last, "b0", 2) == 0);
-    out[0] = '\0';
-    CHECK(store_user_items(w, SPAN_LIT("u7"), SPAN_LIT("b0"), 3, collect_name, out, &visited, last, &last_len) ==
-          STORE_OK);
-    CHECK(strcmp(out, "zz,") == 0 && visited == 1);
-    out[0] = '\0';
-    CHECK(store_user_items(w, SPAN_LIT("u7"), SPAN_LIT("zz"), 3, collect_name, out, &visited, last, &last_len) ==
-          STORE_OK);
-    CHECK(out[0] == '\0' && visited == 0 && last_len == 0);
+    CHECK(strcmp(out, "a,b0,") == 0 && visited == 2);
     out[0] = '\0';
     CHECK(store_user_items(w, SPAN_LIT("nobody"), (span_t){0}, 100, collect_name, out, &visited, last, &last_len) ==
           STORE_OK);
-    CHECK(out[0] == '\0' && visited == 6 && last_len == 2 && memcmp(last, "zz", 2) == 0); /* resumable with no match */
+    CHECK(out[0] == '\0' && visited == 0);
     CHECK(store_write_commit(w) == STORE_OK);
     store_close(s);
 }
@@ -131,7 +120,33 @@ static MDB_env *raw_env(const char *dir, unsigned flags)
     return env;
 }
 
-/* A store of schema version 1 (with its user index) opens as version 2, the index dropped, rows kept. */
+static int list_collect(void *arg, span_t name, uint64_t seq, uint64_t at_ms, kindset_t set)
+{
+    (void)seq, (void)at_ms, (void)set;
+    return collect_name(arg, name);
+}
+
+/* True when the list of key (an item, or a user when by_user) under kind holds want ("a,b,"), newest
+ * first. Opens the store at dir. */
+static bool list_names(const char *dir, bool by_user, const char *key, int kind, const char *want)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    store_read_t *r;
+    char out[512] = "";
+    bool ok = s && store_read_begin(s, &r) == STORE_OK;
+    if (ok) {
+        store_list_query_t q = {.by_user = by_user, .key = span_of(key), .kind = kind, .limit = 100};
+        ok = store_read_list(r, &q, list_collect, out) == STORE_OK && strcmp(out, want) == 0;
+        if (!ok)
+            fprintf(stderr, "list %s: got %s, want %s\n", key, out, want);
+        store_read_end(r);
+    }
+    store_close(s);
+    return ok;
+}
+
+/* A store of schema version 1 (with its user index) opens as version 3, the index dropped, rows kept
+ * and the lists built. */
 static void test_schema_upgrade(const char *dir)
 {
     store_t *s = open_with(dir, "like,dislike", 1ull << 30);
@@ -171,16 +186,31 @@ static void test_schema_upgrade(const char *dir)
     if (!env)
         return;
     CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0);
-    CHECK(mdb_get(txn, meta, &k, &v) == 0 && v.mv_size == 1 && memcmp(v.mv_data, "2", 1) == 0);
+    CHECK(mdb_get(txn, meta, &k, &v) == 0 && v.mv_size == 1 && memcmp(v.mv_data, "3", 1) == 0);
     CHECK(mdb_dbi_open(txn, "user_items", 0, &uidx) == MDB_NOTFOUND);
     mdb_txn_abort(txn);
     mdb_env_close(env);
+    CHECK(list_names(dir, false, "i1", KIND_NONE, "u1,")); /* the lists were built from the rows */
+
+    /* version 2 had no lists: opening one builds them */
+    MDB_dbi litem, luser;
+    CHECK((env = raw_env(dir, 0)) != NULL);
+    if (!env)
+        return;
+    MDB_val v2 = {1, "2"};
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
+          mdb_dbi_open(txn, "litem", 0, &litem) == 0 && mdb_dbi_open(txn, "luser", 0, &luser) == 0 &&
+          mdb_drop(txn, litem, 1) == 0 && mdb_drop(txn, luser, 1) == 0 && mdb_put(txn, meta, &k, &v2, 0) == 0 &&
+          mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+    CHECK(list_names(dir, false, "i1", KIND_NONE, "u1,"));
+    CHECK(list_names(dir, true, "u1", 1, "i1,"));
 
     /* a version this build does not know is refused, and left as it is */
     CHECK((env = raw_env(dir, 0)) != NULL);
     if (!env)
         return;
-    MDB_val v3 = {1, "3"};
+    MDB_val v3 = {1, "4"};
     CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
           mdb_put(txn, meta, &k, &v3, 0) == 0 && mdb_txn_commit(txn) == 0);
     mdb_env_close(env);
@@ -599,6 +629,138 @@ static void test_sets(const char *dir)
     store_close(s);
 }
 
+typedef struct {
+    char names[512];
+    uint64_t seq[16], at[16];
+    kindset_t set[16];
+    size_t n;
+} page_t;
+
+static int page_collect(void *arg, span_t name, uint64_t seq, uint64_t at_ms, kindset_t set)
+{
+    page_t *p = arg;
+    if (p->n < 16) {
+        p->seq[p->n] = seq;
+        p->at[p->n] = at_ms;
+        p->set[p->n] = set;
+    }
+    p->n++;
+    return collect_name(p->names, name);
+}
+
+static page_t page_of(store_t *s, bool by_user, const char *key, int kind, bool has_cursor, uint64_t seq,
+                      const char *name, size_t limit)
+{
+    page_t p = {0};
+    store_read_t *r;
+    store_list_query_t q = {.by_user = by_user,
+                            .key = span_of(key),
+                            .kind = kind,
+                            .limit = limit,
+                            .has_cursor = has_cursor,
+                            .seq = seq,
+                            .name = span_of(name ? name : "")};
+    if (store_read_begin(s, &r) != STORE_OK)
+        return p;
+    if (store_read_list(r, &q, page_collect, &p) != STORE_OK)
+        strcpy(p.names, "error");
+    store_read_end(r);
+    return p;
+}
+
+static kindset_t expect_row(void *arg, span_t user, kindset_t row_set)
+{
+    (void)arg, (void)user;
+    return row_set;
+}
+
+static uint64_t check_item_lists(store_t *s, const char *item)
+{
+    store_read_t *r;
+    uint64_t n = UINT64_MAX;
+    if (store_read_begin(s, &r) == STORE_OK) {
+        if (store_read_lists_check(r, span_of(item), expect_row, NULL, &n) != STORE_OK)
+            n = UINT64_MAX;
+        store_read_end(r);
+    }
+    return n;
+}
+
+/* The lists as the fold keeps them (many mode: a kind's position is where it joined), pages and
+ * cursors, the check (which must find damage), a rebuild, and recount's view of the unfolded log. */
+static void test_lists(const char *dir)
+{
+    store_t *s = open_mode(dir, "like,love,laugh", 1ull << 30, REACTION_MODE_MANY);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    pipeline_result_t res;
+    kindset_t like = kindset_of(1), love = kindset_of(2);
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(apply_set(w, "i1", "u1", like, 1001) == STORE_OK);          /* seq 1 */
+    CHECK(apply_set(w, "i1", "u2", love, 1002) == STORE_OK);          /* 2 */
+    CHECK(apply_set(w, "i1", "u3", like, 1003) == STORE_OK);          /* 3 */
+    CHECK(apply_set(w, "i1", "u1", like | love, 1004) == STORE_OK);   /* 4: love joins, like stays at 1 */
+    CHECK(apply_set(w, "i1", "u2", KINDSET_EMPTY, 1005) == STORE_OK); /* 5 */
+    CHECK(apply_set(w, "i2", "u1", love, 1006) == STORE_OK);          /* 6 */
+    CHECK(pipeline_fold(w, 1u << 20, &res) == STORE_OK && res.folded == 6);
+    CHECK(store_write_commit(w) == STORE_OK);
+
+    page_t p = page_of(s, false, "i1", KIND_NONE, false, 0, NULL, 10);
+    CHECK(strcmp(p.names, "u1,u3,") == 0 && p.seq[0] == 4 && p.at[0] == 1004 && p.set[0] == (like | love));
+    p = page_of(s, false, "i1", 1, false, 0, NULL, 10);
+    CHECK(strcmp(p.names, "u3,u1,") == 0 && p.seq[1] == 1 && p.at[1] == 1001 && p.set[1] == (like | love));
+    p = page_of(s, false, "i1", 2, false, 0, NULL, 10);
+    CHECK(strcmp(p.names, "u1,") == 0 && p.seq[0] == 4);
+    CHECK(strcmp(page_of(s, false, "i1", 3, false, 0, NULL, 10).names, "") == 0);
+    p = page_of(s, false, "i1", KIND_NONE, false, 0, NULL, 1);
+    CHECK(strcmp(p.names, "u1,") == 0);
+    p = page_of(s, false, "i1", KIND_NONE, true, p.seq[0], "u1", 1); /* strictly after the cursor */
+    CHECK(strcmp(p.names, "u3,") == 0);
+    CHECK(strcmp(page_of(s, false, "i1", KIND_NONE, true, 3, "u3", 10).names, "") == 0);
+    CHECK(strcmp(page_of(s, true, "u1", KIND_NONE, false, 0, NULL, 10).names, "i2,i1,") == 0);
+    CHECK(strcmp(page_of(s, true, "u1", 1, false, 0, NULL, 10).names, "i1,") == 0);
+    CHECK(strcmp(page_of(s, true, "u2", KIND_NONE, false, 0, NULL, 10).names, "") == 0);
+    CHECK(strcmp(page_of(s, false, "i", KIND_NONE, false, 0, NULL, 10).names, "") == 0); /* not a prefix match */
+
+    CHECK(check_item_lists(s, "i1") == 0 && check_item_lists(s, "i2") == 0 && check_item_lists(s, "") == 0);
+    /* damage: an entry without its row is found, and so is a row whose entry went */
+    list_change_t c;
+    list_change_init(&c);
+    list_change_add(&c, KINDSET_EMPTY, like, 99, 9999);
+    CHECK(store_write_begin(s, &w) == STORE_OK &&
+          store_list_apply(w, SPAN_LIT("i1"), SPAN_LIT("ghost"), &c) == STORE_OK && store_write_commit(w) == STORE_OK);
+    CHECK(check_item_lists(s, "i1") > 0 && check_item_lists(s, "i2") == 0);
+    list_change_init(&c);
+    list_change_add(&c, like, KINDSET_EMPTY, 100, 9999);
+    CHECK(store_write_begin(s, &w) == STORE_OK &&
+          store_list_apply(w, SPAN_LIT("i1"), SPAN_LIT("ghost"), &c) == STORE_OK &&
+          store_list_apply(w, SPAN_LIT("i1"), SPAN_LIT("u3"), &c) == STORE_OK && store_write_commit(w) == STORE_OK);
+    CHECK(check_item_lists(s, "i1") > 0);
+
+    /* a rebuild from the rows and the (whole) log gives the lists the fold kept */
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_lists_rebuild(w) == STORE_OK &&
+          store_write_commit(w) == STORE_OK);
+    CHECK(check_item_lists(s, "i1") == 0 && check_item_lists(s, "") == 0);
+    p = page_of(s, false, "i1", 1, false, 0, NULL, 10);
+    CHECK(strcmp(p.names, "u3,u1,") == 0 && p.seq[0] == 3 && p.seq[1] == 1 && p.at[1] == 1001);
+    CHECK(strcmp(page_of(s, false, "i1", KIND_NONE, false, 0, NULL, 10).names, "u1,u3,") == 0);
+
+    /* the log after the checkpoint: the lists lag the rows, and recount knows it (no mismatch) */
+    CHECK(store_write_begin(s, &w) == STORE_OK && apply_set(w, "i1", "u3", KINDSET_EMPTY, 1010) == STORE_OK &&
+          apply_set(w, "i1", "u4", love, 1011) == STORE_OK && store_write_commit(w) == STORE_OK);
+    CHECK(check_item_lists(s, "i1") > 0);
+    recount_report_t rep;
+    CHECK(recount_run(s, NULL, NULL, 0, &rep) == STORE_OK && rep.list_mismatches == 0 && rep.checked == 2);
+    recount_report_free(&rep);
+    CHECK(store_write_begin(s, &w) == STORE_OK && pipeline_fold(w, 1u << 20, &res) == STORE_OK &&
+          store_write_commit(w) == STORE_OK);
+    CHECK(check_item_lists(s, "i1") == 0);
+    CHECK(strcmp(page_of(s, false, "i1", KIND_NONE, false, 0, NULL, 10).names, "u4,u1,") == 0);
+    store_close(s);
+}
+
 void test_store(void)
 {
     char base[] = "/tmp/tally-unit-XXXXXX";
@@ -624,5 +786,7 @@ void test_store(void)
     test_corrupt_counts(dir);
     snprintf(dir, sizeof dir, "%s/h", base);
     test_sets(dir);
+    snprintf(dir, sizeof dir, "%s/lists", base);
+    test_lists(dir);
     rm_dir(base);
 }

@@ -23,6 +23,8 @@ void test_parse(void);
 void test_fingerprint(void);
 void test_router(void);
 void test_router_admin(void);
+void test_router_lists(void);
+void test_list_change(void);
 void test_answer(void);
 void test_store(void);
 void test_jwt(void);

@@ -11,12 +11,16 @@
 #include "core/pairfilter.h"
 #include "store/store_impl.h"
 
-#define SCHEMA_VERSION "2" /* 1 had a user index, user_items; opening a 1 drops it */
+/* 1 had a user index, user_items (opening a 1 drops it); 2 had no lists (opening a 2 builds them) */
+#define SCHEMA_VERSION "3"
 #define MAX_DBS 12
 #define MAX_READERS 512
 #define ROW_VALUE_LEN 9      /* [disk code of the one kind, 0 = none][u64 version] */
 #define ROW_VALUE_SET_LEN 11 /* [SET_MARK][u16 disk codes, bit d-1 for d][u64 version]: several kinds */
-#define LOG_HEADER_LEN 19    /* from and to as disk codes, or both SET_MARK and two u16 sets after it */
+/* Either may be followed by the lists' record of the pair (lmdb_lists.c): where its entries are. It
+ * lives in the row so that the fold's update of it lands on the page the write already made dirty. */
+#define LMDB_LIST_RECORD_MAX (4 + 8 + 8 * KINDS_MAX) /* [set u32][any seq u64][seq u64 per kind] */
+#define LOG_HEADER_LEN 19 /* from and to as disk codes, or both SET_MARK and two u16 sets after it */
 #define LOG_SETS_LEN 4
 #define SET_MARK 0xFF
 #define COUNTS_REACTORS_TAG 'R' /* a counts value of many mode: [tag][i64 reactors][i64 × kinds] */
@@ -45,6 +49,8 @@ struct lmdb_store {
     store_t base;
     MDB_env *env;
     MDB_dbi rows, log, counts, meta, idem, idem_exp, aux;
+    MDB_dbi litem, luser;         /* the lists (lmdb_lists.c) */
+    bool lists_stale;             /* opening found lists of the other mode: built anew */
     kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
     reaction_mode_t mode;         /* as opened: many mode keeps each item's reactors in its counts */
@@ -93,9 +99,16 @@ int lmdb_rc(int rc);
 size_t lmdb_pair_key(char buf[KEY_BUF_LEN], span_t a, span_t b);
 int lmdb_meta_get(MDB_txn *txn, MDB_dbi meta, const char *name, MDB_val *val);
 void lmdb_row_decode(const lmdb_store_t *s, const MDB_val *val, reaction_row_t *row);
+/* The length of a row value's reaction part (what follows is the lists' record); 0 when malformed. */
+size_t lmdb_row_base_len(const MDB_val *val);
 int lmdb_counts_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, int64_t counts[KINDS_MAX + 1]);
 int lmdb_txn_log_scan(const lmdb_store_t *s, MDB_txn *txn, uint64_t after, size_t limit, store_log_fn fn, void *arg);
 int lmdb_txn_checkpoint_get(const lmdb_store_t *s, MDB_txn *txn, uint64_t *seq);
+/* A set of configured codes as a set of disk codes (bit d for code d), and back. */
+uint32_t lmdb_set_to_db(const lmdb_store_t *s, kindset_t set);
+kindset_t lmdb_set_from_db(const lmdb_store_t *s, uint32_t db);
+/* Builds the lists anew from the rows and the retained log, in txn (lmdb_lists.c). */
+int lmdb_txn_lists_rebuild(const lmdb_store_t *s, MDB_txn *txn);
 /* The item of a rows or counts key ([len][item]…), or false when the key is malformed. */
 bool lmdb_key_item(const MDB_val *key, span_t *item);
 
@@ -139,6 +152,10 @@ int lmdb_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
 int lmdb_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
 int lmdb_log_put(store_write_t *w, uint64_t seq, const transition_t *t);
 int lmdb_read_idem(store_read_t *r, store_idem_fn fn, void *arg);
+int lmdb_list_apply(store_write_t *w, span_t item, span_t user, const list_change_t *c);
+int lmdb_lists_rebuild(store_write_t *w);
+int lmdb_read_list(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg);
+int lmdb_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches);
 extern const store_ops_t lmdb_store_ops;
 
 #endif

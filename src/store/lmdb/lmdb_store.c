@@ -10,6 +10,8 @@
  *   idem        [user_len][user][key]   → [expires_ms][fingerprint][status][type][has_etag][etag][body]
  *   idem_exp    [expires_ms BE][idem key] → "" (expiry index, swept front to back)
  *   aux         text key                → bytes (other modules' state: trending's summaries)
+ *   litem, luser                        the lists, kept by the fold (lmdb_lists.c); a row's value may end
+ *                                       with the lists' record of its pair
  * Kinds on disk are numbered in the order they were first configured, so adding a kind never renumbers
  * rows; kind codes are translated at this seam. Integers are in host byte order, except the expiry
  * prefix, which must sort. */
@@ -149,12 +151,17 @@ static int schema_upgrade_from_1(MDB_txn *txn)
     return rc == MDB_NOTFOUND ? MDB_SUCCESS : rc;
 }
 
-static int schema_check(lmdb_store_t *s, MDB_txn *txn, char *err, size_t errlen)
+/* Checks the schema version; an older one is upgraded in the opening transaction (*build_lists: the
+ * store predates the lists, which are built once the kinds are known). */
+static int schema_check(lmdb_store_t *s, MDB_txn *txn, bool *build_lists, char *err, size_t errlen)
 {
     MDB_val val;
     int rc = lmdb_meta_get(txn, s->meta, "schema", &val);
-    bool upgrade = rc == MDB_SUCCESS && val.mv_size == 1 && memcmp(val.mv_data, "1", 1) == 0;
-    if (upgrade)
+    bool v1 = rc == MDB_SUCCESS && val.mv_size == 1 && memcmp(val.mv_data, "1", 1) == 0;
+    bool v2 = rc == MDB_SUCCESS && val.mv_size == 1 && memcmp(val.mv_data, "2", 1) == 0;
+    bool upgrade = v1 || v2;
+    *build_lists = upgrade;
+    if (v1)
         rc = schema_upgrade_from_1(txn);
     if (rc == MDB_NOTFOUND || (rc == MDB_SUCCESS && upgrade))
         rc = meta_put(txn, s->meta, "schema", SCHEMA_VERSION, strlen(SCHEMA_VERSION));
@@ -212,7 +219,7 @@ static int rows_hold_sets(lmdb_store_t *s, MDB_txn *txn, bool *found)
     MDB_val key, val;
     for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS && !*found;
          rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT))
-        *found = val.mv_size == ROW_VALUE_SET_LEN;
+        *found = val.mv_size >= ROW_VALUE_SET_LEN && ((const uint8_t *)val.mv_data)[0] == SET_MARK;
     mdb_cursor_close(cur);
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
@@ -252,6 +259,8 @@ static int mode_reconcile(lmdb_store_t *s, MDB_txn *txn, const kinds_t *kinds, c
         snprintf(err, errlen, "counting the reactors of each item failed");
         return rc;
     }
+    /* the lists of one mode have no "any kind" entries (a page of any kind merges the kinds') */
+    s->lists_stale = s->lists_stale || (rc == MDB_SUCCESS && s->mode != stored);
     const char *name = s->mode == REACTION_MODE_MANY ? "many" : "one";
     if ((rc = meta_put(txn, s->meta, "mode", name, strlen(name))) != MDB_SUCCESS) {
         snprintf(err, errlen, "writing the reaction mode: %s", mdb_strerror(rc));
@@ -367,13 +376,25 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         (rc = mdb_dbi_open(txn, "counts", MDB_CREATE, &s->counts)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "idem", MDB_CREATE, &s->idem)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "idem_exp", MDB_CREATE, &s->idem_exp)) != MDB_SUCCESS ||
-        (rc = mdb_dbi_open(txn, "aux", MDB_CREATE, &s->aux)) != MDB_SUCCESS) {
+        (rc = mdb_dbi_open(txn, "aux", MDB_CREATE, &s->aux)) != MDB_SUCCESS ||
+        (rc = mdb_dbi_open(txn, "litem", MDB_CREATE, &s->litem)) != MDB_SUCCESS ||
+        (rc = mdb_dbi_open(txn, "luser", MDB_CREATE, &s->luser)) != MDB_SUCCESS) {
         snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
         goto fail;
     }
-    if (schema_check(s, txn, err, errlen) != STORE_OK || kinds_reconcile(s, txn, kinds, err, errlen) != STORE_OK ||
+    bool build_lists;
+    if (schema_check(s, txn, &build_lists, err, errlen) != STORE_OK ||
+        kinds_reconcile(s, txn, kinds, err, errlen) != STORE_OK ||
         mode_reconcile(s, txn, kinds, err, errlen) != STORE_OK)
         goto fail;
+    if (build_lists || s->lists_stale) { /* a store made before the lists (or in the other mode): built once */
+        uint64_t t0 = clock_ms(CLOCK_MONOTONIC);
+        if (lmdb_txn_lists_rebuild(s, txn) != STORE_OK) {
+            snprintf(err, errlen, "building the lists (who reacted, a user's reactions) failed");
+            goto fail;
+        }
+        fprintf(stderr, "level=info event=lists-built ms=%llu\n", (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
+    }
     if ((rc = next_seq_load(s, txn)) != MDB_SUCCESS) {
         snprintf(err, errlen, "reading the log: %s", mdb_strerror(rc));
         goto fail;
@@ -422,7 +443,7 @@ void lmdb_close(store_t *s_)
 /* --- values --- */
 
 /* A set of configured codes as a set of disk codes, and back (bit d for code d in both). */
-static uint32_t set_to_db(const lmdb_store_t *s, kindset_t set)
+uint32_t lmdb_set_to_db(const lmdb_store_t *s, kindset_t set)
 {
     uint32_t db = 0;
     for (; set; set &= set - 1)
@@ -430,7 +451,7 @@ static uint32_t set_to_db(const lmdb_store_t *s, kindset_t set)
     return db;
 }
 
-static kindset_t set_from_db(const lmdb_store_t *s, uint32_t db)
+kindset_t lmdb_set_from_db(const lmdb_store_t *s, uint32_t db)
 {
     kindset_t set = KINDSET_EMPTY;
     for (; db; db &= db - 1) {
@@ -445,20 +466,28 @@ static kindset_t set_from_db(const lmdb_store_t *s, uint32_t db)
  * the u16 of disk codes goes to *several. Returns the first byte. */
 static uint8_t set_encode(const lmdb_store_t *s, kindset_t set, uint16_t *several)
 {
-    uint32_t db = set_to_db(s, set);
+    uint32_t db = lmdb_set_to_db(s, set);
     *several = (uint16_t)(db >> 1);
     return kindset_size(set) <= 1 ? (uint8_t)(db ? __builtin_ctz(db) : 0) : SET_MARK;
+}
+
+size_t lmdb_row_base_len(const MDB_val *val)
+{
+    const uint8_t *p = val->mv_data;
+    size_t len = val->mv_size && p[0] == SET_MARK ? ROW_VALUE_SET_LEN : ROW_VALUE_LEN;
+    return val->mv_size >= len ? len : 0;
 }
 
 void lmdb_row_decode(const lmdb_store_t *s, const MDB_val *val, reaction_row_t *row)
 {
     const uint8_t *p = val->mv_data;
+    size_t base = lmdb_row_base_len(val);
     *row = (reaction_row_t){KINDSET_EMPTY, 0};
-    if (val->mv_size == ROW_VALUE_LEN) {
-        row->set = p[0] <= s->db_kinds ? set_from_db(s, p[0] ? 1u << p[0] : 0) : KINDSET_EMPTY;
+    if (base == ROW_VALUE_LEN && p[0] != SET_MARK) {
+        row->set = p[0] <= s->db_kinds ? lmdb_set_from_db(s, p[0] ? 1u << p[0] : 0) : KINDSET_EMPTY;
         row->version = lmdb_get_u64(p + 1);
-    } else if (val->mv_size == ROW_VALUE_SET_LEN && p[0] == SET_MARK) {
-        row->set = set_from_db(s, (uint32_t)lmdb_get_u16(p + 1) << 1);
+    } else if (base == ROW_VALUE_SET_LEN) {
+        row->set = lmdb_set_from_db(s, (uint32_t)lmdb_get_u16(p + 1) << 1);
         row->version = lmdb_get_u64(p + 3);
     }
 }
@@ -621,18 +650,34 @@ int lmdb_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *ro
     return row_get(w->store, w->txn, item, user, row);
 }
 
+/* The row's value: its reaction part, then the lists' record the stored value ends with (kept: the
+ * writer changes the reaction, the fold the record). */
 int lmdb_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row_t *row)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
     char kbuf[KEY_BUF_LEN];
-    uint8_t vbuf[ROW_VALUE_SET_LEN];
+    uint8_t vbuf[ROW_VALUE_SET_LEN + LMDB_LIST_RECORD_MAX];
     uint16_t several;
     vbuf[0] = set_encode(w->store, row->set, &several);
     size_t len = vbuf[0] == SET_MARK ? ROW_VALUE_SET_LEN : ROW_VALUE_LEN;
     if (vbuf[0] == SET_MARK)
         lmdb_put_u16(vbuf + 1, several);
     lmdb_put_u64(vbuf + len - 8, row->version);
-    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val = {len, vbuf};
+    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, old;
+    int rc = MDB_NOTFOUND;
+    if (!atomic_load_explicit(&w->store->filter_ready, memory_order_acquire) ||
+        pairfilter_may_contain(&w->store->filter, item, user))
+        rc = mdb_get(w->txn, w->store->rows, &key, &old);
+    if (rc == MDB_SUCCESS) {
+        size_t base = lmdb_row_base_len(&old);
+        if (base == 0 || old.mv_size - base > LMDB_LIST_RECORD_MAX)
+            return store_corrupt(item, "a row value of a length no row has");
+        memcpy(vbuf + len, (const uint8_t *)old.mv_data + base, old.mv_size - base);
+        len += old.mv_size - base;
+    } else if (rc != MDB_NOTFOUND) {
+        return lmdb_rc(rc);
+    }
+    MDB_val val = {len, vbuf};
     pairfilter_add(&w->store->filter, item, user); /* before the row can be seen (store_write_commit) */
     return lmdb_rc(mdb_put(w->txn, w->store->rows, &key, &val, 0));
 }
@@ -690,8 +735,8 @@ static int log_decode(const lmdb_store_t *s, const MDB_val *val, transition_t *t
     t->at_ms = lmdb_get_u64(p);
     t->version = lmdb_get_u64(p + 8);
     if (sets) {
-        t->from = set_from_db(s, (uint32_t)lmdb_get_u16(p + LOG_HEADER_LEN) << 1);
-        t->to = set_from_db(s, (uint32_t)lmdb_get_u16(p + LOG_HEADER_LEN + 2) << 1);
+        t->from = lmdb_set_from_db(s, (uint32_t)lmdb_get_u16(p + LOG_HEADER_LEN) << 1);
+        t->to = lmdb_set_from_db(s, (uint32_t)lmdb_get_u16(p + LOG_HEADER_LEN + 2) << 1);
     } else {
         t->from = kindset_of(s->db_to_cfg[p[16]]);
         t->to = kindset_of(s->db_to_cfg[p[17]]);
@@ -812,4 +857,8 @@ const store_ops_t lmdb_store_ops = {
     .aux_delete_range = lmdb_aux_delete_range,
     .read_aux = lmdb_read_aux,
     .log_prune = lmdb_log_prune,
+    .list_apply = lmdb_list_apply,
+    .lists_rebuild = lmdb_lists_rebuild,
+    .read_list = lmdb_read_list,
+    .read_lists_check = lmdb_read_lists_check,
 };

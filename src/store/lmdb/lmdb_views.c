@@ -237,41 +237,6 @@ int lmdb_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, 
 /* The items where user has a row: each item's rows are one key range, so the user's row is one
  * lookup in it, and the next item is one seek away (seek_after_item). A visit is one item; the
  * cursor stays on its page while keys are near. */
-int lmdb_user_items(store_write_t *w_, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
-                    size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
-{
-    lmdb_write_t *w = (lmdb_write_t *)w_;
-    char kbuf[KEY_BUF_LEN];
-    MDB_cursor *cur;
-    *visited = 0;
-    *last_len = 0;
-    int rc = mdb_cursor_open(w->txn, w->store->rows, &cur);
-    if (rc != MDB_SUCCESS)
-        return lmdb_rc(rc);
-    MDB_val key, val;
-    rc = seek_after_item(cur, after, &key, &val);
-    while (rc == MDB_SUCCESS && *visited < limit) {
-        span_t name;
-        if (!lmdb_key_item(&key, &name) || name.len > ID_MAX_LEN) {
-            rc = MDB_CORRUPTED;
-            break;
-        }
-        memcpy(last, name.ptr, name.len);
-        *last_len = name.len;
-        name.ptr = last;
-        (*visited)++;
-        key = (MDB_val){lmdb_pair_key(kbuf, name, user), kbuf};
-        rc = mdb_cursor_get(cur, &key, &val, MDB_SET);
-        if (rc == MDB_SUCCESS && fn(arg, name) != 0)
-            break;
-        if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
-            break;
-        rc = seek_after_item(cur, name, &key, &val);
-    }
-    mdb_cursor_close(cur);
-    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
-}
-
 int lmdb_read_rows(store_read_t *r_, store_row_fn fn, void *arg)
 {
     lmdb_read_t *r = (lmdb_read_t *)r_;

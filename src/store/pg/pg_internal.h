@@ -9,9 +9,12 @@
 #include <stdatomic.h>
 
 #include "core/itemmap.h"
+#include "core/listchange.h"
 #include "store/store_impl.h"
 
-#define PG_SCHEMA_VERSION 1
+/* 1: before the lists (tally_lists; a node of 2 builds them when it finds a 1, and 1 nodes cannot run
+ * beside it: they would fold without keeping the lists) */
+#define PG_SCHEMA_VERSION 2
 #define PG_LOCK_SCHEMA_SQL "7374616379001" /* advisory lock keys: creating the schema, */
 #define PG_LOCK_FOLD_SQL "7374616379002"   /* and the fold leader */
 #define PG_FOLD_TRY_MS 1000                /* a node that does not fold tries to become the leader this often */
@@ -70,6 +73,7 @@ struct pg_write {
     pg_logged_t *log;
     size_t log_count, log_cap;
     itemmap_t counts; /* deltas by configured code, flushed at commit */
+    listmap_t lists;  /* the fold's changes of the lists, by pair, flushed at commit (pg_lists.c) */
     bool checkpoint_dirty;
     uint64_t checkpoint;
 };
@@ -246,6 +250,22 @@ static inline uint64_t pg_log_range_end(uint64_t after, uint64_t limit)
 {
     return limit > (uint64_t)INT64_MAX - after ? (uint64_t)INT64_MAX : after + limit;
 }
+
+int pg_list_apply(store_write_t *w, span_t item, span_t user, const list_change_t *c);
+int pg_lists_rebuild(store_write_t *w);
+int pg_read_list(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg);
+int pg_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches);
+/* The lists' changes of the transaction into the commit's pipeline. */
+int pg_lists_flush(pg_write_t *w);
+/* The statements that build the lists from tally_rows and tally_log (a rebuild, the upgrade from 1). */
+#define PG_LISTS_BUILD_STEPS 4
+extern const char *const PG_LISTS_BUILD_SQL[PG_LISTS_BUILD_STEPS];
+#define PG_LISTS_SCHEMA_SQL                                                                                            \
+    "CREATE TABLE tally_lists (item text COLLATE \"C\" NOT NULL, \"user\" text COLLATE \"C\" NOT NULL,"                \
+    "  kind integer NOT NULL, seq bigint NOT NULL, at_ms bigint NOT NULL, kinds integer NOT NULL,"                     \
+    "  PRIMARY KEY (item, \"user\", kind));"                                                                           \
+    "CREATE INDEX tally_lists_by_item ON tally_lists (item, kind, seq, \"user\");"                                     \
+    "CREATE INDEX tally_lists_by_user ON tally_lists (\"user\", kind, seq, item);"
 
 extern const store_ops_t pg_store_ops;
 

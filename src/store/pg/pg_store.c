@@ -470,7 +470,7 @@ static const char SCHEMA_SQL[] =
     "  expires_ms bigint NOT NULL, fingerprint text NOT NULL, status int NOT NULL, type int NOT NULL,"
     "  has_etag boolean NOT NULL, etag_version bigint NOT NULL, body text NOT NULL, PRIMARY KEY (\"user\", key));"
     "CREATE INDEX tally_idem_by_expiry ON tally_idem (expires_ms);"
-    "CREATE TABLE tally_aux (key text COLLATE \"C\" PRIMARY KEY, value bytea NOT NULL);";
+    "CREATE TABLE tally_aux (key text COLLATE \"C\" PRIMARY KEY, value bytea NOT NULL);" PG_LISTS_SCHEMA_SQL;
 
 typedef struct {
     const char *name; /* in tally_meta */
@@ -606,6 +606,27 @@ static int kinds_check(pg_store_t *s, const kinds_t *cfg, char *err, size_t errl
     return STORE_OK;
 }
 
+/* Version 1 had no lists: the table is made and built from the rows and the log, under the schema
+ * lock and in the opening transaction (so every node finds them whole), and version 1 nodes, which
+ * would fold without keeping them, can no longer run beside this one. */
+static int schema_upgrade_from_1(pg_store_t *s, const char *version)
+{
+    uint64_t t0 = clock_ms(CLOCK_MONOTONIC);
+    const char *p[] = {version};
+    PGresult *res = PQexec(s->wconn, PG_LISTS_SCHEMA_SQL);
+    bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
+    PQclear(res);
+    for (int i = 0; ok && i < PG_LISTS_BUILD_STEPS; i++)
+        ok = pg_run(s, s->wconn, "lists-build", PG_LISTS_BUILD_SQL[i], 0, NULL) == STORE_OK;
+    if (!ok || pg_run(s, s->wconn, "schema",
+                      "UPDATE tally_meta SET value = $1 WHERE name IN ('schema_version', 'schema_compatible_from')", 1,
+                      p) != STORE_OK)
+        return STORE_ERROR;
+    fprintf(stderr, "level=info event=pg-schema-upgraded from=1 to=%d lists_built_ms=%llu\n", PG_SCHEMA_VERSION,
+            (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
+    return STORE_OK;
+}
+
 /* Creates the schema in an empty database, or checks the one there, under a lock so that nodes
  * starting together do not race. */
 static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options_t *opt, char *err, size_t errlen)
@@ -661,6 +682,8 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
             snprintf(err, errlen, "the database's tally_meta has no schema version");
             goto fail_quiet;
         }
+        if (stored == 1 && schema_upgrade_from_1(s, version) != STORE_OK)
+            goto fail;
     }
     pg_setting_t set[] = {
         {"idempotency_ttl_ms", "--idempotency-ttl", ""},
@@ -729,6 +752,7 @@ void pg_close(store_t *s_)
     pg_cache_free(&s->write.rows);
     pg_cache_free(&s->write.idem);
     itemmap_free(&s->write.counts);
+    listmap_free(&s->write.lists);
     free(s->write.log);
     pthread_mutex_destroy(&s->pool_lock);
     free(s->conninfo);
@@ -960,6 +984,10 @@ int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void 
 }
 
 const store_ops_t pg_store_ops = {
+    .list_apply = pg_list_apply,
+    .lists_rebuild = pg_lists_rebuild,
+    .read_list = pg_read_list,
+    .read_lists_check = pg_read_lists_check,
     .close = pg_close,
     .kinds = pg_kinds,
     .shared = pg_shared,

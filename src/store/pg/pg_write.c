@@ -62,6 +62,9 @@ int pg_write_begin(store_t *s_, store_write_t **out)
     w->counts.count = 0;
     if (w->counts.slots)
         memset(w->counts.slots, 0, w->counts.nslots * sizeof *w->counts.slots);
+    w->lists.count = 0;
+    if (w->lists.slots)
+        memset(w->lists.slots, 0, w->lists.nslots * sizeof *w->lists.slots);
     *out = &w->base;
     return STORE_OK;
 }
@@ -660,7 +663,7 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     pg_store_t *s = w->store;
     *log_base = 0;
     w->log_result = 0;
-    bool dirty = w->log_count || w->checkpoint_dirty || w->counts.count;
+    bool dirty = w->log_count || w->checkpoint_dirty || w->counts.count || w->lists.count;
     for (size_t i = 0; !dirty && i < w->rows.count; i++)
         dirty = w->rows.entries[i].dirty;
     for (size_t i = 0; !dirty && i < w->idem.count; i++)
@@ -682,6 +685,8 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
         rc = flush_idem(w);
     if (rc == STORE_OK)
         rc = flush_counts(w);
+    if (rc == STORE_OK)
+        rc = pg_lists_flush(w);
     if (rc == STORE_OK && w->checkpoint_dirty) {
         char cp[NUM_LEN];
         snprintf(cp, sizeof cp, "%" PRIu64, w->checkpoint);

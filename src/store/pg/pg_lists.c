@@ -1,0 +1,247 @@
+/* pg_lists.c — the PostgreSQL store's lists: who reacted to an item, what a user reacted to.
+ *
+ * One table holds both indexes, so they cannot disagree with each other:
+ *   tally_lists (item, user, kind, seq, at_ms, kinds)  PRIMARY KEY (item, user, kind)
+ *     by item: (item, kind, seq, user)   by user: (user, kind, seq, item)
+ * kind 0 is the pair's "any kind" entry (at its last change; its kinds column is the pair's set, as
+ * tally_rows stores one); kind d > 0 (a disk code) the entry of a kind of the set, at the position
+ * where it joined. A page is one range scan of one of the two indexes. Only the fold writes here,
+ * and the fold holds the checkpoint's row lock: one writer at a time, in one log order. */
+#include "store/pg/pg_internal.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+
+#define NUM_LEN 24
+
+static void num(char out[NUM_LEN], uint64_t v)
+{
+    snprintf(out, NUM_LEN, "%" PRIu64, v > INT64_MAX ? (uint64_t)INT64_MAX : v);
+}
+
+static void cstr(char out[ID_MAX_LEN + 1], span_t s)
+{
+    snprintf(out, ID_MAX_LEN + 1, "%.*s", (int)(s.len > ID_MAX_LEN ? ID_MAX_LEN : s.len), s.ptr);
+}
+
+/* Disk-code bits of a set of configured codes (bit d for code d). */
+static uint32_t db_bits(const pg_store_t *s, kindset_t set)
+{
+    uint32_t db = 0;
+    for (; set; set &= set - 1)
+        db |= 1u << s->cfg_to_db[__builtin_ctz(set)];
+    return db;
+}
+
+/* --- the fold's changes: gathered per pair, written at commit --- */
+
+int pg_list_apply(store_write_t *w_, span_t item, span_t user, const list_change_t *c)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    listmap_entry_t *e = listmap_get(&w->lists, item, user);
+    if (!e)
+        return STORE_ERROR;
+    list_change_merge(&e->change, c); /* a new entry's initial change merged with c is c */
+    return STORE_OK;
+}
+
+/* Two statements into the commit's pipeline: every entry of a changed pair whose kind is no longer
+ * listed goes; the pair's "any kind" entry and the kinds that joined are put (in key order). */
+int pg_lists_flush(pg_write_t *w)
+{
+    if (!w->lists.count)
+        return STORE_OK;
+    const pg_store_t *s = w->store;
+    enum { ITEM, USER, KIND, SEQ, AT, SET, NCOL };
+    pg_buf_t del[3] = {0}, put[NCOL] = {0};
+    for (int c = 0; c < 3; c++)
+        pg_buf_open(&del[c]);
+    for (int c = 0; c < NCOL; c++)
+        pg_buf_open(&put[c]);
+    for (size_t i = 0; i < w->lists.count; i++) {
+        const listmap_entry_t *e = &w->lists.entries[i];
+        const list_change_t *c = &e->change;
+        uint32_t keep = c->set ? db_bits(s, c->set) | 1u : 0;
+        pg_buf_text_elem(&del[ITEM], e->item, e->item_len);
+        pg_buf_text_elem(&del[USER], e->user, e->user_len);
+        pg_buf_int_elem(&del[2], keep);
+        if (!c->set)
+            continue;
+        long set = pg_db_set(s, c->set);
+        for (int k = KIND_NONE; k <= KINDS_MAX; k++) { /* KIND_NONE: the "any kind" entry */
+            bool any = k == KIND_NONE;
+            if (!any && !kindset_has(c->joined & c->set, k))
+                continue;
+            pg_buf_text_elem(&put[ITEM], e->item, e->item_len);
+            pg_buf_text_elem(&put[USER], e->user, e->user_len);
+            pg_buf_int_elem(&put[KIND], any ? 0 : s->cfg_to_db[k]);
+            pg_buf_int_elem(&put[SEQ], (long long)(any ? c->seq : c->kind_seq[k]));
+            pg_buf_int_elem(&put[AT], (long long)(any ? c->at_ms : c->kind_at[k]));
+            pg_buf_int_elem(&put[SET], set);
+        }
+    }
+    int rc = STORE_OK;
+    for (int c = 0; c < 3; c++) {
+        pg_buf_close(&del[c]);
+        rc = del[c].failed ? STORE_ERROR : rc;
+    }
+    for (int c = 0; c < NCOL; c++) {
+        pg_buf_close(&put[c]);
+        rc = put[c].failed ? STORE_ERROR : rc;
+    }
+    if (rc == STORE_OK) {
+        const char *p[] = {del[ITEM].buf, del[USER].buf, del[2].buf};
+        rc = pg_wrun(w, "lists-delete",
+                     "DELETE FROM tally_lists t USING unnest($1::text[], $2::text[], $3::int8[]) AS c(item, u, keep)"
+                     " WHERE t.item = c.item AND t.\"user\" = c.u AND (c.keep >> t.kind) & 1 = 0",
+                     3, p);
+    }
+    if (rc == STORE_OK && strcmp(put[ITEM].buf, "{}") != 0) {
+        const char *p[] = {put[ITEM].buf, put[USER].buf, put[KIND].buf, put[SEQ].buf, put[AT].buf, put[SET].buf};
+        rc = pg_wrun(w, "lists-put",
+                     "INSERT INTO tally_lists SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::int8[],"
+                     " $5::int8[], $6::int4[]) AS c(item, u, kind, seq, at, kinds) ORDER BY item COLLATE \"C\","
+                     " u COLLATE \"C\", kind ON CONFLICT (item, \"user\", kind) DO UPDATE SET seq = excluded.seq,"
+                     " at_ms = excluded.at_ms, kinds = excluded.kinds",
+                     NCOL, p);
+    }
+    for (int c = 0; c < 3; c++)
+        pg_buf_free(&del[c]);
+    for (int c = 0; c < NCOL; c++)
+        pg_buf_free(&put[c]);
+    return rc;
+}
+
+/* --- building the lists from the rows and the retained log --- */
+
+/* d is in a stored set k (a disk code, or the negated bits of several) */
+#define PG_SET_HAS(k, d) "(CASE WHEN " k " >= 0 THEN " k " = " d " ELSE ((-(" k ")::bigint) >> " d ") & 1 = 1 END)"
+
+const char *const PG_LISTS_BUILD_SQL[PG_LISTS_BUILD_STEPS] = {
+    "DELETE FROM tally_lists",
+    /* every pair and each kind of its set at position 0, with the oldest retained entry's time */
+    "WITH t AS (SELECT coalesce((SELECT at_ms FROM tally_log ORDER BY seq LIMIT 1),"
+    "  (extract(epoch FROM clock_timestamp()) * 1000)::bigint) AS at)"
+    " INSERT INTO tally_lists SELECT r.item, r.\"user\", d.d, 0, t.at, r.kind FROM tally_rows r CROSS JOIN t"
+    " CROSS JOIN generate_series(0, 16) AS d(d) WHERE r.kind <> 0 AND (d.d = 0 OR " PG_SET_HAS("r.kind", "d.d") ")",
+    /* then each at its last change, and each kind where it last joined, in the retained log */
+    "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, \"user\") item, \"user\","
+    " seq, at_ms FROM tally_log ORDER BY item, \"user\", seq DESC) x"
+    " WHERE l.kind = 0 AND l.item = x.item AND l.\"user\" = x.\"user\"",
+    "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, \"user\", d.d) item,"
+    " \"user\", d.d, seq, at_ms FROM tally_log CROSS JOIN generate_series(1, 16) AS d(d)"
+    " WHERE " PG_SET_HAS("to_kind", "d.d") " AND NOT " PG_SET_HAS(
+        "from_kind", "d.d") " ORDER BY item, \"user\", d.d, seq DESC) x WHERE l.kind = x.d AND l.item = x.item AND "
+                            "l.\"user\" = x.\"user\"",
+};
+
+int pg_lists_rebuild(store_write_t *w_)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    int rc = STORE_OK;
+    for (int i = 0; rc == STORE_OK && i < PG_LISTS_BUILD_STEPS; i++)
+        rc = pg_wrun(w, "lists-build", PG_LISTS_BUILD_SQL[i], 0, NULL);
+    return rc;
+}
+
+/* --- pages --- */
+
+int pg_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn fn, void *arg)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    const pg_store_t *s = r->store;
+    if (q->kind < 0 || q->kind > s->kinds.count)
+        return STORE_ERROR;
+    char key[ID_MAX_LEN + 1], name[ID_MAX_LEN + 1], kind[NUM_LEN], seq[NUM_LEN], limit[NUM_LEN];
+    cstr(key, q->key);
+    cstr(name, q->has_cursor ? q->name : (span_t){"", 0});
+    num(kind, q->kind == KIND_NONE ? 0 : (uint64_t)s->cfg_to_db[q->kind]);
+    num(seq, q->has_cursor ? q->seq : UINT64_MAX);
+    num(limit, q->limit);
+    const char *p[] = {key, kind, seq, name, limit};
+    /* (seq, name) below the cursor: with no cursor, below (the largest position, ""), i.e. all */
+    /* the page first (one backwards range scan of one index, with its LIMIT), then each entry's
+     * pair's kind-0 row (a primary-key lookup) for the set */
+    static const char BY_ITEM[] =
+        "SELECT l.\"user\", l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
+        " WHERE item = $1 AND kind = $2 AND (seq, \"user\") < ($3::bigint, $4::text COLLATE \"C\")"
+        " ORDER BY seq DESC, \"user\" DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = "
+        "l.\"user\""
+        " AND a.kind = 0 ORDER BY l.seq DESC, l.\"user\" DESC";
+    static const char BY_USER[] =
+        "SELECT l.item, l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
+        " WHERE \"user\" = $1 AND kind = $2 AND (seq, item) < ($3::bigint, $4::text COLLATE \"C\")"
+        " ORDER BY seq DESC, item DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = l.\"user\""
+        " AND a.kind = 0 ORDER BY l.seq DESC, l.item DESC";
+    int rc;
+    PGresult *res = pg_rexec(r, "read-list", q->by_user ? BY_USER : BY_ITEM, 5, p, &rc);
+    if (!res)
+        return rc;
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++) {
+        span_t other = {PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)};
+        uint64_t pos = strtoull(PQgetvalue(res, i, 1), NULL, 10), at = strtoull(PQgetvalue(res, i, 2), NULL, 10);
+        kindset_t set = pg_cfg_set(s, strtol(PQgetvalue(res, i, 3), NULL, 10));
+        if (fn(arg, other, pos, at, set) != 0)
+            break;
+    }
+    PQclear(res);
+    return STORE_OK;
+}
+
+/* --- the check: lists against rows --- */
+
+/* For one item: its rows' users and sets, and its entries, both in user order; then a merge. */
+int pg_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    const pg_store_t *s = r->store;
+    *mismatches = 0;
+    if (item.len == 0)
+        return STORE_OK; /* one table holds both indexes: they cannot disagree */
+    char it[ID_MAX_LEN + 1];
+    cstr(it, item);
+    const char *p[] = {it};
+    int rc;
+    PGresult *rows =
+        pg_rexec(r, "check-rows", "SELECT \"user\", kind FROM tally_rows WHERE item = $1 ORDER BY \"user\"", 1, p, &rc);
+    if (!rows)
+        return rc;
+    PGresult *lists =
+        pg_rexec(r, "check-lists",
+                 "SELECT \"user\", kind, kinds FROM tally_lists WHERE item = $1 ORDER BY \"user\", kind", 1, p, &rc);
+    if (!lists) {
+        PQclear(rows);
+        return rc;
+    }
+    int nr = PQntuples(rows), nl = PQntuples(lists), j = 0;
+    for (int i = 0; i < nr; i++) {
+        const char *user = PQgetvalue(rows, i, 0);
+        span_t u = {user, (size_t)PQgetlength(rows, i, 0)};
+        /* entries of users before this one have no row */
+        for (; j < nl && strcmp(PQgetvalue(lists, j, 0), user) < 0; j++)
+            (*mismatches)++;
+        kindset_t want = expect(arg, u, pg_cfg_set(s, strtol(PQgetvalue(rows, i, 1), NULL, 10)));
+        uint32_t want_kinds = want ? db_bits(s, want) | 1u : 0, have_kinds = 0;
+        bool set_ok = want == KINDSET_EMPTY;
+        for (; j < nl && strcmp(PQgetvalue(lists, j, 0), user) == 0; j++) {
+            long kind = strtol(PQgetvalue(lists, j, 1), NULL, 10);
+            if (kind < 0 || kind > KINDS_MAX || (have_kinds >> kind & 1u)) {
+                (*mismatches)++;
+                continue;
+            }
+            have_kinds |= 1u << kind;
+            if (kind == 0)
+                set_ok = want && strtol(PQgetvalue(lists, j, 2), NULL, 10) == pg_db_set(s, want);
+        }
+        *mismatches += (uint64_t)__builtin_popcount(have_kinds ^ want_kinds) + (!set_ok && want_kinds == have_kinds);
+    }
+    *mismatches += (uint64_t)(nl - j);
+    PQclear(rows);
+    PQclear(lists);
+    return STORE_OK;
+}
