@@ -30,6 +30,11 @@ static const char *const refused_by_default[] = {
     "fec0::/10",      /* site-local (deprecated, still routed by some) */
     "fc00::/7",       /* unique-local */
     "ff00::/8",       /* multicast */
+    /* IPv6 forms that carry an IPv4 address not unwrapped below: refused whole (allow them explicitly) */
+    "64:ff9b:1::/48",  /* local-use NAT64 (RFC 8215): a translator may reach any private IPv4 */
+    "::ffff:0:0:0/96", /* SIIT (RFC 6052 §2.1's ::ffff:0:a.b.c.d) */
+    "2002::/16",       /* 6to4: 2002:AABB:CCDD:: embeds a.b.c.d */
+    "2001::/32",       /* Teredo: embeds the client's IPv4 */
 };
 
 void netallow_from_v4(const uint8_t v4[4], uint8_t out[NETALLOW_ADDR_LEN])

@@ -420,10 +420,11 @@ static void start_attempt(webhooks_t *wh, hook_t *h)
     h->in_flight = true;
 }
 
-/* The category of a failed attempt (never the receiver's text). NULL: delivered. */
-static const char *failure_category(const hook_t *h, CURLcode rc, long status)
+const char *webhooks_failure_category(bool refused, int curl_rc, long status)
 {
-    if (h->refused)
+    CURLcode rc = (CURLcode)curl_rc;
+    /* refused only when no allowed address could be reached instead: curl goes on to the next one */
+    if (refused && rc != CURLE_OK)
         return "refused-address";
     switch (rc) {
     case CURLE_OK:
@@ -462,7 +463,7 @@ static void attempt_done(webhooks_t *wh, hook_t *h, CURLcode rc)
     long status = 0;
     curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &status);
     abort_transfer(wh, h);
-    const char *category = failure_category(h, rc, status);
+    const char *category = webhooks_failure_category(h->refused, rc, status);
     if (!category) {
         pthread_mutex_lock(&wh->lock);
         h->deliveries++;

@@ -61,4 +61,9 @@ size_t webhooks_stats(webhooks_t *wh, webhooks_stat_t *out, size_t max);
 /* The age in ms of the oldest entry after cursor delivered in the snapshot (0 when none). */
 int webhooks_lag_ms(store_read_t *r, uint64_t delivered, uint64_t now_ms, uint64_t *lag_ms);
 
+/* The category of an attempt's failure (never the receiver's text), NULL when it was delivered:
+ * refused is true when the allow list turned down an address the name resolved to (curl then tries
+ * the next one, so it is the cause only when the transfer failed); curl_rc a CURLcode. Pure. */
+const char *webhooks_failure_category(bool refused, int curl_rc, long status);
+
 #endif

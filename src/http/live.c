@@ -352,7 +352,10 @@ void live_http_get(app_t *app, http_request_t *req, span_t query)
     s->client_len = client_len;
     s->thread = http_thread_index();
     s->token = (atomic_fetch_add(&live.serial, 1) << TOKEN_THREAD_BITS) | (uint64_t)s->thread;
-    s->http = http_stream_open(req, "text/event-stream", LIVE_STREAM_BUFFER_BYTES, stream_on_end, s);
+    /* the first events (one per item, all at once) never count as a slow reader: the cap is above them
+     * at their largest (the longest ids and counts of every configured kind) */
+    size_t event_max = LIVE_EVENT_FIXED_BYTES + ID_MAX_LEN + (size_t)app->kinds->count * LIVE_EVENT_PER_KIND_BYTES;
+    s->http = http_stream_open(req, "text/event-stream", LIVE_STREAM_BUFFER_BYTES + s->n * event_max, stream_on_end, s);
     if (!s->http) {
         client_release((span_t){client, client_len});
         atomic_fetch_sub(&live.open, 1);

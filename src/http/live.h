@@ -7,7 +7,11 @@
 #include "engine/live.h"
 #include "http/app.h"
 
-#define LIVE_STREAM_BUFFER_BYTES (64u << 10) /* unsent bytes a stream may have; past it it is dropped */
+#define LIVE_STREAM_BUFFER_BYTES (64u << 10) /* unsent bytes a stream may have beyond its first events */
+/* An event's largest size: id, event and data lines, item, reactors (fixed) and one count per kind
+ * ("name":-9223372036854775808, with a 32-byte name). */
+#define LIVE_EVENT_FIXED_BYTES 160
+#define LIVE_EVENT_PER_KIND_BYTES (KIND_NAME_MAX + 24)
 
 typedef struct {
     size_t max_streams;            /* --max-live-streams */

@@ -561,3 +561,25 @@ class LiveThousandStreamsTest(TallyTestCase):
                 time.sleep(0.1)
             self.assertEqual(metric(srv, "tally_live_streams"), 0, "closed streams give their slots back")
             srv.stop()
+
+
+class LiveLargestFirstEventsTest(TallyTestCase):
+    """One stream serves 100 items (API.md): with 16 kinds of 32-byte names and long ids, the first
+    events (~75 KB at once) are not taken for a slow reader (found in review: it was dropped)."""
+
+    def test_hundred_long_ids_sixteen_kinds(self):
+        kinds = ["k%02d" % n + "x" * 29 for n in range(16)]
+        with Server(args=NO_LIMIT + ["--reactions", ",".join(kinds)]) as srv:
+            ids = ["%s-%02d-" % (uid("big"), n) + "i" * 60 for n in range(100)]
+            c = SSEClient(srv, ids, timeout=20)
+            self.assertEqual(c.status, 200)
+            deadline = time.monotonic() + 10 * SLOW
+            while time.monotonic() < deadline and not c.closed:
+                c.pump(0.2)
+                if len([e for e in c.events if e.get("event") == "counts"]) >= 100:
+                    break
+            got = {e["data"]["item"] for e in c.events if e.get("event") == "counts"}
+            self.assertEqual(got, set(ids), "every item's first counts (stream closed: %s)" % c.closed)
+            self.assertFalse(c.closed)
+            c.close()
+            srv.stop()

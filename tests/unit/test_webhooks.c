@@ -1,5 +1,6 @@
 /* test_webhooks.c — the pure parts of webhooks: CIDR ranges and the destination rule
  * (core/netallow.c), the Tally-Signature header (core/whsign.c), the webhook routes. */
+#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 #include "core/netallow.h"
 #include "core/whsign.h"
 #include "engine/webhook_store.h"
+#include "engine/webhooks.h"
 #include "http/router.h"
 #include "unit.h"
 
@@ -233,8 +235,37 @@ static void test_records(void)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 
+/* A name with a refused address and an allowed one (::1 and 127.0.0.1 with 127/8 allowed): curl
+ * reaches the allowed one, and a 2xx is a delivery, not refused-address (found in review). */
+static void test_failure_category(void)
+{
+    CHECK(webhooks_failure_category(true, 0, 200) == NULL);
+    CHECK(webhooks_failure_category(false, 0, 204) == NULL);
+    CHECK(strcmp(webhooks_failure_category(true, 0, 503), "status-5xx") == 0);
+    CHECK(strcmp(webhooks_failure_category(true, 7 /* CURLE_COULDNT_CONNECT */, 0), "refused-address") == 0);
+    CHECK(strcmp(webhooks_failure_category(false, 7, 0), "connect") == 0);
+    CHECK(strcmp(webhooks_failure_category(false, 28 /* CURLE_OPERATION_TIMEDOUT */, 0), "timeout") == 0);
+    CHECK(strcmp(webhooks_failure_category(false, 0, 302), "status-3xx") == 0);
+    CHECK(strcmp(webhooks_failure_category(false, 0, 404), "status-4xx") == 0);
+}
+
+/* IPv6 forms that carry an IPv4 address (local-use NAT64, SIIT, 6to4, Teredo) are refused by default
+ * (found in review: they were allowed). */
+static void test_embedded_v4_forms(void)
+{
+    static const char *const refused[] = {"64:ff9b:1::a9fe:a9fe", "::ffff:0:7f00:1", "2002:7f00:1::", "2001:0:1::1"};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        uint8_t a[16];
+        CHECK(inet_pton(AF_INET6, refused[i], a) == 1 && !netallow_permits(NULL, a));
+    }
+    uint8_t pub[16];
+    CHECK(inet_pton(AF_INET6, "2606:4700::1111", pub) == 1 && netallow_permits(NULL, pub));
+}
+
 void test_webhooks(void)
 {
+    test_failure_category();
+    test_embedded_v4_forms();
     test_records();
     test_cidr();
     test_destinations();
