@@ -123,6 +123,11 @@ static json_t *problem_object(int status, const char *code, const char *detail)
                      detail ? detail : problem_title(code));
 }
 
+int answer_json(answer_t *a, int status, json_t *body)
+{
+    return answer_from_json(a, status, ANSWER_JSON, body);
+}
+
 int answer_problem(answer_t *a, int status, const char *code, const char *detail)
 {
     return answer_from_json(a, status, ANSWER_PROBLEM, problem_object(status, code, detail));

@@ -4,6 +4,7 @@
 #ifndef TALLY_CORE_ANSWER_H
 #define TALLY_CORE_ANSWER_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "core/kinds.h"
@@ -42,6 +43,10 @@ int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, kindset_
  * ,"cursor":"<cursor>" before the body's closing brace. Returns 0, or -1 (out of memory; a is then
  * the 500 fallback). The same splice is done in SQL by a store that learns the position at commit. */
 int answer_set_cursor(answer_t *a, uint64_t cursor);
+
+/* A JSON body (compact, in insertion order) with status; takes the reference to body (NULL: out of
+ * memory, a 500). */
+int answer_json(answer_t *a, int status, json_t *body);
 
 /* RFC 9457 problem: {"type":"urn:tally:error:<code>","title":…,"status":…,"detail":…}. */
 int answer_problem(answer_t *a, int status, const char *code, const char *detail);

@@ -37,16 +37,6 @@ static void job_free(void *arg)
     free(job);
 }
 
-static void answer_json(answer_t *a, json_t *body, int status)
-{
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (text)
-        answer_set_body(a, status, ANSWER_JSON, text, strlen(text));
-    else
-        answer_problem(a, 500, "internal", "out of memory");
-}
-
 static void *job_thread(void *arg)
 {
     admin_job_t *job = arg;
@@ -108,11 +98,10 @@ static void recount_job(admin_job_t *job)
                                                kinds_count_name(job->app->kinds, d->kind), "counted",
                                                (json_int_t)d->counted, "stored", (json_int_t)d->stored));
     }
-    answer_json(&job->answer,
+    answer_json(&job->answer, 200,
                 json_pack("{s:I,s:I,s:o,s:I}", "checked", (json_int_t)rep.checked, "corrected",
                           (json_int_t)rep.corrected, "drift", drift, "list_mismatches",
-                          (json_int_t)rep.list_mismatches),
-                200);
+                          (json_int_t)rep.list_mismatches));
     recount_report_free(&rep);
 }
 
@@ -194,7 +183,7 @@ static void clear_job(admin_job_t *job)
         changed += cmd.clear.changed;
     } while (cmd.clear.more);
     answer_free(&cmd.answer);
-    answer_json(&job->answer, json_pack("{s:I}", "changed", (json_int_t)changed), 200);
+    answer_json(&job->answer, 200, json_pack("{s:I}", "changed", (json_int_t)changed));
 }
 
 void admin_clear(app_t *app, http_request_t *req, span_t name, bool user)
@@ -238,7 +227,7 @@ static void import_job(admin_job_t *job)
         json_t *doc = json_loadb(job->answer.body, job->answer.body_len, 0, NULL);
         if (doc) {
             json_object_set_new(doc, "rejected", rejected_array(&rep));
-            answer_json(&job->answer, doc, 400);
+            answer_json(&job->answer, 400, doc);
             job->answer.type = ANSWER_PROBLEM;
         }
     } else if (rc != 0) {
@@ -246,10 +235,9 @@ static void import_job(admin_job_t *job)
                        "the import stopped part-way (the writer refused or a commit failed); run it again: "
                        "what was applied stays, and a re-run changes nothing twice");
     } else {
-        answer_json(&job->answer,
+        answer_json(&job->answer, 200,
                     json_pack("{s:I,s:I,s:I,s:o}", "read", (json_int_t)rep.read, "applied", (json_int_t)rep.applied,
-                              "unchanged", (json_int_t)rep.unchanged, "rejected", rejected_array(&rep)),
-                    200);
+                              "unchanged", (json_int_t)rep.unchanged, "rejected", rejected_array(&rep)));
     }
     import_report_free(&rep);
 }

@@ -80,16 +80,11 @@ static void reply_ready(app_t *app, http_request_t *req)
         return;
     }
     if (app_writes_failing(app)) {
-        answer_t a = {.retry_after_s = 1};
-        json_t *body = json_pack("{s:s,s:s}", "status", "unavailable", "reason",
-                                 "writes failing: a write could not be committed in the last 10 s (is the disk full?)");
-        char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-        json_decref(body);
-        if (!text) {
-            reply_problem(req, 500, "internal", "out of memory");
-            return;
-        }
-        answer_set_body(&a, 503, ANSWER_JSON, text, strlen(text));
+        answer_t a = {0};
+        answer_json(&a, 503,
+                    json_pack("{s:s,s:s}", "status", "unavailable", "reason",
+                              "writes failing: a write could not be committed in the last 10 s (is the disk full?)"));
+        a.retry_after_s = 1;
         http_respond(req, &a);
         answer_free(&a);
         return;

@@ -87,14 +87,7 @@ static int changes_page(changes_query_t *q)
     int n = (int)json_array_size(p.changes);
     json_t *body = json_pack("{s:o,s:s,s:s}", "changes", p.changes, "next", next, "mode",
                              p.kinds->mode == REACTION_MODE_MANY ? "many" : "one");
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!text) {
-        answer_problem(&q->answer, 500, "internal", "out of memory");
-        return -1;
-    }
-    answer_set_body(&q->answer, 200, ANSWER_JSON, text, strlen(text));
-    return n;
+    return answer_json(&q->answer, 200, body) == 0 ? n : -1;
 }
 
 static void query_free(void *arg)

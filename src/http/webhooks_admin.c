@@ -44,16 +44,6 @@ static void req_free(void *arg)
     free(r);
 }
 
-static void answer_json_body(answer_t *a, int status, json_t *body)
-{
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (text)
-        answer_set_body(a, status, ANSWER_JSON, text, strlen(text));
-    else
-        answer_problem(a, 500, "internal", "out of memory");
-}
-
 /* Writer thread: the records are durable (or the commit failed). */
 static void write_done(write_cmd_t *cmd)
 {
@@ -117,9 +107,9 @@ static int op_create(wh_req_t *r, store_read_t *snap)
     r->has_write = true;
     char created[32];
     changejson_iso_time(r->def.created_ms, created);
-    answer_json_body(&r->answer, 201,
-                     json_pack("{s:s,s:s,s:s%,s:s}", "id", r->def.id, "url", r->def.url, "secret", r->def.secret,
-                               r->def.secret_len, "created", created));
+    answer_json(&r->answer, 201,
+                json_pack("{s:s,s:s,s:s%,s:s}", "id", r->def.id, "url", r->def.url, "secret", r->def.secret,
+                          r->def.secret_len, "created", created));
     return STORE_OK;
 }
 
@@ -148,7 +138,7 @@ static int op_list(wh_req_t *r, store_read_t *snap)
         json_decref(list);
         return rc;
     }
-    answer_json_body(&r->answer, 200, json_pack("{s:o}", "webhooks", list));
+    answer_json(&r->answer, 200, json_pack("{s:o}", "webhooks", list));
     return STORE_OK;
 }
 
@@ -184,7 +174,7 @@ static int op_resume(wh_req_t *r, store_read_t *snap)
     r->has_write = true;
     char cursor[24];
     snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)after);
-    answer_json_body(&r->answer, 200, json_pack("{s:s,s:s}", "id", r->id, "after", cursor));
+    answer_json(&r->answer, 200, json_pack("{s:s,s:s}", "id", r->id, "after", cursor));
     return STORE_OK;
 }
 
@@ -201,9 +191,9 @@ static int op_secret(wh_req_t *r, store_read_t *snap)
     if (whstore_write_init(&r->write, r->id, &def, NULL, NULL, false) != 0)
         return STORE_ERROR;
     r->has_write = true;
-    answer_json_body(&r->answer, 200,
-                     json_pack("{s:s,s:s%,s:o}", "id", r->id, "secret", def.secret, def.secret_len,
-                               "previous_valid_until", time_or_null(def.old_until_ms)));
+    answer_json(&r->answer, 200,
+                json_pack("{s:s,s:s%,s:o}", "id", r->id, "secret", def.secret, def.secret_len, "previous_valid_until",
+                          time_or_null(def.old_until_ms)));
     return STORE_OK;
 }
 
