@@ -4,8 +4,15 @@
 #include <stdlib.h>
 
 #include "core/hash.h"
+#include "core/slotindex.h"
 
 #define ITEMMAP_MIN 64
+
+static uint64_t entry_hash(const void *entries, size_t i)
+{
+    const itemmap_entry_t *e = (const itemmap_entry_t *)entries + i;
+    return hash_bytes(HASH_SEED, e->item, e->item_len);
+}
 
 static int itemmap_grow(itemmap_t *m)
 {
@@ -14,20 +21,9 @@ static int itemmap_grow(itemmap_t *m)
     if (!entries)
         return -1;
     m->entries = entries;
-    size_t nslots = cap * 2;
-    uint32_t *slots = calloc(nslots, sizeof *slots);
-    if (!slots)
+    if (slotindex_rebuild(&m->slots, &m->nslots, cap * 2, entries, m->count, entry_hash) != 0)
         return -1;
     m->cap = cap;
-    for (size_t i = 0; i < m->count; i++) {
-        size_t s = hash_bytes(HASH_SEED, entries[i].item, entries[i].item_len) & (nslots - 1);
-        while (slots[s])
-            s = (s + 1) & (nslots - 1);
-        slots[s] = (uint32_t)(i + 1);
-    }
-    free(m->slots);
-    m->slots = slots;
-    m->nslots = nslots;
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/hash.h"
+#include "core/slotindex.h"
 
 #define LISTMAP_MIN 64
 
@@ -45,6 +46,12 @@ static uint64_t pair_hash(span_t item, span_t user)
     return hash_bytes(hash_bytes(HASH_SEED, item.ptr, item.len), user.ptr, user.len);
 }
 
+static uint64_t entry_hash(const void *entries, size_t i)
+{
+    const listmap_entry_t *e = (const listmap_entry_t *)entries + i;
+    return pair_hash((span_t){e->item, e->item_len}, (span_t){e->user, e->user_len});
+}
+
 static int listmap_grow(listmap_t *m)
 {
     size_t cap = m->cap ? m->cap * 2 : LISTMAP_MIN;
@@ -52,21 +59,9 @@ static int listmap_grow(listmap_t *m)
     if (!entries)
         return -1;
     m->entries = entries;
-    size_t nslots = cap * 2;
-    uint32_t *slots = calloc(nslots, sizeof *slots);
-    if (!slots)
+    if (slotindex_rebuild(&m->slots, &m->nslots, cap * 2, entries, m->count, entry_hash) != 0)
         return -1;
     m->cap = cap;
-    for (size_t i = 0; i < m->count; i++) {
-        const listmap_entry_t *e = &entries[i];
-        size_t s = pair_hash((span_t){e->item, e->item_len}, (span_t){e->user, e->user_len}) & (nslots - 1);
-        while (slots[s])
-            s = (s + 1) & (nslots - 1);
-        slots[s] = (uint32_t)(i + 1);
-    }
-    free(m->slots);
-    m->slots = slots;
-    m->nslots = nslots;
     return 0;
 }
 
