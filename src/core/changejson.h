@@ -8,6 +8,7 @@
 
 #include "core/kinds.h"
 #include "core/reaction.h"
+#include "core/textbuf.h"
 
 /* ISO 8601 UTC with milliseconds: 2026-11-29T20:01:02.345Z. */
 void changejson_iso_time(uint64_t at_ms, char out[32]);
@@ -15,5 +16,9 @@ void changejson_iso_time(uint64_t at_ms, char out[32]);
 /* {"cursor":"<seq>","item":…,"user":…,"from":…,"to":…,"version":…,"at":…} for the log entry seq; a
  * new reference, NULL when out of memory. Any thread. */
 json_t *changejson_entry(const kinds_t *kinds, uint64_t seq, const transition_t *t);
+
+/* The same entry appended as text, byte for byte what json_dumps(changejson_entry(…), JSON_COMPACT)
+ * gives (tests/unit checks it): what pages and deliveries render, 100 at a time. Any thread. */
+void changejson_append(textbuf_t *b, const kinds_t *kinds, uint64_t seq, const transition_t *t);
 
 #endif

@@ -17,6 +17,24 @@ json_t *kindset_json(const kinds_t *kinds, kindset_t set)
     return arr;
 }
 
+void kindset_append(textbuf_t *b, const kinds_t *kinds, kindset_t set)
+{
+    if (kinds->mode == REACTION_MODE_ONE) {
+        textbuf_safe(b, span_of(kinds_name(kinds, kindset_single(set))));
+        return;
+    }
+    textbuf_lit(b, "[");
+    bool first = true;
+    for (int k = 1; k <= kinds->count; k++)
+        if (kindset_has(set, k)) {
+            if (!first)
+                textbuf_lit(b, ",");
+            first = false;
+            textbuf_safe(b, span_of(kinds_name(kinds, k)));
+        }
+    textbuf_lit(b, "]");
+}
+
 static int kindset_add_name(const kinds_t *kinds, span_t name, kindset_t *set, char *err, size_t errlen)
 {
     int k = kinds_find(kinds, name, false);

@@ -8,6 +8,7 @@
 
 #include "core/kinds.h"
 #include "core/reaction.h"
+#include "core/textbuf.h"
 
 /* The member that carries a reaction: "reaction" in one mode, "reactions" in many. */
 static inline const char *kindset_member(const kinds_t *kinds)
@@ -17,6 +18,9 @@ static inline const char *kindset_member(const kinds_t *kinds)
 
 /* A new reference: the set as the mode writes it (NULL when out of memory). */
 json_t *kindset_json(const kinds_t *kinds, kindset_t set);
+
+/* The same set appended as text (what json_dumps of kindset_json gives). */
+void kindset_append(textbuf_t *b, const kinds_t *kinds, kindset_t set);
 
 /* Reads an array of kind names (each configured, none repeated) into *set. Returns 0, or -1 with a
  * message in err. */

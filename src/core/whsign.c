@@ -1,8 +1,8 @@
 /* whsign.c — webhook signatures with OpenSSL's HMAC (see whsign.h). */
 #include "core/whsign.h"
 
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,16 +14,20 @@ int whsign_hmac_hex(span_t key, uint64_t t, span_t body, char out[WHSIGN_HEX_LEN
 {
     char prefix[T_DIGITS_MAX + 1];
     int n = snprintf(prefix, sizeof prefix, "%llu.", (unsigned long long)t);
-    size_t len = (size_t)n + body.len;
-    unsigned char *msg = malloc(len ? len : 1), mac[SHA256_LEN];
-    unsigned int mac_len = 0;
-    if (!msg)
-        return -1;
-    memcpy(msg, prefix, (size_t)n);
-    if (body.len)
-        memcpy(msg + n, body.ptr, body.len);
-    const unsigned char *ok = HMAC(EVP_sha256(), key.len ? key.ptr : "", (int)key.len, msg, len, mac, &mac_len);
-    free(msg);
+    unsigned char mac[SHA256_LEN];
+    size_t mac_len = 0;
+    /* streamed: "<t>." then the body, never copied into one message */
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, "SHA256", 0),
+                           OSSL_PARAM_construct_end()};
+    EVP_MAC *hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    EVP_MAC_CTX *ctx = hmac ? EVP_MAC_CTX_new(hmac) : NULL;
+    static const unsigned char empty_key[1];
+    bool ok = ctx && EVP_MAC_init(ctx, key.len ? (const unsigned char *)key.ptr : empty_key, key.len, params) == 1 &&
+              EVP_MAC_update(ctx, (const unsigned char *)prefix, (size_t)n) == 1 &&
+              (!body.len || EVP_MAC_update(ctx, (const unsigned char *)body.ptr, body.len) == 1) &&
+              EVP_MAC_final(ctx, mac, &mac_len, sizeof mac) == 1;
+    EVP_MAC_CTX_free(ctx);
+    EVP_MAC_free(hmac);
     if (!ok || mac_len != SHA256_LEN)
         return -1;
     static const char hex[] = "0123456789abcdef";

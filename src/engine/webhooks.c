@@ -209,33 +209,31 @@ static void hook_free(webhooks_t *wh, hook_t *h)
 
 typedef struct {
     const kinds_t *kinds;
-    json_t *entries;
+    textbuf_t body; /* the delivery's body up to the entries read so far */
     uint64_t last, first_at_ms;
     size_t n;
-    bool failed;
 } batch_read_t;
 
 static int batch_add(void *arg, uint64_t seq, const transition_t *t)
 {
     batch_read_t *b = arg;
-    json_t *e = changejson_entry(b->kinds, seq, t);
-    if (!e || json_array_append_new(b->entries, e) != 0) {
-        b->failed = true;
-        return 1;
-    }
     if (b->n++ == 0)
         b->first_at_ms = t->at_ms;
+    else
+        textbuf_lit(&b->body, ",");
+    changejson_append(&b->body, b->kinds, seq, t);
     b->last = seq;
-    return 0;
+    return b->body.failed;
 }
 
-/* The body of a batch: {"webhook":id,"mode":…,"transitions":entries} (takes entries). */
-static char *batch_body(const webhooks_t *wh, const hook_t *h, json_t *entries)
+/* Starts a batch's body: {"webhook":id,"mode":…,"transitions":[ — the entries follow, then "]}". */
+static void batch_begin(const webhooks_t *wh, const hook_t *h, textbuf_t *body)
 {
-    json_t *o = json_pack("{s:s,s:s,s:o}", "webhook", h->def.id, "mode", wh->opt.mode, "transitions", entries);
-    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    return text;
+    textbuf_lit(body, "{\"webhook\":");
+    textbuf_safe(body, span_of(h->def.id));
+    textbuf_lit(body, ",\"mode\":");
+    textbuf_safe(body, span_of(wh->opt.mode));
+    textbuf_lit(body, ",\"transitions\":[");
 }
 
 /* Fixes h's next batch (leader, nothing in flight): the pending one the store names, else up to
@@ -265,22 +263,26 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
     }
     uint64_t oldest, newest;
     bool resend = h->state.pending_to > h->state.delivered;
-    batch_read_t b = {wh->kinds, json_array(), 0, 0, 0, false};
+    batch_read_t b = {.kinds = wh->kinds};
+    batch_begin(wh, h, &b.body);
     int rc = whstore_log_window(snap, &oldest, &newest);
     bool expired = rc == STORE_OK && h->state.delivered + 1 < oldest;
-    if (rc == STORE_OK && !expired && b.entries) {
+    if (rc == STORE_OK && !expired) {
         size_t limit = WEBHOOKS_BATCH_MAX;
         if (resend && h->state.pending_to - h->state.delivered < limit)
             limit = (size_t)(h->state.pending_to - h->state.delivered);
         rc = store_read_log(snap, h->state.delivered, limit, batch_add, &b);
     }
     store_read_end(snap);
-    if (rc != STORE_OK || b.failed || !b.entries) {
-        json_decref(b.entries);
+    textbuf_lit(&b.body, "]}");
+    size_t body_len = 0;
+    char *body = textbuf_finish(&b.body, &body_len);
+    if (rc != STORE_OK || !body) {
+        free(body);
         return;
     }
     if (expired) {
-        json_decref(b.entries);
+        free(body);
         h->state.expired = true;
         h->state.pending_to = 0;
         fprintf(stderr, "level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu\n", h->def.id,
@@ -292,14 +294,11 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
     h->oldest_ms = b.first_at_ms; /* 0: caught up */
     pthread_mutex_unlock(&wh->lock);
     if (b.n == 0) {
-        json_decref(b.entries);
+        free(body);
         if (h->dirty)
             record_state(wh, h);
         return;
     }
-    char *body = batch_body(wh, h, b.entries);
-    if (!body)
-        return;
     if (!resend || b.last != h->state.pending_to) {
         /* a new batch, or a pending one cut short by a move of the log: fixed anew */
         char id[WHSTORE_DELIVERY_ID_HEX + 1];
@@ -318,7 +317,7 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
         }
     }
     h->body = body;
-    h->body_len = strlen(body);
+    h->body_len = body_len;
     h->has_batch = true;
     h->attempts = 0;
     h->next_attempt_ms = 0;

@@ -27,21 +27,19 @@ typedef struct {
 
 typedef struct {
     const kinds_t *kinds;
-    json_t *changes;
+    textbuf_t text; /* {"changes":[ and the entries so far */
     uint64_t last;
-    int rc;
+    int n;
 } page_t;
 
 static int page_add(void *arg, uint64_t seq, const transition_t *t)
 {
     page_t *p = arg;
-    json_t *c = changejson_entry(p->kinds, seq, t);
-    if (!c || json_array_append_new(p->changes, c) != 0) {
-        p->rc = STORE_ERROR;
-        return 1;
-    }
+    if (p->n++)
+        textbuf_lit(&p->text, ",");
+    changejson_append(&p->text, p->kinds, seq, t);
     p->last = seq;
-    return 0;
+    return p->text.failed;
 }
 
 /* Reads one page with a fresh snapshot into q->answer, and its last cursor into q->next. Returns the
@@ -70,24 +68,27 @@ static int changes_page(changes_query_t *q)
         answer_problem(&q->answer, 400, "invalid-parameter", "after is not a cursor this server gave");
         return -1;
     }
-    page_t p = {q->app->kinds, json_array(), after, STORE_OK};
-    if (rc == STORE_OK && p.changes)
+    page_t p = {.kinds = q->app->kinds, .last = after};
+    textbuf_lit(&p.text, "{\"changes\":[");
+    if (rc == STORE_OK)
         rc = store_read_log(snap, after, q->limit, page_add, &p);
     store_read_end(snap);
-    if (rc == STORE_OK)
-        rc = p.rc;
-    if (rc != STORE_OK || !p.changes) {
-        json_decref(p.changes);
+    q->next = p.last;
+    textbuf_lit(&p.text, "],\"next\":\"");
+    textbuf_uint(&p.text, p.last);
+    if (p.kinds->mode == REACTION_MODE_MANY)
+        textbuf_lit(&p.text, "\",\"mode\":\"many\"}");
+    else
+        textbuf_lit(&p.text, "\",\"mode\":\"one\"}");
+    size_t len = 0;
+    char *body = textbuf_finish(&p.text, &len);
+    if (rc != STORE_OK || !body) {
+        free(body);
         answer_problem(&q->answer, 500, "internal", "reading the change feed failed");
         return -1;
     }
-    char next[24];
-    q->next = p.last;
-    snprintf(next, sizeof next, "%llu", (unsigned long long)p.last);
-    int n = (int)json_array_size(p.changes);
-    json_t *body = json_pack("{s:o,s:s,s:s}", "changes", p.changes, "next", next, "mode",
-                             p.kinds->mode == REACTION_MODE_MANY ? "many" : "one");
-    return answer_json(&q->answer, 200, body) == 0 ? n : -1;
+    answer_set_body(&q->answer, 200, ANSWER_JSON, body, len);
+    return p.n;
 }
 
 static void query_free(void *arg)

@@ -36,6 +36,8 @@ int main(void)
         {"histogram", test_histogram},
         {"spacesaving", test_spacesaving},
         {"itemjson", test_itemjson},
+        {"changejson", test_changejson},
+        {"iso_time", test_iso_time},
         {"pairfilter", test_pairfilter},
         {"ratelimit", test_ratelimit},
         {"trending", test_trending},

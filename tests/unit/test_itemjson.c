@@ -1,8 +1,12 @@
-/* test_itemjson.c — the hand-rendered item object equals jansson's compact dump, byte for byte. */
+/* test_itemjson.c — the hand-rendered item objects and change-feed entries equal jansson's compact dump, byte for byte.
+ */
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "core/changejson.h"
 #include "core/itemjson.h"
 #include "core/kindsjson.h"
 #include "unit.h"
@@ -67,4 +71,105 @@ void test_itemjson(void)
     CHECK(json_is_array(doc) && json_array_size(doc) == 2);
     json_decref(doc);
     free(page.buf);
+}
+
+/* A change-feed entry as text equals jansson's compact dump of changejson_entry, byte for byte. */
+static void same_entry(const kinds_t *kinds, uint64_t seq, const transition_t *t)
+{
+    textbuf_t b = {0};
+    changejson_append(&b, kinds, seq, t);
+    json_t *obj = changejson_entry(kinds, seq, t);
+    char *want = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    CHECK(!b.failed && want && b.len == strlen(want) && memcmp(b.buf, want, b.len) == 0);
+    free(want);
+    free(b.buf);
+}
+
+void test_changejson(void)
+{
+    kinds_t two, many;
+    char err[64];
+    kinds_parse(&two, "like,dislike", err, sizeof err);
+    kinds_parse(&many, "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o_p,q9", err, sizeof err);
+    many.mode = REACTION_MODE_MANY;
+    transition_t t = {.item = SPAN_LIT("post-1"),
+                      .user = SPAN_LIT("u~7:x.y_Z"),
+                      .from = KINDSET_EMPTY,
+                      .to = kindset_of(1),
+                      .version = 1,
+                      .at_ms = 1764619200123ull};
+    same_entry(&two, 1, &t);
+    t.from = kindset_of(1);
+    t.to = kindset_of(2);
+    t.version = UINT32_MAX * 9ull;
+    t.at_ms = 0;
+    same_entry(&two, UINT64_MAX, &t);
+    t.to = KINDSET_EMPTY;
+    t.at_ms = 253402300799999ull; /* 9999-12-31T23:59:59.999Z */
+    same_entry(&two, 1234567890123ull, &t);
+    t.from = kindset_of(1) | kindset_of(16);
+    t.to = kindset_of(3) | kindset_of(5) | kindset_of(16);
+    same_entry(&many, 42, &t);
+    t.from = KINDSET_EMPTY;
+    t.to = KINDSET_EMPTY;
+    same_entry(&many, 43, &t);
+    /* A page of entries joined stays valid JSON with every entry. */
+    textbuf_t page = {0};
+    textbuf_lit(&page, "[");
+    for (uint64_t seq = 1; seq <= 100; seq++) {
+        if (seq > 1)
+            textbuf_lit(&page, ",");
+        changejson_append(&page, &many, seq, &t);
+    }
+    textbuf_lit(&page, "]");
+    size_t len = 0;
+    char *text = textbuf_finish(&page, &len);
+    json_t *doc = text ? json_loadb(text, len, 0, NULL) : NULL;
+    CHECK(json_is_array(doc) && json_array_size(doc) == 100 &&
+          strcmp(json_string_value(json_object_get(json_array_get(doc, 99), "cursor")), "100") == 0);
+    json_decref(doc);
+    free(text);
+}
+
+/* The commit time as the library renders it. */
+static void library_time(uint64_t ms, char want[32])
+{
+    time_t s = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    size_t n = strftime(want, 32, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(want + n, 32 - n, ".%03uZ", (unsigned)(ms % 1000));
+}
+
+/* The hand-rendered commit time equals gmtime_r + strftime: leap days, century boundaries, the
+ * last instant of 9999, and every day from 1970 to 2400 at a varying time of day. */
+void test_iso_time(void)
+{
+    uint64_t samples[] = {0,
+                          1,
+                          999,
+                          1000,
+                          59999,
+                          86399999,
+                          86400000,
+                          951782400000ull /* 2000-02-29 */,
+                          4107542399999ull /* 2100-02-28T23:59:59.999 */,
+                          1764619200123ull,
+                          253402300799999ull /* 9999-12-31T23:59:59.999 */,
+                          253402300800000ull /* 10000 */};
+    char got[32], want[32];
+    for (size_t i = 0; i < sizeof samples / sizeof samples[0]; i++) {
+        changejson_iso_time(samples[i], got);
+        library_time(samples[i], want);
+        CHECK(strcmp(got, want) == 0);
+    }
+    size_t wrong = 0;
+    for (uint64_t day = 0; day < 157000; day++) {
+        uint64_t ms = day * 86400000ull + day * 7919ull % 86400000ull;
+        changejson_iso_time(ms, got);
+        library_time(ms, want);
+        wrong += strcmp(got, want) != 0;
+    }
+    CHECK(wrong == 0);
 }

@@ -32,6 +32,8 @@ void test_itemmap(void);
 void test_histogram(void);
 void test_spacesaving(void);
 void test_itemjson(void);
+void test_changejson(void);
+void test_iso_time(void);
 void test_pairfilter(void);
 void test_ratelimit(void);
 void test_trending(void);
