@@ -245,13 +245,21 @@ static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
 
 static int writer_aux(store_write_t *tx, write_cmd_t *cmd)
 {
-    const write_aux_t *aux = cmd->aux;
+    write_aux_t *aux = cmd->aux;
     int rc = STORE_OK;
+    if (aux->decide) {
+        answer_free(&cmd->answer);
+        cmd->answer = (answer_t){0};
+        if ((rc = aux->decide(tx, cmd, aux)) != STORE_OK)
+            return rc;
+        if (cmd->answer.status >= 300)
+            return STORE_OK; /* refused: the precondition does not hold now */
+    }
     if (aux->delete_to.len)
         rc = store_aux_delete_range(tx, aux->delete_from, aux->delete_to);
     for (size_t i = 0; rc == STORE_OK && i < aux->n; i++)
         rc = store_aux_put(tx, aux->keys[i], aux->values[i]);
-    if (rc == STORE_OK)
+    if (rc == STORE_OK && !cmd->answer.status)
         answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
     return rc;
 }
