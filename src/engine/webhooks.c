@@ -60,7 +60,9 @@ struct webhooks {
     pthread_t thread;
     CURLM *multi;
     atomic_bool stopping, notified;
-    pthread_mutex_t lock; /* hooks[] and their metrics: the thread changes them, the metrics read */
+    /* hooks[] and their metrics: the thread changes them, the metrics read; held for memory only,
+     * never across a store read, a transfer or a wait on the writer */
+    pthread_mutex_t lock;
     hook_t *hooks[WHSTORE_MAX];
     size_t nhooks;
     whstore_hook_t *scan;   /* the thread's buffer for reading every record */
@@ -600,12 +602,20 @@ static void scan_records(webhooks_t *wh)
             fprintf(stderr, "level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu\n", h->def.id,
                     (unsigned long long)h->state.delivered, (unsigned long long)oldest);
         }
-        uint64_t lag = 0;
-        webhooks_lag_ms(snap, h->state.delivered, now, &lag);
-        h->oldest_ms = lag ? now - lag : 0;
         h->expired_shown = h->state.expired;
     }
     pthread_mutex_unlock(&wh->lock);
+    /* The lags are store reads: made with the lock released (this thread alone changes the hooks
+     * and their states), each published under it, so /metrics never waits on a read. */
+    for (size_t i = 0; i < wh->nhooks; i++) {
+        hook_t *h = wh->hooks[i];
+        uint64_t lag = 0;
+        if (webhooks_lag_ms(snap, h->state.delivered, now, &lag) != STORE_OK)
+            continue;
+        pthread_mutex_lock(&wh->lock);
+        h->oldest_ms = lag ? now - lag : 0;
+        pthread_mutex_unlock(&wh->lock);
+    }
     store_read_end(snap);
     for (size_t i = 0; i < wh->nhooks; i++)
         if (wh->hooks[i]->record_now) {
