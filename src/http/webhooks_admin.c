@@ -144,11 +144,7 @@ static int op_resume(wh_req_t *r, store_read_t *snap)
     int rc = whstore_log_window(snap, &oldest, &newest);
     if (rc != STORE_OK)
         return rc;
-    if (r->has_after && r->after > newest) {
-        answer_problem(&r->answer, 400, "invalid-parameter", "after is not a cursor this server gave");
-        return STORE_OK;
-    }
-    whstore_write_decided(&r->write, WHSTORE_RESUME, r->id);
+    whstore_write_decided(&r->write, WHSTORE_RESUME, r->id); /* 404 first, then the cursor's checks */
     r->has_write = true;
     r->write.has_after = r->has_after;
     r->write.after = r->after;
