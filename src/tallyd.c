@@ -29,6 +29,7 @@
 #define LISTEN_BACKLOG 1024
 #define DRAIN_TIMEOUT_MS 10000
 #define SHUTDOWN_FLUSH_MS 200
+#define LIVE_END_WAIT_MS 2000 /* live streams that will not end cleanly (clients not reading) are dropped at half */
 #define RECOUNT_SAMPLE_ITEMS 100
 #define ADMIN_JOB_WAIT_MS 60000
 #define RATE_TABLE_CAPACITY (1u << 20)      /* buckets per limiter: ~24 MiB, whatever the number of users */
@@ -652,7 +653,7 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     atomic_store(&app->ready, false);
     atomic_store(&app->draining, true);
     http_server_stop_accepting();
-    live_http_end_all();  /* live streams end once what they were sent has left */
+    live_http_end_all();  /* no more live updates; every stream ends once what it was sent has left */
     feed_stop(app->feed); /* long polls are answered at once */
     size_t left = http_server_drain(DRAIN_TIMEOUT_MS);
     if (left)
@@ -660,6 +661,9 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     readers_stop(app->readers); /* what is queued is answered while the loops still run */
     const struct timespec flush = {0, SHUTDOWN_FLUSH_MS * 1000000L};
     nanosleep(&flush, NULL); /* the loops keep running: the last answers leave their sockets */
+    size_t streams_left = live_http_wait_ended(LIVE_END_WAIT_MS); /* the loops still run for them */
+    if (streams_left)
+        fprintf(stderr, "level=warn event=shutdown-live-streams left=%zu\n", streams_left);
     http_server_stop();
     live_http_stop();
     recount_sampler_stop(sampler);

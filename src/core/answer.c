@@ -3,6 +3,7 @@
 
 #include "core/kindsjson.h"
 
+#include <assert.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +57,7 @@ void answer_free(answer_t *a)
         free(a->body);
     a->body = NULL;
     a->body_len = 0;
+    a->body_cap = 0;
 }
 
 void answer_set_body(answer_t *a, int status, answer_type_t type, char *body, size_t len)
@@ -93,24 +95,48 @@ int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, kindset_
     return rc;
 }
 
+/* Bytes held at a's body. */
+static size_t body_room(const answer_t *a)
+{
+    return a->body_cap > a->body_len ? a->body_cap : a->body_len;
+}
+
+static bool spliceable(const answer_t *a)
+{
+    return a->body && a->body != fallback_body && a->body_len && a->body[a->body_len - 1] == '}';
+}
+
+int answer_reserve_cursor(answer_t *a)
+{
+    if (!spliceable(a))
+        return -1;
+    size_t need = a->body_len - 1 + ANSWER_CURSOR_ROOM;
+    if (body_room(a) >= need)
+        return 0;
+    char *body = realloc(a->body, need);
+    if (!body)
+        return -1;
+    a->body = body;
+    a->body_cap = need;
+    return 0;
+}
+
 int answer_set_cursor(answer_t *a, uint64_t cursor)
 {
-    if (a->body == fallback_body)
+    if (!spliceable(a))
         return -1;
-    char tail[48];
+    char tail[ANSWER_CURSOR_ROOM + 1];
     int n = snprintf(tail, sizeof tail, ",\"cursor\":\"%llu\"}", (unsigned long long)cursor);
-    char *body = a->body_len && a->body[a->body_len - 1] == '}' ? malloc(a->body_len + (size_t)n) : NULL;
-    if (!body) {
-        answer_free(a);
-        *a = (answer_t){
-            .status = 500, .type = ANSWER_PROBLEM, .body = (char *)fallback_body, .body_len = sizeof fallback_body - 1};
-        return -1;
-    }
-    memcpy(body, a->body, a->body_len - 1);
-    memcpy(body + a->body_len - 1, tail, (size_t)n);
+    assert(n > 0 && (size_t)n <= ANSWER_CURSOR_ROOM);
     size_t len = a->body_len - 1 + (size_t)n;
-    free(a->body);
-    a->body = body;
+    if (body_room(a) < len) { /* nothing reserved: grow now (before a commit only) */
+        char *body = realloc(a->body, len);
+        if (!body)
+            return -1;
+        a->body = body;
+        a->body_cap = len;
+    }
+    memcpy(a->body + a->body_len - 1, tail, (size_t)n);
     a->body_len = len;
     return 0;
 }

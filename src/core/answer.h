@@ -29,7 +29,11 @@ typedef struct {
     const char *content_type; /* overrides type's Content-Type when set (a static string: /ui/ files) */
     char *body;               /* owned, malloc'd */
     size_t body_len;
+    size_t body_cap; /* bytes held at body (0: exactly body_len); room answer_set_cursor may use */
 } answer_t;
+
+/* The most a cursor splice adds to a body: ,"cursor":"<20 digits>"} in place of its closing brace. */
+#define ANSWER_CURSOR_ROOM (sizeof ",\"cursor\":\"18446744073709551615\"}" - 1)
 
 /* Each render function fills a (previous body freed) and returns 0, or -1 when out of memory, in
  * which case a holds a 500 problem with a static body-less fallback. */
@@ -39,9 +43,15 @@ typedef struct {
 int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, kindset_t reaction, kindset_t previous,
                         uint64_t version, bool changed);
 
+/* Makes room for a later answer_set_cursor, so that the splice itself never allocates: the writer
+ * reserves before the commit what it splices after. Returns 0, or -1 (out of memory; a unchanged). */
+int answer_reserve_cursor(answer_t *a);
+
 /* A write result that changed something carries its transition's change-feed cursor: appends
- * ,"cursor":"<cursor>" before the body's closing brace. Returns 0, or -1 (out of memory; a is then
- * the 500 fallback). The same splice is done in SQL by a store that learns the position at commit. */
+ * ,"cursor":"<cursor>" before the body's closing brace. With the room reserved it writes into the
+ * memory already held and cannot fail; else it allocates. Returns 0, or -1 (no closing brace, or out
+ * of memory; a is then unchanged, never replaced by an error). The same splice is done in SQL by a
+ * store that learns the position at commit. */
 int answer_set_cursor(answer_t *a, uint64_t cursor);
 
 /* A JSON body (compact, in insertion order) with status; takes the reference to body (NULL: out of

@@ -31,6 +31,7 @@ struct live {
     live_options_t opt;
     live_sink_t sink;
     pthread_t thread;
+    bool halted;          /* the thread is joined (live_halt's caller's) */
     pthread_mutex_t lock; /* guards what follows, up to the live thread's own state */
     pthread_cond_t wake;
     bool stopping;
@@ -418,11 +419,19 @@ int live_start(store_t *store, const kinds_t *kinds, const live_options_t *opt, 
     return 0;
 }
 
+void live_halt(live_t *l)
+{
+    if (!l || l->halted)
+        return;
+    thread_stop_join(&l->lock, &l->wake, &l->stopping, l->thread);
+    l->halted = true;
+}
+
 void live_stop(live_t *l)
 {
     if (!l)
         return;
-    thread_stop_join(&l->lock, &l->wake, &l->stopping, l->thread);
+    live_halt(l);
     pthread_mutex_destroy(&l->lock);
     pthread_cond_destroy(&l->wake);
     live_free(l);

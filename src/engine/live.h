@@ -70,7 +70,12 @@ void live_unsubscribe(live_t *l, uint64_t token, const span_t *items, size_t n);
 
 const live_stats_t *live_stats(const live_t *l);
 
-/* Stops and joins the thread; no sink call runs after it returns. */
+/* Shutdown, first step: stops and joins the thread, so no sink call runs after it returns (nothing
+ * more is produced), while live_subscribe and live_unsubscribe stay valid (the streams still end
+ * and unsubscribe). Any thread but the live one; idempotent. NULL is fine. */
+void live_halt(live_t *l);
+
+/* Halts (when not yet) and frees l: once nothing can unsubscribe any more. */
 void live_stop(live_t *l);
 
 #endif

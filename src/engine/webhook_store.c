@@ -1,4 +1,5 @@
-/* webhook_store.c — webhooks' auxiliary records: keys, JSON values, reading them back. */
+/* webhook_store.c — webhooks' auxiliary records: keys, JSON values, reading them back, and the
+ * writes decided in the writer's transaction (the admin routes' and the delivery state's). */
 #include "engine/webhook_store.h"
 
 #include <jansson.h>
@@ -6,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "core/changejson.h"
 
 #define PREFIX "webhook/"
 #define PREFIX_LEN (sizeof PREFIX - 1)
@@ -192,18 +195,31 @@ static int add_put(whstore_write_t *w, const char *id, char record, char *value)
     return 0;
 }
 
+static void writes_clear(whstore_write_t *w)
+{
+    for (size_t i = 0; i < w->aux.n; i++)
+        free(w->values[i]);
+    w->aux.n = 0;
+    w->aux.delete_from = w->aux.delete_to = (span_t){0};
+}
+
+static void erase_all(whstore_write_t *w, const char *id)
+{
+    snprintf(w->delete_from, sizeof w->delete_from, PREFIX "%s/", id);
+    snprintf(w->delete_to, sizeof w->delete_to, PREFIX "%s0", id); /* '0' follows '/' */
+    w->aux.delete_from = span_of(w->delete_from);
+    w->aux.delete_to = span_of(w->delete_to);
+}
+
 int whstore_write_init(whstore_write_t *w, const char *id, const whstore_def_t *def, const whstore_resume_t *resume,
                        const whstore_state_t *state, bool erase)
 {
     memset(w, 0, sizeof *w);
     w->cmd.type = WRITE_AUX;
     w->cmd.aux = &w->aux;
-    if (erase) {
-        snprintf(w->delete_from, sizeof w->delete_from, PREFIX "%s/", id);
-        snprintf(w->delete_to, sizeof w->delete_to, PREFIX "%s0", id); /* '0' follows '/' */
-        w->aux.delete_from = span_of(w->delete_from);
-        w->aux.delete_to = span_of(w->delete_to);
-    }
+    w->op = WHSTORE_PLAIN;
+    if (erase)
+        erase_all(w, id);
     int rc = 0;
     if (def)
         rc |= add_put(w, id, 'd', def_json(def));
@@ -216,10 +232,129 @@ int whstore_write_init(whstore_write_t *w, const char *id, const whstore_def_t *
     return rc;
 }
 
+/* --- decided writes: in the writer's transaction --- */
+
+static int count_defs(void *arg, span_t key, span_t value)
+{
+    (void)value;
+    if (key.len > PREFIX_LEN + 2 && key.ptr[key.len - 2] == '/' && key.ptr[key.len - 1] == 'd')
+        ++*(size_t *)arg;
+    return 0;
+}
+
+/* A refusal: the answer stands and nothing is written. */
+static int refuse(write_cmd_t *cmd, int status, const char *code, const char *detail)
+{
+    answer_problem(&cmd->answer, status, code, detail);
+    return STORE_OK;
+}
+
+static json_t *time_or_null(uint64_t ms)
+{
+    char at[32];
+    if (!ms)
+        return json_null();
+    changejson_iso_time(ms, at);
+    return json_string(at);
+}
+
+static int decide_create(whstore_write_t *w, store_write_t *tx)
+{
+    size_t defs = 0;
+    int rc = store_aux_read_locked(tx, SPAN_LIT(PREFIX), count_defs, &defs);
+    if (rc != STORE_OK)
+        return rc;
+    if (defs >= WHSTORE_MAX)
+        return refuse(&w->cmd, 400, "invalid-parameter", "at most 64 webhooks; delete one first");
+    if (add_put(w, w->id, 'd', def_json(&w->def)) != 0 || add_put(w, w->id, 's', state_json(&w->state)) != 0)
+        return refuse(&w->cmd, 503, "unavailable", "out of memory; retry");
+    answer_json(&w->cmd.answer, 201,
+                json_pack("{s:s,s:s,s:s%,s:o}", "id", w->id, "url", w->def.url, "secret", w->def.secret,
+                          w->def.secret_len, "created", time_or_null(w->def.created_ms)));
+    return STORE_OK;
+}
+
+static int decide_resume(whstore_write_t *w)
+{
+    const whstore_hook_t *h = &w->current;
+    uint64_t after = w->has_after ? w->after : h->state.delivered;
+    if (w->has_after && after > w->newest)
+        return refuse(&w->cmd, 400, "invalid-parameter", "after is not a cursor this server gave");
+    if (after + 1 < w->oldest)
+        return refuse(&w->cmd, 410, "cursor-expired", "the log no longer holds the changes after that cursor");
+    uint64_t epoch = h->resume.epoch > h->state.epoch ? h->resume.epoch : h->state.epoch;
+    whstore_resume_t resume = {.epoch = epoch + 1, .after = after};
+    if (add_put(w, w->id, 'r', resume_json(&resume)) != 0)
+        return refuse(&w->cmd, 503, "unavailable", "out of memory; retry");
+    char cursor[24];
+    snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)after);
+    answer_json(&w->cmd.answer, 200, json_pack("{s:s,s:s}", "id", w->id, "after", cursor));
+    return STORE_OK;
+}
+
+static int decide_rotate(whstore_write_t *w)
+{
+    whstore_def_t def = w->current.def; /* the secret in force now becomes the old one */
+    memcpy(def.old_secret, def.secret, def.secret_len + 1);
+    def.old_secret_len = def.secret_len;
+    def.old_until_ms = w->def.old_until_ms;
+    memcpy(def.secret, w->def.secret, w->def.secret_len + 1);
+    def.secret_len = w->def.secret_len;
+    if (add_put(w, w->id, 'd', def_json(&def)) != 0)
+        return refuse(&w->cmd, 503, "unavailable", "out of memory; retry");
+    answer_json(&w->cmd.answer, 200,
+                json_pack("{s:s,s:s%,s:o}", "id", w->id, "secret", def.secret, def.secret_len, "previous_valid_until",
+                          time_or_null(def.old_until_ms)));
+    return STORE_OK;
+}
+
+/* The WRITE_AUX decision of every op but WHSTORE_PLAIN (writer thread, in the transaction). */
+static int decide(store_write_t *tx, write_cmd_t *cmd, write_aux_t *aux)
+{
+    (void)aux;
+    whstore_write_t *w = (whstore_write_t *)cmd; /* cmd is its first member */
+    writes_clear(w);
+    if (w->op == WHSTORE_CREATE)
+        return decide_create(w, tx);
+    memset(&w->current, 0, sizeof w->current);
+    collect_t c = {&w->current, 1, 0, span_of(w->id)};
+    int rc = store_aux_read_locked(tx, SPAN_LIT(PREFIX), collect_one, &c);
+    if (rc != STORE_OK)
+        return rc;
+    if (c.n == 0 || !w->current.has_def)
+        return refuse(cmd, 404, "not-found", "no such webhook");
+    switch (w->op) {
+    case WHSTORE_DELETE:
+        erase_all(w, w->id);
+        answer_set_body(&cmd->answer, 204, ANSWER_JSON, NULL, 0);
+        return STORE_OK;
+    case WHSTORE_RESUME:
+        return decide_resume(w);
+    case WHSTORE_ROTATE:
+        return decide_rotate(w);
+    case WHSTORE_STATE:
+        if (add_put(w, w->id, 's', state_json(&w->state)) != 0)
+            return refuse(cmd, 503, "unavailable", "out of memory; retry");
+        return STORE_OK;
+    case WHSTORE_PLAIN:
+    case WHSTORE_CREATE:
+        break;
+    }
+    return STORE_ERROR;
+}
+
+void whstore_write_decided(whstore_write_t *w, whstore_op_t op, const char *id)
+{
+    memset(w, 0, sizeof *w);
+    w->cmd.type = WRITE_AUX;
+    w->cmd.aux = &w->aux;
+    w->aux.decide = decide;
+    w->op = op;
+    snprintf(w->id, sizeof w->id, "%s", id);
+}
+
 void whstore_write_free(whstore_write_t *w)
 {
-    for (size_t i = 0; i < w->aux.n; i++)
-        free(w->values[i]);
-    w->aux.n = 0;
+    writes_clear(w);
     answer_free(&w->cmd.answer);
 }

@@ -6,8 +6,11 @@
  *   s  the delivery state: the delivered cursor, the pending batch fixed before its first attempt
  *      (its last cursor and its delivery id), failing since, last error, expired, the resume epoch
  *      applied (the delivering thread only, and the creation)
- * Each record has one kind of writer, so no record is written from two places. Values are JSON.
- * Writes go through the writer thread (WRITE_AUX); reads come from a snapshot. */
+ * Values are JSON. Writes go through the writer thread (WRITE_AUX); reads come from a snapshot. A
+ * write that depends on the records (the limit of 64, a webhook that must still exist, a rotation
+ * from the secret in force, a resume's epoch) is decided inside the writer's transaction against
+ * the store's current records (store_aux_read_locked: on a shared store, one such transaction at a
+ * time over every node), never from a snapshot another write may have passed. */
 #ifndef TALLY_ENGINE_WEBHOOK_STORE_H
 #define TALLY_ENGINE_WEBHOOK_STORE_H
 
@@ -68,19 +71,41 @@ int whstore_read_all(store_read_t *r, whstore_hook_t *hooks, size_t max, size_t 
 /* One webhook's records; STORE_NOTFOUND when it has no definition. */
 int whstore_read_one(store_read_t *r, span_t id, whstore_hook_t *hook);
 
-/* A WRITE_AUX command and what it points to, owned by whoever submits it. */
+typedef enum {
+    WHSTORE_PLAIN,  /* the records given, unconditionally (whstore_write_init) */
+    WHSTORE_CREATE, /* a new webhook, when fewer than WHSTORE_MAX exist: else 400 */
+    WHSTORE_DELETE, /* every record of id, when it exists: else 404 */
+    WHSTORE_RESUME, /* a resume from the state in force (or after), when id exists: else 404 (400, 410) */
+    WHSTORE_ROTATE, /* the secret given in force, the one in force the old one: else 404 */
+    WHSTORE_STATE,  /* the delivery state, when id still exists: else 404 and nothing written */
+} whstore_op_t;
+
+/* A WRITE_AUX command and what it points to, owned by whoever submits it. Its answer, once final
+ * (cmd.answer, on the writer thread), is the one for the admin route: 201/200/204 with its body,
+ * a 4xx when the precondition did not hold at the commit, 503 when the commit failed. */
 typedef struct {
-    write_cmd_t cmd;
+    write_cmd_t cmd; /* first */
     write_aux_t aux;
+    whstore_op_t op;
+    char id[WHSTORE_ID_MAX + 1];
+    whstore_def_t def;              /* CREATE: the definition; ROTATE: the new secret and old_until_ms */
+    whstore_state_t state;          /* CREATE, STATE */
+    bool has_after;                 /* RESUME: after given, else where the state stands */
+    uint64_t after, oldest, newest; /* RESUME: the log window the cursor is judged by */
+    whstore_hook_t current;         /* the decision's buffer: the records as the transaction sees them */
     char keys[3][WHSTORE_KEY_MAX];
     char *values[3];
     char delete_from[WHSTORE_KEY_MAX], delete_to[WHSTORE_KEY_MAX];
 } whstore_write_t;
 
 /* Fills w with puts of the given records (NULL: not written) and, when erase, the deletion of
- * every record of id first. Returns 0, or -1 (out of memory). Free with whstore_write_free. */
+ * every record of id first, unconditionally. Returns 0, or -1 (out of memory). Free with
+ * whstore_write_free. */
 int whstore_write_init(whstore_write_t *w, const char *id, const whstore_def_t *def, const whstore_resume_t *resume,
                        const whstore_state_t *state, bool erase);
+/* Prepares a decided write (op not WHSTORE_PLAIN): the fields op reads must be set in w after.
+ * The decision and the records' values are made in the writer's transaction. */
+void whstore_write_decided(whstore_write_t *w, whstore_op_t op, const char *id);
 void whstore_write_free(whstore_write_t *w);
 
 /* n random bytes as 2n hex digits (NUL-terminated) from OpenSSL's generator. Returns 0, or -1. */

@@ -60,11 +60,14 @@ struct webhooks {
     pthread_t thread;
     CURLM *multi;
     atomic_bool stopping, notified;
-    pthread_mutex_t lock; /* hooks[] and their metrics: the thread changes them, the metrics read */
+    /* hooks[] and their metrics: the thread changes them, the metrics read; held for memory only,
+     * never across a store read, a transfer or a wait on the writer */
+    pthread_mutex_t lock;
     hook_t *hooks[WHSTORE_MAX];
     size_t nhooks;
-    whstore_hook_t *scan; /* the thread's buffer for reading every record */
-    whstore_hook_t one;   /* the thread's buffer for reading one webhook's records */
+    whstore_hook_t *scan;   /* the thread's buffer for reading every record */
+    whstore_hook_t one;     /* the thread's buffer for reading one webhook's records */
+    whstore_write_t record; /* the thread's command recording a state (large: it holds the records) */
     bool leading;
 };
 
@@ -155,15 +158,19 @@ int webhooks_lag_ms(store_read_t *r, uint64_t delivered, uint64_t now_ms, uint64
 
 /* --- records --- */
 
-/* Writes h's state through the writer (delivery thread; waits for the commit). Returns 0, or -1. */
+/* Writes h's state through the writer, only while its webhook still exists in the store at that
+ * commit (a delete racing it is never undone by a state written after it): a webhook found gone is
+ * marked deleted. Delivery thread; waits for the commit. Returns 0, or -1. */
 static int record_state(webhooks_t *wh, hook_t *h)
 {
-    whstore_write_t w;
-    if (whstore_write_init(&w, h->def.id, NULL, NULL, &h->state, false) != 0)
-        return -1;
-    int rc = writer_call(wh->writer, &w.cmd) == 0 && w.cmd.answer.status == 200 ? 0 : -1;
-    whstore_write_free(&w);
-    h->dirty = rc != 0;
+    whstore_write_t *w = &wh->record;
+    whstore_write_decided(w, WHSTORE_STATE, h->def.id);
+    w->state = h->state;
+    int rc = writer_call(wh->writer, &w->cmd) == 0 && w->cmd.answer.status == 200 ? 0 : -1;
+    if (rc != 0 && w->cmd.answer.status == 404)
+        h->deleted = true;
+    whstore_write_free(w);
+    h->dirty = rc != 0 && !h->deleted;
     if (rc != 0)
         h->retry_record_ms = mono_ms() + RECORD_RETRY_MS;
     return rc;
@@ -594,12 +601,20 @@ static void scan_records(webhooks_t *wh)
             fprintf(stderr, "level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu\n", h->def.id,
                     (unsigned long long)h->state.delivered, (unsigned long long)oldest);
         }
-        uint64_t lag = 0;
-        webhooks_lag_ms(snap, h->state.delivered, now, &lag);
-        h->oldest_ms = lag ? now - lag : 0;
         h->expired_shown = h->state.expired;
     }
     pthread_mutex_unlock(&wh->lock);
+    /* The lags are store reads: made with the lock released (this thread alone changes the hooks
+     * and their states), each published under it, so /metrics never waits on a read. */
+    for (size_t i = 0; i < wh->nhooks; i++) {
+        hook_t *h = wh->hooks[i];
+        uint64_t lag = 0;
+        if (webhooks_lag_ms(snap, h->state.delivered, now, &lag) != STORE_OK)
+            continue;
+        pthread_mutex_lock(&wh->lock);
+        h->oldest_ms = lag ? now - lag : 0;
+        pthread_mutex_unlock(&wh->lock);
+    }
     store_read_end(snap);
     for (size_t i = 0; i < wh->nhooks; i++)
         if (wh->hooks[i]->record_now) {

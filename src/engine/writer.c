@@ -97,17 +97,20 @@ static int idem_lookup(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
                        "this Idempotency-Key was used with a different request");
         return 1;
     }
-    char *body = malloc(rec.body.len ? rec.body.len : 1);
+    /* the first answer of this batch, its cursor still to come: spliced in after the commit, into
+     * room held from now on (the splice after a commit must not allocate) */
+    size_t room = rec.cursor_ordinal ? ANSWER_CURSOR_ROOM : 0;
+    char *body = malloc(rec.body.len + room ? rec.body.len + room : 1);
     if (!body) {
         answer_problem(&cmd->answer, 500, "internal", "out of memory");
         return 1;
     }
     memcpy(body, rec.body.ptr, rec.body.len);
     answer_set_body(&cmd->answer, rec.status, (answer_type_t)rec.type, body, rec.body.len);
+    cmd->answer.body_cap = rec.body.len + room;
     cmd->answer.has_etag = rec.has_etag;
     cmd->answer.etag_version = rec.etag_version;
     cmd->answer.replayed = true;
-    /* the first answer of this batch, its cursor still to come: spliced in after the commit, too */
     cmd->react.cursor_ordinal = rec.cursor_ordinal;
     atomic_fetch_add_explicit(&w->stats.replays, 1, memory_order_relaxed);
     return 1;
@@ -242,13 +245,21 @@ static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
 
 static int writer_aux(store_write_t *tx, write_cmd_t *cmd)
 {
-    const write_aux_t *aux = cmd->aux;
+    write_aux_t *aux = cmd->aux;
     int rc = STORE_OK;
+    if (aux->decide) {
+        answer_free(&cmd->answer);
+        cmd->answer = (answer_t){0};
+        if ((rc = aux->decide(tx, cmd, aux)) != STORE_OK)
+            return rc;
+        if (cmd->answer.status >= 300)
+            return STORE_OK; /* refused: the precondition does not hold now */
+    }
     if (aux->delete_to.len)
         rc = store_aux_delete_range(tx, aux->delete_from, aux->delete_to);
     for (size_t i = 0; rc == STORE_OK && i < aux->n; i++)
         rc = store_aux_put(tx, aux->keys[i], aux->values[i]);
-    if (rc == STORE_OK)
+    if (rc == STORE_OK && !cmd->answer.status)
         answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
     return rc;
 }
@@ -265,15 +276,17 @@ static int writer_adjust(store_write_t *tx, write_cmd_t *cmd)
 
 /* A write result that changed something carries its transition's cursor: known now (spliced in, and
  * stored with it), or taken at commit (the store completes the stored record; writer_run_batch the
- * answer on the wire). The transition is the last one appended. */
-static void writer_cursor(writer_t *w, write_cmd_t *cmd)
+ * answer on the wire, into the room reserved here: nothing after the commit may fail). The
+ * transition is the last one appended. Returns STORE_OK, or STORE_ERROR (out of memory: the batch
+ * is void, so that a change is never committed under an error answer). */
+static int writer_cursor(writer_t *w, write_cmd_t *cmd)
 {
     if (!cmd->react.changed)
-        return;
+        return STORE_OK;
     if (w->last_seq)
-        answer_set_cursor(&cmd->answer, w->last_seq);
-    else
-        cmd->react.cursor_ordinal = w->tx_appends;
+        return answer_set_cursor(&cmd->answer, w->last_seq) == 0 ? STORE_OK : STORE_ERROR;
+    cmd->react.cursor_ordinal = w->tx_appends;
+    return answer_reserve_cursor(&cmd->answer) == 0 ? STORE_OK : STORE_ERROR;
 }
 
 /* A reaction write: idempotency record, row, If-Match, transition. */
@@ -302,8 +315,12 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         /* invariant 1: the version rises by exactly one on a real change and never otherwise */
         assert(r->changed ? row.version == version_before + 1 && row.set == target
                           : row.version == version_before && row.set == previous);
-        answer_write_result(&cmd->answer, w->kinds, item, row.set, previous, row.version, target != previous);
-        writer_cursor(w, cmd);
+        /* a change whose answer cannot be rendered voids the batch: never committed under a 500 */
+        if (answer_write_result(&cmd->answer, w->kinds, item, row.set, previous, row.version, r->changed) != 0 &&
+            r->changed)
+            return STORE_ERROR;
+        if ((rc = writer_cursor(w, cmd)) != STORE_OK)
+            return rc;
     }
     return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
 }
@@ -521,9 +538,12 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         if (rc != STORE_OK) {
             answer_problem(&c->answer, 503, "unavailable", store_error_detail(rc));
             c->answer.retry_after_s = 1;
-        } else if (c->type == WRITE_REACT && c->react.cursor_ordinal) {
-            /* the position came with the commit; the store spliced the same into the stored record */
-            answer_set_cursor(&c->answer, log_base + c->react.cursor_ordinal);
+        } else if (c->type == WRITE_REACT && c->react.cursor_ordinal &&
+                   answer_set_cursor(&c->answer, log_base + c->react.cursor_ordinal) != 0) {
+            /* the position came with the commit; the store spliced the same into the stored record.
+             * The room was reserved before the commit, so this cannot fail; if it did, the committed
+             * write is still answered as done, without its cursor, never as a failure. */
+            fprintf(stderr, "level=error event=cursor-splice-failed\n");
         }
         if (c->type == WRITE_REACT)
             histogram_observe(&w->stats.write_seconds, (double)(done_ns - c->submitted_ns) / 1e9);

@@ -32,11 +32,19 @@ typedef enum {
 #define WRITE_AUX_MAX 1024
 
 /* What a WRITE_AUX command writes; owned by the submitter. */
-typedef struct {
+typedef struct write_aux write_aux_t;
+struct write_aux {
     size_t n;
     span_t keys[WRITE_AUX_MAX], values[WRITE_AUX_MAX];
     span_t delete_from, delete_to; /* from ≤ key < to; none when delete_to is empty */
-} write_aux_t;
+    /* Optional: the decision, run first inside the command's transaction against the store's current
+     * records (store_aux_read_locked), so that it holds at the commit whoever else writes. It fills
+     * the writes above from what it reads (it may run again when a batch is retried: it starts over),
+     * and sets cmd->answer: a status of 300 or more refuses (nothing is written, the answer stands),
+     * a 2xx is the answer once durable. Returns a STORE_ code; anything else voids the batch.
+     * Writer thread. */
+    int (*decide)(store_write_t *tx, write_cmd_t *cmd, write_aux_t *aux);
+};
 
 #define WRITER_CLEAR_CHUNK 1000 /* rows visited per WRITE_CLEAR_* command */
 
@@ -93,7 +101,7 @@ struct write_cmd {
         write_react_t react;                 /* WRITE_REACT */
         write_counts_adjust_t counts_adjust; /* WRITE_COUNTS_ADJUST */
         write_clear_t clear;                 /* WRITE_CLEAR_ITEM, WRITE_CLEAR_USER */
-        const write_aux_t *aux;              /* WRITE_AUX */
+        write_aux_t *aux;                    /* WRITE_AUX */
     };
 };
 

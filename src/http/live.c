@@ -5,6 +5,7 @@
 #include "http/live.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include "core/sse.h"
 #include "core/strmap.h"
@@ -13,6 +14,7 @@
 #define LIVE_THREADS_MAX 64 /* server.c's MAX_THREADS */
 #define TOKEN_THREAD_BITS 6 /* a token is (serial << 6) | thread */
 #define PEER_MAX 64
+#define LIVE_END_TICK_MS 10 /* shutdown: how often live_http_wait_ended looks */
 
 typedef struct live_stream live_stream_t;
 
@@ -66,6 +68,7 @@ static struct {
     live_http_options_t opt;
     atomic_size_t open;
     atomic_bool closing;
+    atomic_int threads_ended; /* HTTP threads that ran on_end_all (shutdown) */
     atomic_uint_fast64_t serial, opened, events, dropped, refused;
     pthread_mutex_t clients_lock;
     strmap_t clients; /* client address → streams open */
@@ -298,6 +301,7 @@ static void sink_keepalive(void *arg)
         http_thread_post(i, on_keepalive, NULL);
 }
 
+/* Shutdown, on each HTTP thread: after every update posted before it (one queue, in order). */
 static void on_end_all(void *arg)
 {
     (void)arg;
@@ -305,6 +309,18 @@ static void on_end_all(void *arg)
     for (live_stream_t *s = t->streams, *next; s; s = next) {
         next = s->next;
         http_stream_end(s->http);
+    }
+    atomic_fetch_add(&live.threads_ended, 1);
+}
+
+/* Shutdown, past the time given to end cleanly: the streams left are closed. */
+static void on_drop_all(void *arg)
+{
+    (void)arg;
+    live_thread_t *t = &live.threads[http_thread_index()];
+    for (live_stream_t *s = t->streams, *next; s; s = next) {
+        next = s->next; /* a dropped stream may unlink itself at once */
+        http_stream_drop(s->http);
     }
 }
 
@@ -392,8 +408,28 @@ int live_http_start(app_t *app, const live_http_options_t *opt)
 void live_http_end_all(void)
 {
     atomic_store(&live.closing, true);
+    live_halt(live.engine); /* nothing is posted after this: the ends below come after every update */
     for (int i = 0; i < http_thread_count(); i++)
-        http_thread_post(i, on_end_all, NULL);
+        if (http_thread_post(i, on_end_all, NULL) != 0)
+            atomic_fetch_add(&live.threads_ended, 1); /* out of memory: its streams are dropped below */
+}
+
+size_t live_http_wait_ended(uint64_t timeout_ms)
+{
+    const struct timespec tick = {0, LIVE_END_TICK_MS * 1000000L};
+    bool dropped = false;
+    for (uint64_t waited = 0;; waited += LIVE_END_TICK_MS) {
+        if (atomic_load(&live.threads_ended) >= http_thread_count() && atomic_load(&live.open) == 0)
+            return 0;
+        if (waited >= timeout_ms)
+            return atomic_load(&live.open);
+        if (!dropped && waited >= timeout_ms / 2 && atomic_load(&live.threads_ended) >= http_thread_count()) {
+            dropped = true;
+            for (int i = 0; i < http_thread_count(); i++)
+                http_thread_post(i, on_drop_all, NULL);
+        }
+        nanosleep(&tick, NULL);
+    }
 }
 
 void live_http_stop(void)

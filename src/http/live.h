@@ -25,11 +25,19 @@ int live_http_start(app_t *app, const live_http_options_t *opt);
 /* The route (HTTP thread). */
 void live_http_get(app_t *app, http_request_t *req, span_t query);
 
-/* Shutdown: no new stream is opened, and every open one ends cleanly (once what it was sent has
- * left). Returns at once; the HTTP threads end the streams. */
+/* Shutdown, in order: no new stream is opened; the follower is halted (no update is produced or
+ * posted after this returns); then every open stream is ended cleanly (once what it was sent has
+ * left) by its HTTP thread, after every update posted to that thread before. Returns at once; the
+ * HTTP threads end the streams. Main thread, while the event loops run. */
 void live_http_end_all(void);
 
-/* Stops the follower; after http_server_stop (no stream is left to unsubscribe). */
+/* Waits (while the event loops still run) until every HTTP thread has ended its streams and every
+ * stream is over; past half of timeout_ms the streams left (clients not reading) are dropped. Returns
+ * how many streams were still open at timeout_ms (0: all ended). Main thread, after
+ * live_http_end_all, before http_server_stop. */
+size_t live_http_wait_ended(uint64_t timeout_ms);
+
+/* Frees the follower; after http_server_stop (no stream is left to unsubscribe). */
 void live_http_stop(void);
 
 typedef struct {

@@ -572,6 +572,11 @@ static void stream_drop(http_stream_t *s)
     stream_abort(s);
 }
 
+void http_stream_drop(http_stream_t *s)
+{
+    stream_drop(s);
+}
+
 /* The client closed its end (or sent something: nothing may follow a stream's request): h2o does
  * not read while it answers, so the stream watches the socket itself to learn it at once. */
 static void stream_on_read(h2o_socket_t *sock, const char *err)

@@ -88,6 +88,10 @@ int http_stream_write(http_stream_t *s, const char *p, size_t n);
 /* The stream's thread: ends the stream once what was written is sent. */
 void http_stream_end(http_stream_t *s);
 
+/* The stream's thread: closes its connection now, whatever is unsent (a stream that would not end
+ * in time at shutdown); on_end follows (maybe during this call). */
+void http_stream_drop(http_stream_t *s);
+
 /* The index (0 .. http_thread_count() - 1) of the calling HTTP thread, or -1 on another thread. */
 int http_thread_index(void);
 int http_thread_count(void);

@@ -1,7 +1,10 @@
 /* webhooks_admin.c — the webhook admin routes: create, list, delete, resume, rotate the secret.
- * Each request reads its webhook's records from a snapshot (on a reader thread when the store's
- * reads wait on a server, else on its HTTP thread) and, when it changes them, queues one WRITE_AUX
- * command to the writer; it is answered once that commit is durable. Nothing here waits. */
+ * A listing reads the records from a snapshot (on a reader thread when the store's reads wait on a
+ * server, else on its HTTP thread). A change queues one WRITE_AUX command whose decision (the limit
+ * of 64, the webhook still existing, the secret and resume epoch in force) is made by the writer in
+ * its transaction against the store's current records (webhook_store.h), so concurrent changes (of
+ * any node) never decide from the same stale view; it is answered once that commit is durable, with
+ * the answer the decision gave. Nothing here waits. */
 #include "http/webhooks_admin.h"
 
 #include <stdio.h>
@@ -30,7 +33,6 @@ typedef struct {
     whstore_def_t def; /* create: the new definition; secret: a given new secret (def.secret) */
     bool has_after;
     uint64_t after;
-    whstore_hook_t hook;
     whstore_hook_t *all; /* list */
 } wh_req_t;
 
@@ -44,15 +46,14 @@ static void req_free(void *arg)
     free(r);
 }
 
-/* Writer thread: the records are durable (or the commit failed). */
+/* Writer thread: the records are durable, or the decision refused (its 4xx), or the commit failed
+ * (the writer's 503): the command's answer is the request's. */
 static void write_done(write_cmd_t *cmd)
 {
     wh_req_t *r = cmd->done_arg;
-    if (cmd->answer.status != 200) {
-        answer_free(&r->answer);
-        answer_problem(&r->answer, 503, "unavailable", "the webhook could not be stored; retry");
-        r->answer.retry_after_s = 1;
-    }
+    answer_free(&r->answer);
+    r->answer = cmd->answer; /* taken over */
+    cmd->answer = (answer_t){0};
     http_pending_respond(r->pending, &r->answer, req_free, r);
 }
 
@@ -88,28 +89,14 @@ static json_t *time_or_null(uint64_t ms)
 
 static int op_create(wh_req_t *r, store_read_t *snap)
 {
-    size_t n = 0, live = 0;
     uint64_t oldest, newest;
-    int rc = whstore_read_all(snap, r->all, 2 * WHSTORE_MAX, &n);
-    if (rc == STORE_OK)
-        rc = whstore_log_window(snap, &oldest, &newest);
+    int rc = whstore_log_window(snap, &oldest, &newest);
     if (rc != STORE_OK)
         return rc;
-    for (size_t i = 0; i < n; i++)
-        live += r->all[i].has_def;
-    if (live >= WHSTORE_MAX) {
-        answer_problem(&r->answer, 400, "invalid-parameter", "at most 64 webhooks; delete one first");
-        return STORE_OK;
-    }
-    whstore_state_t state = {.delivered = newest}; /* delivery starts from the next transition */
-    if (whstore_write_init(&r->write, r->def.id, &r->def, NULL, &state, false) != 0)
-        return STORE_ERROR;
+    whstore_write_decided(&r->write, WHSTORE_CREATE, r->def.id);
     r->has_write = true;
-    char created[32];
-    changejson_iso_time(r->def.created_ms, created);
-    answer_json(&r->answer, 201,
-                json_pack("{s:s,s:s,s:s%,s:s}", "id", r->def.id, "url", r->def.url, "secret", r->def.secret,
-                          r->def.secret_len, "created", created));
+    r->write.def = r->def;
+    r->write.state = (whstore_state_t){.delivered = newest}; /* delivery starts from the next transition */
     return STORE_OK;
 }
 
@@ -145,55 +132,34 @@ static int op_list(wh_req_t *r, store_read_t *snap)
 static int op_delete(wh_req_t *r, store_read_t *snap)
 {
     (void)snap;
-    if (whstore_write_init(&r->write, r->id, NULL, NULL, NULL, true) != 0)
-        return STORE_ERROR;
+    whstore_write_decided(&r->write, WHSTORE_DELETE, r->id);
     r->has_write = true;
-    answer_set_body(&r->answer, 204, ANSWER_JSON, NULL, 0);
     return STORE_OK;
 }
 
+/* The log window comes from the snapshot; the state and the epoch are the transaction's. */
 static int op_resume(wh_req_t *r, store_read_t *snap)
 {
     uint64_t oldest, newest;
     int rc = whstore_log_window(snap, &oldest, &newest);
     if (rc != STORE_OK)
         return rc;
-    uint64_t after = r->has_after ? r->after : r->hook.state.delivered;
-    if (after > newest) {
-        answer_problem(&r->answer, 400, "invalid-parameter", "after is not a cursor this server gave");
-        return STORE_OK;
-    }
-    if (after + 1 < oldest) {
-        answer_problem(&r->answer, 410, "cursor-expired", "the log no longer holds the changes after that cursor");
-        return STORE_OK;
-    }
-    uint64_t epoch = r->hook.resume.epoch > r->hook.state.epoch ? r->hook.resume.epoch : r->hook.state.epoch;
-    whstore_resume_t resume = {.epoch = epoch + 1, .after = after};
-    if (whstore_write_init(&r->write, r->id, NULL, &resume, NULL, false) != 0)
-        return STORE_ERROR;
+    whstore_write_decided(&r->write, WHSTORE_RESUME, r->id); /* 404 first, then the cursor's checks */
     r->has_write = true;
-    char cursor[24];
-    snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)after);
-    answer_json(&r->answer, 200, json_pack("{s:s,s:s}", "id", r->id, "after", cursor));
+    r->write.has_after = r->has_after;
+    r->write.after = r->after;
+    r->write.oldest = oldest;
+    r->write.newest = newest;
     return STORE_OK;
 }
 
 static int op_secret(wh_req_t *r, store_read_t *snap)
 {
     (void)snap;
-    whstore_def_t def = r->hook.def;
-    uint64_t overlap = webhooks_options(r->app->webhooks)->secret_overlap_ms;
-    memcpy(def.old_secret, def.secret, def.secret_len + 1);
-    def.old_secret_len = def.secret_len;
-    def.old_until_ms = wall_ms() + overlap;
-    memcpy(def.secret, r->def.secret, r->def.secret_len + 1);
-    def.secret_len = r->def.secret_len;
-    if (whstore_write_init(&r->write, r->id, &def, NULL, NULL, false) != 0)
-        return STORE_ERROR;
+    whstore_write_decided(&r->write, WHSTORE_ROTATE, r->id);
     r->has_write = true;
-    answer_json(&r->answer, 200,
-                json_pack("{s:s,s:s%,s:o}", "id", r->id, "secret", def.secret, def.secret_len, "previous_valid_until",
-                          time_or_null(def.old_until_ms)));
+    r->write.def = r->def; /* the new secret */
+    r->write.def.old_until_ms = wall_ms() + webhooks_options(r->app->webhooks)->secret_overlap_ms;
     return STORE_OK;
 }
 
@@ -208,30 +174,18 @@ static void run(read_job_t *job)
         http_pending_respond(r->pending, &r->answer, req_free, r);
         return;
     }
-    int rc = STORE_OK;
-    bool found = true;
-    if (r->op != OP_CREATE && r->op != OP_LIST) {
-        rc = whstore_read_one(snap, span_of(r->id), &r->hook);
-        found = rc == STORE_OK;
-        if (rc == STORE_NOTFOUND)
-            rc = STORE_OK;
-    }
-    if (rc == STORE_OK && found) {
-        static int (*const ops[])(wh_req_t *, store_read_t *) = {
-            [OP_CREATE] = op_create, [OP_LIST] = op_list,     [OP_DELETE] = op_delete,
-            [OP_RESUME] = op_resume, [OP_SECRET] = op_secret,
-        };
-        rc = ops[r->op](r, snap);
-    }
+    static int (*const ops[])(wh_req_t *, store_read_t *) = {
+        [OP_CREATE] = op_create, [OP_LIST] = op_list,     [OP_DELETE] = op_delete,
+        [OP_RESUME] = op_resume, [OP_SECRET] = op_secret,
+    };
+    int rc = ops[r->op](r, snap);
     store_read_end(snap);
     if (rc != STORE_OK) {
         answer_free(&r->answer);
         answer_problem(&r->answer, 503, "unavailable", "the webhooks could not be read");
         r->answer.retry_after_s = 1;
-    } else if (!found) {
-        answer_problem(&r->answer, 404, "not-found", "no such webhook");
     }
-    if (rc == STORE_OK && found && r->has_write && r->answer.status < 300)
+    if (rc == STORE_OK && r->has_write && !r->answer.status)
         submit_write(r);
     else
         http_pending_respond(r->pending, &r->answer, req_free, r);

@@ -246,6 +246,11 @@ int store_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg)
     return r->ops->read_aux(r, prefix, fn, arg);
 }
 
+int store_aux_read_locked(store_write_t *w, span_t prefix, store_aux_fn fn, void *arg)
+{
+    return w->ops->aux_read_locked(w, prefix, fn, arg);
+}
+
 int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
 {
     return w->ops->log_prune(w, upto_seq, before_ms, limit, deleted);

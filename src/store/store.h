@@ -222,6 +222,11 @@ int store_aux_put(store_write_t *w, span_t key, span_t value);
 int store_aux_delete_range(store_write_t *w, span_t from, span_t to); /* from ≤ key < to */
 typedef int (*store_aux_fn)(void *arg, span_t key, span_t value);
 int store_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
+/* The records whose key starts with prefix as the write transaction sees them now (its own puts
+ * included), in key order: for a decision that must hold against the store's current state. A
+ * shared store first takes a lock named by prefix until the transaction ends, so two writers (of
+ * any node) deciding from the same records run one after the other. Writer thread. */
+int store_aux_read_locked(store_write_t *w, span_t prefix, store_aux_fn fn, void *arg);
 
 /* Deletes log entries from the oldest on, while seq <= upto_seq and their commit time is before
  * before_ms, at most limit. Writer thread. */

@@ -61,6 +61,7 @@ typedef struct store_ops {
     int (*aux_put)(store_write_t *w, span_t key, span_t value);
     int (*aux_delete_range)(store_write_t *w, span_t from, span_t to);
     int (*read_aux)(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
+    int (*aux_read_locked)(store_write_t *w, span_t prefix, store_aux_fn fn, void *arg);
     int (*log_prune)(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
     int (*list_apply)(store_write_t *w, span_t item, span_t user, const list_change_t *c);
     int (*lists_rebuild)(store_write_t *w);

@@ -12,8 +12,8 @@ import threading
 import time
 import unittest
 
-from harness import (PG, SLOW, Server, TallyTestCase, metric, pg_only, run_tallyd, split_cursor,
-                     uid)
+from harness import (PG, SLOW, Server, TallyTestCase, check_sanitizer, metric, pg_only, run_tallyd,
+                     split_cursor, uid)
 
 NO_LIMIT = ["--rate-limit", "off", "--read-rate-limit", "off"]
 ADMIN = {"X-User-Id": "admin"}
@@ -475,6 +475,143 @@ class LiveShutdownTest(TallyTestCase):
             finally:
                 for s in streams:
                     s.close()
+
+
+    def test_sigterm_with_writes_in_flight_ends_every_stream(self):
+        """Updates flowing to streams read continuously, writes going on, then SIGTERM: the
+        follower stops producing first, every stream ends with its last chunk after the updates
+        posted before, the loops stop last; exit 0 within seconds, no sanitizer report."""
+        with Server(args=NO_LIMIT + ["--live-interval", "5ms"]) as srv:
+            items = [uid("w") for _ in range(4)]
+            streams = [SSEClient(srv, items) for _ in range(6)]
+            stop = threading.Event()
+            writes = [0]
+
+            def read(s):
+                while not (s.ended or s.closed or stop.is_set()):
+                    s.pump(0.1)
+
+            def write(k):
+                c = srv.client(timeout=5)
+                try:
+                    for n in range(100000):
+                        if stop.is_set():
+                            return
+                        body = ('{"reaction":"%s"}' % ("like" if (n // len(items)) % 2 else "none")).encode()
+                        try:
+                            st, _, _ = c.request("PUT", "/v1/items/%s/reaction" % items[n % len(items)],
+                                                 body=body, headers={"X-User-Id": "u%d" % k,
+                                                                     "Content-Type": "application/json"})
+                        except (OSError, AssertionError, Exception):  # noqa: BLE001 (the server went)
+                            return
+                        if st != 200:
+                            return  # 503 while shutting down
+                        writes[0] += 1
+                finally:
+                    c.close()
+
+            try:
+                for s in streams:
+                    self.assertIsNotNone(s.wait_for(lambda e: e.get("event") == "counts", 3))
+                readers = [threading.Thread(target=read, args=(s,)) for s in streams]
+                writers = [threading.Thread(target=write, args=(k,)) for k in range(3)]
+                for t in readers + writers:
+                    t.start()
+                deadline = time.monotonic() + 5 * SLOW
+                while (min(len(s.counts_events()) for s in streams) < 2 * len(items) + 3
+                       and time.monotonic() < deadline):
+                    time.sleep(0.02)
+                before = writes[0]
+                t0 = time.monotonic()
+                rc, err = srv.signal_and_wait(signal.SIGTERM, timeout=15)
+                took = time.monotonic() - t0
+                stop.set()
+                for t in readers + writers:
+                    t.join(10)
+                self.assertEqual(rc, 0, err[-2000:])
+                check_sanitizer(err)
+                self.assertLess(took, 5 * SLOW, "tallyd took %.1fs to stop with streams and writes" % took)
+                self.assertGreater(before, 0, "writes were going on")
+                for s in streams:
+                    s.pump(1)
+                    self.assertGreater(len(s.counts_events()), len(items), "updates came before the end")
+                    self.assertTrue(s.ended, "every stream ended with its last chunk (a clean end)")
+                self.assertNotIn("shutdown-live-streams", err, "no stream had to be dropped")
+            finally:
+                stop.set()
+                for s in streams:
+                    s.close()
+
+
+    def test_sigterm_waits_for_a_stream_that_reads_late(self):
+        """A stream whose client paused reading holds unsent updates beyond the sockets' buffers
+        (below the slow-reader cap) at SIGTERM; its client reads again 0.6 s later. The loops
+        keep running until that stream has ended: it gets the rest and its last chunk."""
+        with Server(args=NO_LIMIT + ["--live-interval", "5ms"]) as srv:
+            items = [uid("late") + "-" + "x" * 48 for _ in range(100)]
+            reader = SSEClient(srv, items)
+            late = SSEClient(srv, items, rcvbuf=4096)
+            stop = threading.Event()
+
+            def read():  # until its end (the writers' stop is no reason to stop reading)
+                deadline = time.monotonic() + 60 * SLOW
+                while not (reader.ended or reader.closed) and time.monotonic() < deadline:
+                    reader.pump(0.1)
+
+            def write(k):
+                c = srv.client(timeout=5)
+                try:
+                    for n in range(1000000):
+                        if stop.is_set():
+                            return
+                        body = ('{"reaction":"%s"}' % ("like" if (n // len(items)) % 2 else "none")).encode()
+                        st, _, _ = c.request("PUT", "/v1/items/%s/reaction" % items[n % len(items)],
+                                             body=body, headers={"X-User-Id": "u%d" % k,
+                                                                 "Content-Type": "application/json"})
+                        if st != 200:
+                            return
+                except Exception:  # noqa: BLE001 (the server went)
+                    return
+                finally:
+                    c.close()
+
+            try:
+                self.assertIsNotNone(reader.wait_for(lambda e: e.get("event") == "counts", 3))
+                self.assertIsNotNone(late.wait_for(lambda e: e.get("event") == "counts", 3))
+                late.pump(0.5)  # its first events, then it stops reading
+                t = threading.Thread(target=read)
+                writers = [threading.Thread(target=write, args=(k,)) for k in range(3)]
+                t.start()
+                for w in writers:
+                    w.start()
+                # what the paused stream was sent meanwhile: what the reading one got (same items)
+                sent = 0
+                deadline = time.monotonic() + 20 * SLOW
+                while time.monotonic() < deadline:
+                    sent = sum(len(e.get("id", "")) + 16 + len(json.dumps(e.get("data", ""))) + 16
+                               for e in reader.counts_events()[len(items):])
+                    if sent >= 120000:
+                        break
+                    time.sleep(0.01)
+                stop.set()
+                for w in writers:
+                    w.join(10)
+                self.assertGreaterEqual(sent, 120000, "not enough updates to fill the sockets")
+                self.assertEqual(metric(srv, "tally_live_dropped_total"), 0, "the paused stream is below the cap")
+                srv.proc.popen.send_signal(signal.SIGTERM)
+                time.sleep(0.6)
+                late.pump(5 * SLOW)
+                rc, err = srv.signal_and_wait(signal.SIGTERM, timeout=15)
+                t.join(10)
+                self.assertEqual(rc, 0, err[-2000:])
+                check_sanitizer(err)
+                self.assertTrue(late.ended, "the stream that read late got its last chunk (%d events, closed=%s)"
+                                % (len(late.events), late.closed))
+                self.assertTrue(reader.ended, "the stream that kept reading got its last chunk")
+            finally:
+                stop.set()
+                reader.close()  # a read thread still running sees the closed socket
+                late.close()
 
 
 @pg_only("two nodes on one database")

@@ -1,6 +1,6 @@
 /* test_live.c — the pure parts of live counts: the event text (core/sse.c), the name table the
  * subscriptions use (core/strmap.c, checked against a plain array under random inserts and
- * deletes), and the cursor splice of write answers (core/answer.c). */
+ * deletes), and the cursor splice of write answers (core/answer.c), reserved before a commit. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,13 +111,56 @@ static void test_answer_cursor(void)
     CHECK(doc && json_is_string(json_object_get(doc, "cursor")) &&
           strcmp(json_string_value(json_object_get(doc, "cursor")), "8812") == 0);
     json_decref(doc);
-    /* the 500 fallback is left alone */
+    /* a body with no closing brace is refused and left as it was: never turned into an error */
     answer_t b = {0};
     answer_set_body(&b, 200, ANSWER_JSON, NULL, 0);
-    CHECK(answer_set_cursor(&b, 1) == -1 && b.status == 500);
-    CHECK(answer_set_cursor(&b, 1) == -1 && b.status == 500);
+    CHECK(answer_set_cursor(&b, 1) == -1 && b.status == 200 && b.body_len == 0);
+    CHECK(answer_reserve_cursor(&b) == -1 && b.status == 200 && b.body_len == 0);
     answer_free(&a);
     answer_free(&b);
+}
+
+/* Reserved before a commit, the splice after it writes into memory already held: the same buffer
+ * (no allocation, so nothing that can fail), for every cursor up to the largest. */
+static void test_answer_cursor_reserved(void)
+{
+    static const char result[] = "{\"item\":\"v1\",\"changed\":true}";
+    const uint64_t cursors[] = {1, 8812, UINT64_MAX};
+    for (size_t i = 0; i < sizeof cursors / sizeof cursors[0]; i++) {
+        answer_t a = {0};
+        char *body = malloc(sizeof result - 1);
+        CHECK(body != NULL);
+        if (!body)
+            return;
+        memcpy(body, result, sizeof result - 1);
+        answer_set_body(&a, 200, ANSWER_JSON, body, sizeof result - 1);
+        CHECK(answer_reserve_cursor(&a) == 0);
+        CHECK(a.body_len == sizeof result - 1 && memcmp(a.body, result, a.body_len) == 0); /* unchanged */
+        CHECK(answer_reserve_cursor(&a) == 0);                                             /* idempotent */
+        const char *held = a.body;
+        size_t cap = a.body_cap;
+        CHECK(answer_set_cursor(&a, cursors[i]) == 0);
+        CHECK(a.body == held && a.body_cap == cap && a.body_len <= cap);
+        char want[128];
+        snprintf(want, sizeof want, "{\"item\":\"v1\",\"changed\":true,\"cursor\":\"%llu\"}",
+                 (unsigned long long)cursors[i]);
+        CHECK(a.body_len == strlen(want) && memcmp(a.body, want, a.body_len) == 0);
+        CHECK(a.status == 200);
+        answer_free(&a);
+        CHECK(a.body == NULL && a.body_cap == 0);
+    }
+    /* a body allocated with its room by its owner (the writer's replay of a record whose cursor
+     * comes at commit) is spliced in place too */
+    answer_t c = {0};
+    char *body = malloc(sizeof result - 1 + ANSWER_CURSOR_ROOM);
+    CHECK(body != NULL);
+    if (!body)
+        return;
+    memcpy(body, result, sizeof result - 1);
+    answer_set_body(&c, 200, ANSWER_JSON, body, sizeof result - 1);
+    c.body_cap = sizeof result - 1 + ANSWER_CURSOR_ROOM;
+    CHECK(answer_set_cursor(&c, UINT64_MAX) == 0 && c.body == body);
+    answer_free(&c);
 }
 
 void test_live(void)
@@ -125,4 +168,5 @@ void test_live(void)
     test_sse_text();
     test_strmap_against_array();
     test_answer_cursor();
+    test_answer_cursor_reserved();
 }

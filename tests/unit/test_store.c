@@ -317,6 +317,51 @@ static void test_idem(const char *dir)
     store_close(s);
 }
 
+typedef struct {
+    char keys[4][32];
+    size_t n;
+} aux_seen_t;
+
+static int aux_see(void *arg, span_t key, span_t value)
+{
+    (void)value;
+    aux_seen_t *a = arg;
+    if (a->n < 4 && key.len < sizeof a->keys[0]) {
+        memcpy(a->keys[a->n], key.ptr, key.len);
+        a->keys[a->n][key.len] = '\0';
+    }
+    a->n++;
+    return 0;
+}
+
+/* A decision in a write transaction reads the records as that transaction sees them: its own puts
+ * and deletions included, the prefix's only, in key order. */
+static void test_aux_read_locked(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_aux_put(w, SPAN_LIT("webhook/b/d"), SPAN_LIT("{}")) == STORE_OK);
+    CHECK(store_aux_put(w, SPAN_LIT("webhook/a/d"), SPAN_LIT("{}")) == STORE_OK);
+    CHECK(store_aux_put(w, SPAN_LIT("other/x"), SPAN_LIT("{}")) == STORE_OK);
+    aux_seen_t seen = {0};
+    CHECK(store_aux_read_locked(w, SPAN_LIT("webhook/"), aux_see, &seen) == STORE_OK);
+    CHECK(seen.n == 2 && strcmp(seen.keys[0], "webhook/a/d") == 0 && strcmp(seen.keys[1], "webhook/b/d") == 0);
+    CHECK(store_aux_delete_range(w, SPAN_LIT("webhook/a/"), SPAN_LIT("webhook/a0")) == STORE_OK);
+    seen = (aux_seen_t){0};
+    CHECK(store_aux_read_locked(w, SPAN_LIT("webhook/"), aux_see, &seen) == STORE_OK);
+    CHECK(seen.n == 1 && strcmp(seen.keys[0], "webhook/b/d") == 0);
+    CHECK(store_write_commit(w) == STORE_OK);
+    CHECK(store_write_begin(s, &w) == STORE_OK); /* committed: the next transaction reads the same */
+    seen = (aux_seen_t){0};
+    CHECK(store_aux_read_locked(w, SPAN_LIT("webhook/"), aux_see, &seen) == STORE_OK && seen.n == 1);
+    store_write_abort(w);
+    store_close(s);
+}
+
 /* A store that runs out of space fails the transaction cleanly and keeps what was committed. */
 static void test_full(const char *dir)
 {
@@ -788,5 +833,7 @@ void test_store(void)
     test_sets(dir);
     snprintf(dir, sizeof dir, "%s/lists", base);
     test_lists(dir);
+    snprintf(dir, sizeof dir, "%s/aux", base);
+    test_aux_read_locked(dir);
     rm_dir(base);
 }

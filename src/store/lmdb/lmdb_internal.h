@@ -149,6 +149,7 @@ int lmdb_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);
 int lmdb_aux_put(store_write_t *w, span_t key, span_t value);
 int lmdb_aux_delete_range(store_write_t *w, span_t from, span_t to);
 int lmdb_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
+int lmdb_aux_read_locked(store_write_t *w, span_t prefix, store_aux_fn fn, void *arg);
 int lmdb_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
 int lmdb_log_put(store_write_t *w, uint64_t seq, const transition_t *t);
 int lmdb_read_idem(store_read_t *r, store_idem_fn fn, void *arg);

@@ -856,6 +856,7 @@ const store_ops_t lmdb_store_ops = {
     .aux_put = lmdb_aux_put,
     .aux_delete_range = lmdb_aux_delete_range,
     .read_aux = lmdb_read_aux,
+    .aux_read_locked = lmdb_aux_read_locked,
     .log_prune = lmdb_log_prune,
     .list_apply = lmdb_list_apply,
     .lists_rebuild = lmdb_lists_rebuild,

@@ -333,11 +333,11 @@ int lmdb_aux_delete_range(store_write_t *w_, span_t from, span_t to)
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
-int lmdb_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
+/* The records under prefix in txn (a snapshot or the write transaction). */
+static int aux_walk(MDB_txn *txn, MDB_dbi dbi, span_t prefix, store_aux_fn fn, void *arg)
 {
-    lmdb_read_t *r = (lmdb_read_t *)r_;
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(r->txn, r->store->aux, &cur);
+    int rc = mdb_cursor_open(txn, dbi, &cur);
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
     MDB_val key = {prefix.len, (void *)prefix.ptr}, val;
@@ -351,4 +351,17 @@ int lmdb_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
     }
     mdb_cursor_close(cur);
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+}
+
+int lmdb_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
+{
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    return aux_walk(r->txn, r->store->aux, prefix, fn, arg);
+}
+
+/* One writer thread, one write transaction at a time: no lock is needed to decide. */
+int lmdb_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *arg)
+{
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    return aux_walk(w->txn, w->store->aux, prefix, fn, arg);
 }

@@ -17,6 +17,7 @@
 #define PG_SCHEMA_VERSION 2
 #define PG_LOCK_SCHEMA_SQL "7374616379001" /* advisory lock keys: creating the schema, */
 #define PG_LOCK_FOLD_SQL "7374616379002"   /* and the fold leader */
+#define PG_LOCK_AUX_SQL "73746163"         /* with hashtext(prefix): a transaction deciding from aux records */
 #define PG_FOLD_TRY_MS 1000                /* a node that does not fold tries to become the leader this often */
 #define PG_RECONNECT_MS 1000               /* after a failed connection, wait this long before the next try */
 #define PG_POOL_MAX 64                     /* idle reader connections kept at most */
@@ -230,6 +231,7 @@ int pg_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);
 int pg_aux_put(store_write_t *w, span_t key, span_t value);
 int pg_aux_delete_range(store_write_t *w, span_t from, span_t to);
 int pg_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
+int pg_aux_read_locked(store_write_t *w, span_t prefix, store_aux_fn fn, void *arg);
 int pg_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
 
 /* Statements of a write transaction: BEGIN is sent before the first. */

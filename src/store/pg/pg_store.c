@@ -1030,5 +1030,6 @@ const store_ops_t pg_store_ops = {
     .aux_put = pg_aux_put,
     .aux_delete_range = pg_aux_delete_range,
     .read_aux = pg_read_aux,
+    .aux_read_locked = pg_aux_read_locked,
     .log_prune = pg_log_prune,
 };

@@ -360,6 +360,34 @@ int pg_aux_put(store_write_t *w_, span_t key, span_t value)
     return rc;
 }
 
+/* A transaction-scoped advisory lock named by the prefix (held to the commit, so the next
+ * decider's statement starts after this one's commit is visible: READ COMMITTED), then the records. */
+int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *arg)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    char pre[512];
+    snprintf(pre, sizeof pre, "%.*s", (int)(prefix.len < 511 ? prefix.len : 511), prefix.ptr);
+    const char *p[] = {pre};
+    int rc = pg_wrun(w, "aux-lock", "SELECT pg_advisory_xact_lock(" PG_LOCK_AUX_SQL ", hashtext($1))", 1, p);
+    if (rc != STORE_OK)
+        return rc;
+    atomic_fetch_add_explicit(&w->store->round_trips, 1, memory_order_relaxed);
+    PGresult *res =
+        PQexecParams(w->store->wconn, "SELECT key, value FROM tally_aux WHERE starts_with(key, $1) ORDER BY key", 1,
+                     NULL, p, NULL, NULL, 1);
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        rc = pg_result_rc(w->store, w->store->wconn, res, "aux-read");
+        PQclear(res);
+        return rc;
+    }
+    for (int i = 0; i < PQntuples(res); i++)
+        if (fn(arg, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
+               (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)}) != 0)
+            break;
+    PQclear(res);
+    return STORE_OK;
+}
+
 int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)
 {
     char f[512], t[512];

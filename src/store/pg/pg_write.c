@@ -705,16 +705,28 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     if (w->piped_count || committing)
         rc = pg_pipe_sync(s, s->wconn);
     uint64_t base = 0;
+    bool committed = false; /* the COMMIT's own result came back OK after every write's did */
     for (size_t i = 0; i < expect && PQstatus(s->wconn) == CONNECTION_OK; i++) {
         int one;
-        PGresult *res = pg_pipe_result(s, s->wconn, i + 1 == expect && sent == STORE_OK ? "commit" : "write", &one);
+        bool is_commit = i + 1 == expect && sent == STORE_OK;
+        PGresult *res = pg_pipe_result(s, s->wconn, is_commit ? "commit" : "write", &one);
         if (one == STORE_OK && i + 1 == w->log_result && res && PQntuples(res) == 1)
             base = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
         PQclear(res);
         if (rc == STORE_OK && one != STORE_OK)
             rc = one; /* the first failure: the rest were aborted by it */
+        committed = is_commit && rc == STORE_OK;
     }
     int left = pg_pipe_leave(s, s->wconn);
+    if (committed && left != STORE_OK) {
+        /* The commit is durable: what failed after it must not answer the batch as failed. The
+         * connection is left in an unknown state: dropped, the next batch connects again. */
+        fprintf(stderr, "level=warn event=pipeline-end-failed error=\"after a durable commit; reconnecting\"\n");
+        PQfinish(s->wconn); /* the fold lock goes with its session */
+        s->wconn = NULL;
+        s->leader = false;
+        left = STORE_OK;
+    }
     if (rc == STORE_OK)
         rc = left;
     if (rc == STORE_OK && sent == STORE_OK) {
