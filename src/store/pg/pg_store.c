@@ -754,6 +754,7 @@ void pg_close(store_t *s_)
     itemmap_free(&s->write.counts);
     listmap_free(&s->write.lists);
     free(s->write.log);
+    PQclear(s->write.fold_log);
     pthread_mutex_destroy(&s->pool_lock);
     free(s->conninfo);
     free(s);
