@@ -181,6 +181,7 @@ typedef struct {
     /* a database server's store (shared): estimates for the counts above, and the connection */
     bool shared, connected;
     uint64_t round_trips, transactions;
+    uint64_t writer_round_trips;       /* of round_trips, the writer's connection's */
     const histogram_t *commit_seconds; /* the COMMIT statement's duration (the server's sync) */
 } store_stats_t;
 int store_stats(store_t *store, store_stats_t *st);

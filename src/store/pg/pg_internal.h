@@ -107,6 +107,8 @@ struct pg_store {
     atomic_uint_fast64_t epoch; /* rises when the server was found gone: older connections are stale */
     atomic_bool up;             /* the last contact with the server succeeded */
     atomic_uint_fast64_t round_trips, statements, transactions;
+    atomic_uint_fast64_t writer_round_trips; /* of round_trips, on wconn */
+    atomic_uintptr_t wconn_id;               /* wconn as a number, for other threads to compare with */
     histogram_t commit_seconds;
     atomic_uint_fast64_t down_since_ms; /* monotonic; 0 when up */
 };
