@@ -57,7 +57,7 @@ int pipeline_fold(store_write_t *w, size_t limit, pipeline_result_t *result)
     uint64_t checkpoint;
     int rc = store_checkpoint_get(w, &checkpoint);
     if (rc == STORE_OK)
-        rc = store_log_scan(w, checkpoint, limit + 1, fold_one, &f);
+        rc = store_log_scan(w, checkpoint, pipeline_fold_scan(limit), fold_one, &f);
     if (rc == STORE_OK)
         rc = f.rc;
     size_t updates = 0;

@@ -20,4 +20,11 @@ typedef struct {
  * on error the caller must abort the transaction. Writer thread only. */
 int pipeline_fold(store_write_t *w, size_t limit, pipeline_result_t *result);
 
+/* How many log entries pipeline_fold(limit) asks store_log_scan for (after the checkpoint): one more
+ * than it folds, to learn whether more wait. For store_write_prepare's fold_scan. */
+static inline size_t pipeline_fold_scan(size_t limit)
+{
+    return limit + 1;
+}
+
 #endif

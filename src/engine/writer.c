@@ -194,7 +194,7 @@ static int clear_one(void *arg, span_t name)
     return 0;
 }
 
-static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms);
+static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms, bool may_fold);
 
 /* Before a user's walk on a store that walks the user's list (the embedded one): the whole log is
  * folded first, in this transaction, so the list holds the user's newest reactions and no longer
@@ -205,7 +205,7 @@ static int writer_catch_up(writer_t *w, store_write_t *tx)
         return STORE_OK;
     int rc = STORE_OK;
     do
-        rc = writer_fold(w, tx, clock_ms(CLOCK_MONOTONIC));
+        rc = writer_fold(w, tx, clock_ms(CLOCK_MONOTONIC), store_write_may_fold(tx));
     while (rc == STORE_OK && w->fold_backlog);
     return rc;
 }
@@ -351,11 +351,12 @@ static bool fold_due(const writer_t *w, uint64_t mono_now_ms)
     return w->opt.fold_window_ms == 0 || mono_now_ms - w->last_fold_ms >= w->opt.fold_window_ms;
 }
 
-static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms)
+/* may_fold: what store_write_may_fold said for this transaction. */
+static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms, bool may_fold)
 {
     pipeline_result_t res;
     w->last_fold_ms = mono_now_ms;
-    if (!store_write_may_fold(tx)) { /* another node folds: its lag is its own to report */
+    if (!may_fold) { /* another node folds: its lag is its own to report */
         w->fold_backlog = false;
         atomic_store_explicit(&w->stats.oldest_unfolded_ms, 0, memory_order_relaxed);
         atomic_store_explicit(&w->stats.fold_leader, false, memory_order_relaxed);
@@ -415,8 +416,9 @@ static const char *store_error_detail(int rc)
     }
 }
 
-/* Names the batch's rows and idempotency records to the store before any is read. */
-static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch)
+/* Names the batch's rows and idempotency records to the store before any is read, and whether the
+ * transaction will fold (fold_scan: the log entries the fold will scan; 0: no fold). */
+static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch, size_t fold_scan)
 {
     size_t nrows = 0, nkeys = 0;
     for (write_cmd_t *c = batch; c; c = c->next) {
@@ -427,7 +429,7 @@ static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch)
         if (r->key_len)
             w->prep_keys[nkeys++] = (store_pair_t){{r->user, r->user_len}, {r->key, r->key_len}};
     }
-    return store_write_prepare(tx, w->prep_rows, nrows, w->prep_keys, nkeys);
+    return store_write_prepare(tx, w->prep_rows, nrows, w->prep_keys, nkeys, fold_scan);
 }
 
 /* One attempt at the batch's transaction: the commands, then the fold and the sweep when due. */
@@ -438,13 +440,17 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
     w->tx_appends = 0;
     *log_base = 0;
     int rc = store_write_begin(w->store, &tx);
+    /* Whether this transaction folds is known before the batch is read, so that a shared store can
+     * read the fold's checkpoint and log in the same round trip as the batch's rows. */
+    bool fold = rc == STORE_OK && (force_fold || fold_due(w, mono_now));
+    bool may_fold = fold && store_write_may_fold(tx);
     if (rc == STORE_OK)
-        rc = writer_prepare(w, tx, batch);
+        rc = writer_prepare(w, tx, batch, may_fold ? pipeline_fold_scan(w->opt.fold_max) : 0);
     for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
         rc = writer_apply(w, tx, c, now_ms);
     *folded = false;
-    if (rc == STORE_OK && (force_fold || fold_due(w, mono_now))) {
-        rc = writer_fold(w, tx, mono_now);
+    if (rc == STORE_OK && fold) {
+        rc = writer_fold(w, tx, mono_now, may_fold);
         *folded = true;
     }
     if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS)

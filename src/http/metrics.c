@@ -191,6 +191,9 @@ static void metrics_render(app_t *app, answer_t *a)
               atomic_load(&ws->fold_leader) ? 1 : 0);
         counter(&t, "tally_db_round_trips_total", "Statements sent to the database.", st.round_trips);
         counter(&t, "tally_db_transactions_total", "Writer transactions committed in the database.", st.transactions);
+        counter(&t, "tally_db_writer_round_trips_total",
+                "Round trips of the writer's connection (its batches, fold and sweep), of tally_db_round_trips_total.",
+                st.writer_round_trips);
         counter(&t, "tally_writer_conflict_retries_total",
                 "Batches run again after a conflict with another node (deadlock, serialization).",
                 atomic_load(&ws->conflict_retries));

@@ -57,9 +57,9 @@ int store_read_many(store_read_t *r, const span_t *items, size_t n, span_t user,
 }
 
 int store_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
-                        size_t nkeys)
+                        size_t nkeys, size_t fold_scan)
 {
-    return w->ops->write_prepare ? w->ops->write_prepare(w, rows, nrows, keys, nkeys) : STORE_OK;
+    return w->ops->write_prepare ? w->ops->write_prepare(w, rows, nrows, keys, nkeys, fold_scan) : STORE_OK;
 }
 
 bool store_write_may_fold(store_write_t *w)

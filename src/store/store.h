@@ -104,12 +104,15 @@ void store_write_abort(store_write_t *w);
 
 /* Names the rows and idempotency records the batch's commands will read, before any is read: a
  * shared store locks the ones that exist in one order (so two processes' batches cannot deadlock) and
- * reads them in one round trip. Rows not named may still be read (slower). keys[i] is (user, key). */
+ * reads them in one round trip. Rows not named may still be read (slower). keys[i] is (user, key).
+ * fold_scan > 0 says this transaction will fold (store_write_may_fold said yes): it will read the
+ * checkpoint and then scan fold_scan log entries after it, and the store may read (and lock) both in
+ * that same round trip; 0: no fold, or one it need not prepare. */
 typedef struct {
     span_t a, b;
 } store_pair_t;
 int store_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
-                        size_t nkeys);
+                        size_t nkeys, size_t fold_scan);
 
 /* True when this process may fold the log into the counts now (a shared store lets one process at a
  * time; the others leave it to that one). */
@@ -178,6 +181,7 @@ typedef struct {
     /* a database server's store (shared): estimates for the counts above, and the connection */
     bool shared, connected;
     uint64_t round_trips, transactions;
+    uint64_t writer_round_trips;       /* of round_trips, the writer's connection's */
     const histogram_t *commit_seconds; /* the COMMIT statement's duration (the server's sync) */
 } store_stats_t;
 int store_stats(store_t *store, store_stats_t *st);

@@ -29,7 +29,7 @@ typedef struct store_ops {
     void (*write_abort)(store_write_t *w);
     /* optional: NULL means nothing to prepare */
     int (*write_prepare)(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
-                         size_t nkeys);
+                         size_t nkeys, size_t fold_scan);
     /* optional: NULL means always */
     bool (*write_may_fold)(store_write_t *w);
     int (*row_get)(store_write_t *w, span_t item, span_t user, reaction_row_t *row);

@@ -76,7 +76,10 @@ struct pg_write {
     itemmap_t counts; /* deltas by configured code, flushed at commit */
     listmap_t lists;  /* the fold's changes of the lists, by pair, flushed at commit (pg_lists.c) */
     bool checkpoint_dirty;
+    bool checkpoint_locked; /* the leader holds the checkpoint's row lock: checkpoint is its value */
     uint64_t checkpoint;
+    PGresult *fold_log; /* the log entries after the checkpoint, read with the batch's rows (prepare) */
+    size_t fold_scan;   /* how many fold_log asked for */
 };
 
 struct pg_read {
@@ -105,6 +108,8 @@ struct pg_store {
     atomic_uint_fast64_t epoch; /* rises when the server was found gone: older connections are stale */
     atomic_bool up;             /* the last contact with the server succeeded */
     atomic_uint_fast64_t round_trips, statements, transactions;
+    atomic_uint_fast64_t writer_round_trips; /* of round_trips, on wconn */
+    atomic_uintptr_t wconn_id;               /* wconn as a number, for other threads to compare with */
     histogram_t commit_seconds;
     atomic_uint_fast64_t down_since_ms; /* monotonic; 0 when up */
 };
@@ -200,7 +205,8 @@ int pg_write_begin(store_t *s, store_write_t **out);
 int pg_write_commit(store_write_t *w);
 int pg_write_commit_at(store_write_t *w, uint64_t *log_base);
 void pg_write_abort(store_write_t *w);
-int pg_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys);
+int pg_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys,
+                     size_t fold_scan);
 bool pg_write_may_fold(store_write_t *w);
 int pg_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
 int pg_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);

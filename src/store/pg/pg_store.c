@@ -85,10 +85,19 @@ int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *w
     return state && strcmp(state, "53100") == 0 ? STORE_FULL : STORE_ERROR;
 }
 
+/* One round trip more on conn; the writer's connection's counted apart too (compared with wconn_id,
+ * since other threads count their own connections' and s->wconn is the writer thread's). */
+static void pg_count_round_trip(pg_store_t *s, const PGconn *conn)
+{
+    atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
+    if ((uintptr_t)conn == atomic_load_explicit(&s->wconn_id, memory_order_relaxed))
+        atomic_fetch_add_explicit(&s->writer_round_trips, 1, memory_order_relaxed);
+}
+
 PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
                   int *rc)
 {
-    atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
+    pg_count_round_trip(s, conn);
     atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
     PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
@@ -128,7 +137,7 @@ int pg_pipe_send(pg_store_t *s, PGconn *conn, const char *sql, int n, const char
 
 int pg_pipe_sync(pg_store_t *s, PGconn *conn)
 {
-    atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
+    pg_count_round_trip(s, conn);
     if (PQpipelineSync(conn) != 1)
         return pg_result_rc(s, conn, NULL, "sync");
     int r;
@@ -187,6 +196,7 @@ PGconn *pg_writer_conn(pg_store_t *s)
     if (s->wconn) {
         PQfinish(s->wconn); /* its session, and the fold lock with it, is gone */
         s->wconn = NULL;
+        atomic_store_explicit(&s->wconn_id, 0, memory_order_relaxed);
         if (s->leader)
             fprintf(stderr, "level=warn event=fold-leader-lost\n");
         s->leader = false;
@@ -195,6 +205,7 @@ PGconn *pg_writer_conn(pg_store_t *s)
         return NULL;
     char err[256];
     s->wconn = pg_connect(s, err, sizeof err);
+    atomic_store_explicit(&s->wconn_id, (uintptr_t)s->wconn, memory_order_relaxed);
     if (!s->wconn) {
         pg_mark_down(s);
         atomic_store(&s->down_since_ms, clock_ms(CLOCK_MONOTONIC)); /* wait before the next try */
@@ -726,7 +737,9 @@ int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, s
     s->write.base.ops = &pg_store_ops;
     s->write.store = s;
     char cerr[256];
-    if (!(s->wconn = pg_connect(s, cerr, sizeof cerr))) {
+    s->wconn = pg_connect(s, cerr, sizeof cerr);
+    atomic_store_explicit(&s->wconn_id, (uintptr_t)s->wconn, memory_order_relaxed);
+    if (!s->wconn) {
         snprintf(err, errlen, "cannot connect to the database: %s", cerr);
         goto fail;
     }
@@ -754,6 +767,7 @@ void pg_close(store_t *s_)
     itemmap_free(&s->write.counts);
     listmap_free(&s->write.lists);
     free(s->write.log);
+    PQclear(s->write.fold_log);
     pthread_mutex_destroy(&s->pool_lock);
     free(s->conninfo);
     free(s);

@@ -231,6 +231,7 @@ int pg_stats(store_t *s_, store_stats_t *st)
     st->connected = atomic_load(&s->up);
     st->round_trips = atomic_load(&s->round_trips);
     st->transactions = atomic_load(&s->transactions);
+    st->writer_round_trips = atomic_load(&s->writer_round_trips);
     st->commit_seconds = &s->commit_seconds;
     if (res) {
         PQclear(res);

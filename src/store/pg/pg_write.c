@@ -56,7 +56,9 @@ int pg_write_begin(store_t *s_, store_write_t **out)
     w->active = true;
     w->began = false;
     w->log_count = 0;
-    w->checkpoint_dirty = false;
+    w->checkpoint_dirty = w->checkpoint_locked = false;
+    PQclear(w->fold_log);
+    w->fold_log = NULL;
     pg_cache_clear(&w->rows);
     pg_cache_clear(&w->idem);
     w->counts.count = 0;
@@ -72,6 +74,8 @@ int pg_write_begin(store_t *s_, store_write_t **out)
 void pg_write_abort(store_write_t *w_)
 {
     pg_write_t *w = (pg_write_t *)w_;
+    PQclear(w->fold_log);
+    w->fold_log = NULL;
     if (w->began)
         PQclear(PQexec(w->store->wconn, "ROLLBACK"));
     w->active = w->began = false;
@@ -191,15 +195,28 @@ static int lock_missing(pg_write_t *w, const char *what, const char *lock_sql, p
     return rc;
 }
 
-int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys)
+/* The leader's fold, read with the batch's rows: the checkpoint, locked (after the rows: the one
+ * order of locks), then the entries after it. In READ COMMITTED each statement reads its own
+ * snapshot, taken when it starts: the scan starts after the lock is granted, so its subquery reads
+ * the very value the lock returned (nobody else can change it while it is held) — the same read as
+ * a scan sent with that value after the lock's answer, one round trip earlier. */
+static const char FOLD_CHECKPOINT_SQL[] = "SELECT checkpoint FROM tally_pipeline WHERE id = 1 FOR UPDATE";
+#define FOLD_CHECKPOINT_VALUE "coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
+static const char FOLD_SCAN_SQL[] = "SELECT " PG_LOG_COLUMNS " FROM tally_log WHERE seq > " FOLD_CHECKPOINT_VALUE
+                                    " AND seq <= " FOLD_CHECKPOINT_VALUE " + $1::bigint ORDER BY seq LIMIT $1::bigint";
+
+int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys,
+                     size_t fold_scan)
 {
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
-    if (!nrows && !nkeys)
+    /* only the leader locks the checkpoint (pg_checkpoint_get); a fold read before is not read again */
+    bool fold = fold_scan > 0 && s->leader && !w->checkpoint_dirty && !w->checkpoint_locked && !w->fold_log;
+    if (!nrows && !nkeys && !fold)
         return STORE_OK;
     /* One order for everything a batch locks: idempotency records, then rows, each in key order;
-     * then (at commit) counts in key order and the log's head last. BEGIN and both locking reads go
-     * in one round trip. */
+     * then the checkpoint (the leader's fold), then (at commit) counts in key order and the log's
+     * head last. BEGIN, both locking reads and the fold's two reads go in one round trip. */
     pg_buf_t ka = {0}, kb = {0}, ra = {0}, rb = {0};
     pairs_arrays(keys, nkeys, &ka, &kb);
     pairs_arrays(rows, nrows, &ra, &rb);
@@ -207,7 +224,9 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
         pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
         return STORE_ERROR;
     }
-    const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf};
+    char scan[NUM_LEN];
+    snprintf(scan, sizeof scan, "%zu", fold_scan > INT64_MAX ? (size_t)INT64_MAX : fold_scan);
+    const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf}, *fp[] = {scan};
     bool send_begin = !w->began;
     int rc = pg_pipe_enter(s, s->wconn);
     bool entered = rc == STORE_OK;
@@ -217,6 +236,10 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
         rc = pg_pipe_send(s, s->wconn, LOCK_IDEM_SQL, 2, kp);
     if (rc == STORE_OK && nrows)
         rc = pg_pipe_send(s, s->wconn, LOCK_ROWS_SQL, 2, rp);
+    if (rc == STORE_OK && fold)
+        rc = pg_pipe_send(s, s->wconn, FOLD_CHECKPOINT_SQL, 0, NULL);
+    if (rc == STORE_OK && fold)
+        rc = pg_pipe_send(s, s->wconn, FOLD_SCAN_SQL, 1, fp);
     pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
     if (rc == STORE_OK)
         rc = pg_pipe_sync(s, s->wconn);
@@ -231,6 +254,18 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
         if (res)
             rc = lock_read(w, res, part == 1);
         PQclear(res);
+    }
+    if (rc == STORE_OK && fold) {
+        PGresult *res = pg_pipe_result(s, s->wconn, "checkpoint", &rc);
+        if (res) {
+            w->checkpoint = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 0), NULL, 10) : 0;
+            w->checkpoint_locked = true;
+        }
+        PQclear(res);
+    }
+    if (rc == STORE_OK && fold) {
+        w->fold_log = pg_pipe_result(s, s->wconn, "log-scan", &rc);
+        w->fold_scan = fold_scan;
     }
     if (entered) {
         int left = pg_pipe_leave(s, s->wconn);
@@ -342,6 +377,15 @@ int pg_log_put(store_write_t *w_, uint64_t seq, const transition_t *t)
 int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
     pg_write_t *w = (pg_write_t *)w_;
+    if (w->fold_log) { /* read with the batch's rows: the same scan, if this is it (once) */
+        PGresult *res = w->fold_log;
+        w->fold_log = NULL;
+        bool same = w->checkpoint_locked && after == w->checkpoint && limit == w->fold_scan;
+        int rc = same ? pg_log_rows(w->store, res, fn, arg) : STORE_OK;
+        PQclear(res);
+        if (same)
+            return rc;
+    }
     char a[NUM_LEN], l[NUM_LEN], h[NUM_LEN];
     snprintf(a, sizeof a, "%" PRIu64, after);
     snprintf(l, sizeof l, "%zu", limit > INT64_MAX ? (size_t)INT64_MAX : limit);
@@ -372,21 +416,23 @@ int pg_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX
 int pg_checkpoint_get(store_write_t *w_, uint64_t *seq)
 {
     pg_write_t *w = (pg_write_t *)w_;
-    if (w->checkpoint_dirty) {
+    if (w->checkpoint_dirty || w->checkpoint_locked) { /* moved, or read under its lock: it cannot change */
         *seq = w->checkpoint;
         return STORE_OK;
     }
     int rc;
     /* The leader locks the checkpoint for its fold: even two nodes that both believed they lead
      * would fold one after the other, each from where the other stopped. */
-    PGresult *res = pg_wexec(w, "checkpoint",
-                             w->store->leader ? "SELECT checkpoint FROM tally_pipeline WHERE id = 1 FOR UPDATE"
-                                              : "SELECT checkpoint FROM tally_pipeline WHERE id = 1",
-                             0, NULL, &rc);
+    bool lock = w->store->leader;
+    PGresult *res =
+        pg_wexec(w, "checkpoint", lock ? FOLD_CHECKPOINT_SQL : "SELECT checkpoint FROM tally_pipeline WHERE id = 1", 0,
+                 NULL, &rc);
     if (!res)
         return rc;
     *seq = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 0), NULL, 10) : 0;
     PQclear(res);
+    w->checkpoint = *seq;
+    w->checkpoint_locked = lock;
     return STORE_OK;
 }
 
@@ -663,6 +709,8 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     pg_store_t *s = w->store;
     *log_base = 0;
     w->log_result = 0;
+    PQclear(w->fold_log); /* read for a fold that did not use it */
+    w->fold_log = NULL;
     bool dirty = w->log_count || w->checkpoint_dirty || w->counts.count || w->lists.count;
     for (size_t i = 0; !dirty && i < w->rows.count; i++)
         dirty = w->rows.entries[i].dirty;
