@@ -502,6 +502,19 @@ static void live_caps_or_exit(options_t *o)
     o->max_live_streams = o->max_connections / 2;
 }
 
+/* The writer hands a batch's answers to the HTTP threads together: one wake-up per thread. */
+static void answers_hold(void *arg)
+{
+    (void)arg;
+    http_answers_hold();
+}
+
+static void answers_flush(void *arg)
+{
+    (void)arg;
+    http_answers_flush();
+}
+
 /* The writer committed transitions: wake the change feed's long polls and the trending follower. */
 static void on_commit(void *arg)
 {
@@ -573,6 +586,8 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         .log_max_bytes = o->log_max_bytes,
         .on_commit = on_commit,
         .on_commit_arg = app,
+        .release_begin = answers_hold,
+        .release_end = answers_flush,
     };
     trending_options_t topt = {.capacity = o->trending_capacity, .hot_threshold = (double)o->hot_threshold};
     webhooks_options_t hopt = {

@@ -539,6 +539,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
     uint64_t done_ns = mono_ns();
     atomic_fetch_add_explicit(&w->stats.batches, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->stats.commands, n, memory_order_relaxed);
+    if (w->opt.release_begin)
+        w->opt.release_begin(w->opt.release_arg);
     for (write_cmd_t *c = batch, *next; c; c = next) {
         next = c->next; /* done may free c */
         if (rc != STORE_OK) {
@@ -555,6 +557,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
             histogram_observe(&w->stats.write_seconds, (double)(done_ns - c->submitted_ns) / 1e9);
         c->done(c);
     }
+    if (w->opt.release_end)
+        w->opt.release_end(w->opt.release_arg);
 }
 
 static void *writer_main(void *arg)

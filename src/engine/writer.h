@@ -116,6 +116,11 @@ typedef struct {
     uint64_t log_max_bytes;       /* past this size the oldest folded entries are pruned, whatever their age */
     void (*on_commit)(void *arg); /* after each durable commit that appended transitions (writer thread) */
     void *on_commit_arg;
+    /* Around the release of a batch's answers (writer thread; optional): whoever delivers the answers
+     * may hold them back and hand them over together at the end (one wake-up per receiving thread). */
+    void (*release_begin)(void *arg);
+    void (*release_end)(void *arg);
+    void *release_arg;
 } writer_options_t;
 
 #define WRITER_QUEUE_MAX_DEFAULT 8192

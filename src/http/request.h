@@ -61,4 +61,10 @@ void http_pending_cancel(http_pending_t *p);
  * there), then calls release(arg) on that thread. a must stay valid until release is called. */
 void http_pending_respond(http_pending_t *p, const answer_t *a, void (*release)(void *), void *arg);
 
+/* Between these two, http_pending_respond on the calling thread holds its answers back, and the
+ * flush hands them over with one message (one wake-up) per HTTP thread instead of one each: the
+ * writer releases a whole batch's answers this way. Any thread but an HTTP thread. */
+void http_answers_hold(void);
+void http_answers_flush(void);
+
 #endif

@@ -53,6 +53,7 @@ struct http_pending {
     const answer_t *answer;
     void (*release)(void *);
     void *release_arg;
+    http_pending_t *bundled; /* the next answer for the same thread sent with this one's message */
 };
 
 /* Lives in the request's memory pool; h2o calls its dispose when the request goes away. */
@@ -421,12 +422,57 @@ void http_pending_cancel(http_pending_t *p)
     atomic_fetch_sub(&server.pending, 1);
 }
 
+/* The answers a thread holds back between http_answers_hold and http_answers_flush, per HTTP thread:
+ * each thread's are chained (bundled) behind the first, whose message carries them all. */
+static _Thread_local struct {
+    bool holding;
+    http_pending_t *first[MAX_THREADS], *last[MAX_THREADS];
+} held;
+
+void http_answers_hold(void)
+{
+    held.holding = true;
+}
+
+void http_answers_flush(void)
+{
+    held.holding = false;
+    for (int i = 0; i < MAX_THREADS; i++) {
+        http_pending_t *p = held.first[i];
+        if (!p)
+            continue;
+        held.first[i] = held.last[i] = NULL;
+        h2o_multithread_send_message(&p->thread->answers, &p->message);
+    }
+}
+
 void http_pending_respond(http_pending_t *p, const answer_t *a, void (*release)(void *), void *arg)
 {
     p->answer = a;
     p->release = release;
     p->release_arg = arg;
+    p->bundled = NULL;
+    if (held.holding) {
+        int i = p->thread->index;
+        if (held.last[i])
+            held.last[i]->bundled = p;
+        else
+            held.first[i] = p;
+        held.last[i] = p;
+        return;
+    }
     h2o_multithread_send_message(&p->thread->answers, &p->message);
+}
+
+static void answer_one(http_pending_t *p)
+{
+    if (p->req) {
+        p->guard->pending = NULL;
+        http_respond((http_request_t *)p->req, p->answer);
+    }
+    p->release(p->release_arg);
+    free(p);
+    atomic_fetch_sub(&server.pending, 1);
 }
 
 static void on_answers(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
@@ -435,13 +481,11 @@ static void on_answers(h2o_multithread_receiver_t *receiver, h2o_linklist_t *mes
     while (!h2o_linklist_is_empty(messages)) {
         http_pending_t *p = H2O_STRUCT_FROM_MEMBER(http_pending_t, message.link, messages->next);
         h2o_linklist_unlink(&p->message.link);
-        if (p->req) {
-            p->guard->pending = NULL;
-            http_respond((http_request_t *)p->req, p->answer);
+        while (p) {
+            http_pending_t *next = p->bundled; /* answer_one frees p */
+            answer_one(p);
+            p = next;
         }
-        p->release(p->release_arg);
-        free(p);
-        atomic_fetch_sub(&server.pending, 1);
     }
 }
 
