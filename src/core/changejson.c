@@ -49,6 +49,15 @@ void changejson_iso_time(uint64_t at_ms, char out[32])
     two_digits(out + 21, ms % 100);
 }
 
+json_t *changejson_time_json(uint64_t ms)
+{
+    char at[32];
+    if (!ms)
+        return json_null();
+    changejson_iso_time(ms, at);
+    return json_string(at);
+}
+
 json_t *changejson_entry(const kinds_t *kinds, uint64_t seq, const transition_t *t)
 {
     char cursor[24], at[32];

@@ -13,6 +13,9 @@
 /* ISO 8601 UTC with milliseconds: 2026-11-29T20:01:02.345Z. */
 void changejson_iso_time(uint64_t at_ms, char out[32]);
 
+/* The time as an ISO string, or JSON null when ms is 0 (not set); a new reference. */
+json_t *changejson_time_json(uint64_t ms);
+
 /* {"cursor":"<seq>","item":…,"user":…,"from":…,"to":…,"version":…,"at":…} for the log entry seq; a
  * new reference, NULL when out of memory. Any thread. */
 json_t *changejson_entry(const kinds_t *kinds, uint64_t seq, const transition_t *t);

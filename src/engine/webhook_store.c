@@ -249,15 +249,6 @@ static int refuse(write_cmd_t *cmd, int status, const char *code, const char *de
     return STORE_OK;
 }
 
-static json_t *time_or_null(uint64_t ms)
-{
-    char at[32];
-    if (!ms)
-        return json_null();
-    changejson_iso_time(ms, at);
-    return json_string(at);
-}
-
 static int decide_create(whstore_write_t *w, store_write_t *tx)
 {
     size_t defs = 0;
@@ -270,7 +261,7 @@ static int decide_create(whstore_write_t *w, store_write_t *tx)
         return refuse(&w->cmd, 503, "unavailable", "out of memory; retry");
     answer_json(&w->cmd.answer, 201,
                 json_pack("{s:s,s:s,s:s%,s:o}", "id", w->id, "url", w->def.url, "secret", w->def.secret,
-                          w->def.secret_len, "created", time_or_null(w->def.created_ms)));
+                          w->def.secret_len, "created", changejson_time_json(w->def.created_ms)));
     return STORE_OK;
 }
 
@@ -304,7 +295,7 @@ static int decide_rotate(whstore_write_t *w)
         return refuse(&w->cmd, 503, "unavailable", "out of memory; retry");
     answer_json(&w->cmd.answer, 200,
                 json_pack("{s:s,s:s%,s:o}", "id", w->id, "secret", def.secret, def.secret_len, "previous_valid_until",
-                          time_or_null(def.old_until_ms)));
+                          changejson_time_json(def.old_until_ms)));
     return STORE_OK;
 }
 

@@ -76,15 +76,6 @@ static const char *state_name(const whstore_state_t *s)
     return s->expired ? "expired" : s->failing_since_ms ? "failing" : "active";
 }
 
-static json_t *time_or_null(uint64_t ms)
-{
-    char at[32];
-    if (!ms)
-        return json_null();
-    changejson_iso_time(ms, at);
-    return json_string(at);
-}
-
 /* --- the ops, after the request was checked; each fills r->answer or prepares r->write --- */
 
 static int op_create(wh_req_t *r, store_read_t *snap)
@@ -115,9 +106,9 @@ static int op_list(wh_req_t *r, store_read_t *snap)
         rc = webhooks_lag_ms(snap, h->state.delivered, now, &lag_ms);
         snprintf(delivered, sizeof delivered, "%llu", (unsigned long long)h->state.delivered);
         json_array_append_new(list, json_pack("{s:s,s:s,s:o,s:s,s:f,s:o,s:o,s:s}", "id", h->def.id, "url", h->def.url,
-                                              "created", time_or_null(h->def.created_ms), "delivered", delivered,
-                                              "lag_s", (double)lag_ms / 1000.0, "failing_since",
-                                              time_or_null(h->state.failing_since_ms), "last_error",
+                                              "created", changejson_time_json(h->def.created_ms), "delivered",
+                                              delivered, "lag_s", (double)lag_ms / 1000.0, "failing_since",
+                                              changejson_time_json(h->state.failing_since_ms), "last_error",
                                               h->state.last_error[0] ? json_string(h->state.last_error) : json_null(),
                                               "state", state_name(&h->state)));
     }

@@ -165,6 +165,25 @@ int pg_read_log_seek(store_read_t *r_, uint64_t at_ms, uint64_t *seq)
                         1, p, seq, 1);
 }
 
+/* The auxiliary records whose key starts with p[0], in key order, to fn (binary results: the values
+ * are bytes); on conn, in whatever transaction it is in. */
+static int aux_rows(pg_store_t *s, PGconn *conn, const char *what, const char *const p[1], store_aux_fn fn, void *arg)
+{
+    PGresult *res = PQexecParams(conn, "SELECT key, value FROM tally_aux WHERE starts_with(key, $1) ORDER BY key", 1,
+                                 NULL, p, NULL, NULL, 1);
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        int rc = pg_result_rc(s, conn, res, what);
+        PQclear(res);
+        return rc;
+    }
+    for (int i = 0; i < PQntuples(res); i++)
+        if (fn(arg, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
+               (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)}) != 0)
+            break;
+    PQclear(res);
+    return STORE_OK;
+}
+
 int pg_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
 {
     pg_read_t *r = (pg_read_t *)r_;
@@ -179,19 +198,7 @@ int pg_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
             return rc;
         r->began = true;
     }
-    PGresult *res = PQexecParams(r->conn, "SELECT key, value FROM tally_aux WHERE starts_with(key, $1) ORDER BY key", 1,
-                                 NULL, p, NULL, NULL, 1);
-    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
-        rc = pg_result_rc(r->store, r->conn, res, "read-aux");
-        PQclear(res);
-        return rc;
-    }
-    for (int i = 0; i < PQntuples(res); i++)
-        if (fn(arg, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
-               (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)}) != 0)
-            break;
-    PQclear(res);
-    return STORE_OK;
+    return aux_rows(r->store, r->conn, "read-aux", p, fn, arg);
 }
 
 int pg_stats(store_t *s_, store_stats_t *st)
@@ -373,20 +380,7 @@ int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *
     if (rc != STORE_OK)
         return rc;
     atomic_fetch_add_explicit(&w->store->round_trips, 1, memory_order_relaxed);
-    PGresult *res =
-        PQexecParams(w->store->wconn, "SELECT key, value FROM tally_aux WHERE starts_with(key, $1) ORDER BY key", 1,
-                     NULL, p, NULL, NULL, 1);
-    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
-        rc = pg_result_rc(w->store, w->store->wconn, res, "aux-read");
-        PQclear(res);
-        return rc;
-    }
-    for (int i = 0; i < PQntuples(res); i++)
-        if (fn(arg, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
-               (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)}) != 0)
-            break;
-    PQclear(res);
-    return STORE_OK;
+    return aux_rows(w->store, w->store->wconn, "aux-read", p, fn, arg);
 }
 
 int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)
