@@ -10,6 +10,7 @@
 
 #include "core/itemmap.h"
 #include "core/listchange.h"
+#include "core/textbuf.h"
 #include "store/store_impl.h"
 
 /* 1: before the lists (tally_lists; a node of 2 builds them when it finds a 1, and 1 nodes cannot run
@@ -28,12 +29,8 @@ typedef struct pg_store pg_store_t;
 typedef struct pg_read pg_read_t;
 typedef struct pg_write pg_write_t;
 
-/* A growable text buffer for statements' array parameters. */
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    bool failed;
-} pg_buf_t;
+/* A growable text buffer for statements' array parameters (kept NUL-terminated). */
+typedef textbuf_t pg_buf_t;
 
 /* One row or idempotency record a write transaction has read or written. */
 typedef struct {

@@ -281,23 +281,10 @@ void pg_pool_give(pg_store_t *s, PGconn *conn, uint64_t epoch)
 
 void pg_buf_add(pg_buf_t *b, const char *p, size_t n)
 {
-    if (b->failed)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (b->len + n + 1 > cap)
-            cap *= 2;
-        char *buf = realloc(b->buf, cap);
-        if (!buf) {
-            b->failed = true;
-            return;
-        }
-        b->buf = buf;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->len, p, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
+    textbuf_append(b, p, n);
+    textbuf_append(b, "", 1); /* the NUL, not counted: the buffer is a C string at all times */
+    if (!b->failed)
+        b->len--;
 }
 
 void pg_buf_str(pg_buf_t *b, const char *text)
