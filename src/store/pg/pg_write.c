@@ -21,7 +21,7 @@ PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, cons
 {
     pg_store_t *s = w->store;
     if (!w->began) {
-        if ((*rc = pg_run(s, s->wconn, what, "BEGIN", 0, NULL)) != STORE_OK)
+        if ((*rc = pg_run(s, s->wconn, what, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
             return NULL;
         w->began = true;
     }
@@ -34,7 +34,7 @@ int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char 
     if (w->piped) { /* results are read after the pipeline's sync (pg_write_commit) */
         pg_store_t *s = w->store;
         if (!w->began) {
-            if ((rc = pg_pipe_send(s, s->wconn, "BEGIN", 0, NULL)) != STORE_OK)
+            if ((rc = pg_pipe_send(s, s->wconn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
                 return rc;
             w->began = true;
             w->piped_count++;
@@ -231,7 +231,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     int rc = pg_pipe_enter(s, s->wconn);
     bool entered = rc == STORE_OK;
     if (rc == STORE_OK && send_begin)
-        rc = pg_pipe_send(s, s->wconn, "BEGIN", 0, NULL);
+        rc = pg_pipe_send(s, s->wconn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL);
     if (rc == STORE_OK && nkeys)
         rc = pg_pipe_send(s, s->wconn, LOCK_IDEM_SQL, 2, kp);
     if (rc == STORE_OK && nrows)
