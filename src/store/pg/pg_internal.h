@@ -119,6 +119,8 @@ PGconn *pg_connect(const pg_store_t *s, char *err, size_t errlen);
  * store down when the connection is gone. */
 int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *what);
 
+/* One round trip on conn, for the metrics (the writer's own counted apart). */
+void pg_count_round_trip(pg_store_t *s, const PGconn *conn);
 /* Runs sql with text parameters; the result (PGRES_COMMAND_OK or _TUPLES_OK) or NULL with *rc set. */
 PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
                   int *rc);

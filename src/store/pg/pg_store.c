@@ -87,7 +87,7 @@ int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *w
 
 /* One round trip more on conn; the writer's connection's counted apart too (compared with wconn_id,
  * since other threads count their own connections' and s->wconn is the writer thread's). */
-static void pg_count_round_trip(pg_store_t *s, const PGconn *conn)
+void pg_count_round_trip(pg_store_t *s, const PGconn *conn)
 {
     atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
     if ((uintptr_t)conn == atomic_load_explicit(&s->wconn_id, memory_order_relaxed))

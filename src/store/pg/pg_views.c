@@ -169,6 +169,7 @@ int pg_read_log_seek(store_read_t *r_, uint64_t at_ms, uint64_t *seq)
  * are bytes); on conn, in whatever transaction it is in. */
 static int aux_rows(pg_store_t *s, PGconn *conn, const char *what, const char *const p[1], store_aux_fn fn, void *arg)
 {
+    pg_count_round_trip(s, conn);
     PGresult *res = PQexecParams(conn, "SELECT key, value FROM tally_aux WHERE starts_with(key, $1) ORDER BY key", 1,
                                  NULL, p, NULL, NULL, 1);
     if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
@@ -379,7 +380,6 @@ int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *
     int rc = pg_wrun(w, "aux-lock", "SELECT pg_advisory_xact_lock(" PG_LOCK_AUX_SQL ", hashtext($1))", 1, p);
     if (rc != STORE_OK)
         return rc;
-    atomic_fetch_add_explicit(&w->store->round_trips, 1, memory_order_relaxed);
     return aux_rows(w->store, w->store->wconn, "aux-read", p, fn, arg);
 }
 

@@ -753,7 +753,11 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     if (w->piped_count || committing)
         rc = pg_pipe_sync(s, s->wconn);
     uint64_t base = 0;
-    bool committed = false; /* the COMMIT's own result came back OK after every write's did */
+    /* The COMMIT's own result came back OK after every write's did. Decided from the results alone:
+     * a flush that gave up waiting (the server not reading while a statement waits on a lock) does
+     * not undo a COMMIT whose result then arrives OK. */
+    bool committed = false;
+    int results = STORE_OK;
     for (size_t i = 0; i < expect && PQstatus(s->wconn) == CONNECTION_OK; i++) {
         int one;
         bool is_commit = i + 1 == expect && sent == STORE_OK;
@@ -761,10 +765,14 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
         if (one == STORE_OK && i + 1 == w->log_result && res && PQntuples(res) == 1)
             base = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
         PQclear(res);
-        if (rc == STORE_OK && one != STORE_OK)
-            rc = one; /* the first failure: the rest were aborted by it */
-        committed = is_commit && rc == STORE_OK;
+        if (results == STORE_OK && one != STORE_OK)
+            results = one; /* the first failure: the rest were aborted by it */
+        committed = is_commit && results == STORE_OK;
     }
+    if (committed)
+        rc = STORE_OK;
+    else if (rc == STORE_OK)
+        rc = results;
     int left = pg_pipe_leave(s, s->wconn);
     if (committed && left != STORE_OK) {
         /* The commit is durable: what failed after it must not answer the batch as failed. The
@@ -772,6 +780,7 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
         fprintf(stderr, "level=warn event=pipeline-end-failed error=\"after a durable commit; reconnecting\"\n");
         PQfinish(s->wconn); /* the fold lock goes with its session */
         s->wconn = NULL;
+        atomic_store_explicit(&s->wconn_id, 0, memory_order_relaxed);
         s->leader = false;
         left = STORE_OK;
     }
