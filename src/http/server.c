@@ -1,6 +1,6 @@
 /* server.c — the h2o adapter: event loops on HTTP threads sharing the listening sockets (public and,
  * optionally, admin), the request view of request.h, and deferred answers delivered through h2o's
- * multithread queues. This is the only file that includes h2o.
+ * multithread queues. This file and server_answers.c are the only ones that include h2o.
  *
  * Every accepted connection is first "peeked": its first request head is read and parsed here,
  * before h2o sees it, and the connection is then handed to one of two h2o contexts. h2o 2.2 buffers
@@ -8,8 +8,9 @@
  * context, so the choice of context is the body limit: the small one (8 KiB) for everyone, the large
  * one (--import-max-size) only for an admin's POST to a body-taking admin route, within a budget of
  * bytes in flight across all connections. A connection in the large context is closed after its
- * answer, so its reservation covers everything it may send. */
-#include "http/server.h"
+ * answer, so its reservation covers everything it may send. Answers that come from other threads
+ * (deferred, streamed) and calls posted to an HTTP thread are server_answers.c's. */
+#include "http/server_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -27,7 +28,6 @@
 
 #include "http/router.h"
 
-#define MAX_THREADS 64
 #define ACCEPT_PAUSE_MS 100  /* out of file descriptors: stop accepting this long, then try again */
 #define RESERVE_HEAD_MS 1000 /* past the cap: a health check's head must come this soon, else 503 */
 #define HEAD_HEADERS_MAX H2O_MAX_HEADERS
@@ -43,120 +43,38 @@ int phr_parse_request(const char *buf, size_t len, const char **method, size_t *
                       size_t *path_len, int *minor_version, struct phr_header *headers, size_t *num_headers,
                       size_t last_len);
 
-typedef struct http_thread http_thread_t;
-
-struct http_pending {
-    h2o_multithread_message_t message; /* first: the queue hands back this link */
-    h2o_req_t *req;                    /* NULL once h2o disposed of the request (client gone) */
-    struct pending_guard *guard;
-    http_thread_t *thread;
-    const answer_t *answer;
-    void (*release)(void *);
-    void *release_arg;
-    http_pending_t *bundled; /* the next answer for the same thread sent with this one's message */
-};
-
-/* Lives in the request's memory pool; h2o calls its dispose when the request goes away. */
-struct pending_guard {
-    http_pending_t *pending;
-};
-
-typedef enum { CONTROL_STOP_ACCEPTING, CONTROL_EXIT } control_t;
-
-/* http_thread_post's message. */
-typedef struct {
-    h2o_multithread_message_t message;
-    void (*fn)(void *arg);
-    void *arg;
-} call_msg_t;
-
-typedef struct {
-    h2o_multithread_message_t message;
-    control_t what;
-} control_msg_t;
-
-/* One listening socket on one thread. */
-typedef struct {
-    http_thread_t *thread;
-    http_listener_t kind;
-    h2o_socket_t *sock;
-    h2o_timeout_entry_t resume; /* linked while accepting is paused (out of file descriptors) */
-} thread_listener_t;
-
-/* Ours, for each accepted connection (the socket's on_close data). */
-typedef struct {
-    http_thread_t *thread;
-    h2o_socket_t *sock;
-    http_listener_t listener;
-    bool reserve_slot;       /* holds one of the public listener's health slots */
-    bool close_after_answer; /* the connection ends with its next answer */
-    bool large;              /* in the large-body context */
-    size_t reserved_bytes;   /* of the large-body budget */
-    h2o_timeout_entry_t peek_timeout;
-    struct http_stream *stream; /* the streaming answer the connection carries, if any */
-} conn_slot_t;
-
-static void stream_unslot(conn_slot_t *slot);
-
-struct http_thread {
-    pthread_t tid;
-    int index;
-    h2o_evloop_t *loop;
-    h2o_context_t ctx_small, ctx_large;
-    h2o_accept_ctx_t accept_small, accept_large;
-    thread_listener_t listeners[HTTP_LISTENERS];
-    h2o_timeout_t peek_timeout, reserve_timeout, pause_timeout;
-    h2o_multithread_queue_t *queue;
-    h2o_multithread_receiver_t answers, control, calls;
-    bool accepting;
-    bool exit;
-};
-
-static struct {
-    http_server_config_t cfg;
-    h2o_globalconf_t config_small, config_large;
-    http_thread_t threads[MAX_THREADS];
-    int nthreads;
-    atomic_size_t pending;
-    atomic_size_t connections[HTTP_LISTENERS];
-    atomic_size_t reserve_used;
-    atomic_size_t large_bytes;
-    atomic_uint_fast64_t refused, accept_errors, large_refused;
-    atomic_bool accept_error_logged;
-    h2o_barrier_t started;
-} server;
-
-static _Thread_local http_thread_t *current_thread;
+http_server_state_t http_srv;
+_Thread_local http_thread_t *http_current;
 
 /* --- the request view --- */
 
-static h2o_req_t *h2o_req(const http_request_t *req)
+h2o_req_t *http_h2o_req(const http_request_t *req)
 {
     return (h2o_req_t *)req;
 }
 
 span_t http_req_method(const http_request_t *req)
 {
-    return (span_t){h2o_req(req)->input.method.base, h2o_req(req)->input.method.len};
+    return (span_t){http_h2o_req(req)->input.method.base, http_h2o_req(req)->input.method.len};
 }
 
 span_t http_req_target(const http_request_t *req)
 {
-    return route_origin_form((span_t){h2o_req(req)->input.path.base, h2o_req(req)->input.path.len});
+    return route_origin_form((span_t){http_h2o_req(req)->input.path.base, http_h2o_req(req)->input.path.len});
 }
 
 span_t http_req_raw_target(const http_request_t *req)
 {
-    return (span_t){h2o_req(req)->input.path.base, h2o_req(req)->input.path.len};
+    return (span_t){http_h2o_req(req)->input.path.base, http_h2o_req(req)->input.path.len};
 }
 
 span_t http_req_authority(const http_request_t *req)
 {
-    h2o_iovec_t a = h2o_req(req)->input.authority;
+    h2o_iovec_t a = http_h2o_req(req)->input.authority;
     return (span_t){a.base ? a.base : "", a.base ? a.len : 0};
 }
 
-static conn_slot_t *slot_of(const h2o_req_t *req)
+conn_slot_t *http_slot_of(const h2o_req_t *req)
 {
     h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
     return sock ? sock->on_close.data : NULL;
@@ -164,13 +82,13 @@ static conn_slot_t *slot_of(const h2o_req_t *req)
 
 http_listener_t http_req_listener(const http_request_t *req)
 {
-    conn_slot_t *slot = slot_of(h2o_req(req));
+    conn_slot_t *slot = http_slot_of(http_h2o_req(req));
     return slot ? slot->listener : HTTP_LISTENER_PUBLIC;
 }
 
 void http_req_close_connection(http_request_t *req)
 {
-    h2o_req(req)->http1_is_persistent = 0;
+    http_h2o_req(req)->http1_is_persistent = 0;
 }
 
 /* Counts the framing headers of a parsed head: Content-Length (and whether its values differ) and
@@ -225,7 +143,7 @@ static int raw_head_parse(h2o_socket_t *sock, raw_head_t *head)
  * rewrites the bytes after the head. */
 bool http_req_framing_ok(const http_request_t *request)
 {
-    h2o_req_t *req = h2o_req(request);
+    h2o_req_t *req = http_h2o_req(request);
     h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
     if (!sock || !sock->input || sock->input->size == 0)
         return true;
@@ -237,13 +155,13 @@ bool http_req_framing_ok(const http_request_t *request)
 
 span_t http_req_body(const http_request_t *req)
 {
-    h2o_iovec_t e = h2o_req(req)->entity;
+    h2o_iovec_t e = http_h2o_req(req)->entity;
     return (span_t){e.base ? e.base : "", e.base ? e.len : 0};
 }
 
 size_t http_req_header(const http_request_t *req, const char *name, span_t *first)
 {
-    const h2o_headers_t *headers = &h2o_req(req)->headers;
+    const h2o_headers_t *headers = &http_h2o_req(req)->headers;
     size_t name_len = strlen(name), count = 0;
     for (size_t i = 0; i < headers->size; i++) {
         const h2o_header_t *h = &headers->entries[i];
@@ -257,7 +175,7 @@ size_t http_req_header(const http_request_t *req, const char *name, span_t *firs
 
 size_t http_req_header_bytes(const http_request_t *req)
 {
-    const h2o_headers_t *headers = &h2o_req(req)->headers;
+    const h2o_headers_t *headers = &http_h2o_req(req)->headers;
     size_t n = 0;
     for (size_t i = 0; i < headers->size; i++)
         n += headers->entries[i].name->len + headers->entries[i].value.len;
@@ -266,7 +184,7 @@ size_t http_req_header_bytes(const http_request_t *req)
 
 uint64_t http_req_age_us(const http_request_t *req)
 {
-    struct timeval now, begin = h2o_req(req)->timestamps.request_begin_at;
+    struct timeval now, begin = http_h2o_req(req)->timestamps.request_begin_at;
     gettimeofday(&now, NULL);
     int64_t us = (int64_t)(now.tv_sec - begin.tv_sec) * 1000000 + (now.tv_usec - begin.tv_usec);
     return us > 0 ? (uint64_t)us : 0;
@@ -331,14 +249,14 @@ static const char *reason_of(int status)
     }
 }
 
-static void add_header_str(h2o_req_t *req, const char *name, const char *value)
+void http_add_header_str(h2o_req_t *req, const char *name, const char *value)
 {
     h2o_add_header_by_str(&req->pool, &req->res.headers, name, strlen(name), 1, NULL, value, strlen(value));
 }
 
 void http_add_header(http_request_t *request, const char *name, const char *value)
 {
-    h2o_req_t *req = h2o_req(request);
+    h2o_req_t *req = http_h2o_req(request);
     h2o_iovec_t v = h2o_strdup(&req->pool, value, SIZE_MAX);
     h2o_iovec_t n = h2o_strdup(&req->pool, name, SIZE_MAX);
     h2o_add_header_by_str(&req->pool, &req->res.headers, n.base, n.len, 1, NULL, v.base, v.len);
@@ -346,7 +264,7 @@ void http_add_header(http_request_t *request, const char *name, const char *valu
 
 size_t http_req_peer(const http_request_t *request, char *buf, size_t len)
 {
-    h2o_req_t *req = h2o_req(request);
+    h2o_req_t *req = http_h2o_req(request);
     struct sockaddr_storage ss;
     socklen_t sl = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
     if (sl == 0 || len < INET6_ADDRSTRLEN)
@@ -360,387 +278,35 @@ size_t http_req_peer(const http_request_t *request, char *buf, size_t len)
 
 void http_respond(http_request_t *request, const answer_t *a)
 {
-    h2o_req_t *req = h2o_req(request);
+    h2o_req_t *req = http_h2o_req(request);
     char buf[32];
     req->res.status = a->status;
     req->res.reason = reason_of(a->status);
-    conn_slot_t *slot = slot_of(req);
+    conn_slot_t *slot = http_slot_of(req);
     if (slot && (slot->close_after_answer || slot->large))
         req->http1_is_persistent = 0;
-    add_header_str(req, "content-type", a->content_type ? a->content_type : content_type_of(a->type));
+    http_add_header_str(req, "content-type", a->content_type ? a->content_type : content_type_of(a->type));
     if (a->has_etag) {
         snprintf(buf, sizeof buf, "\"%llu\"", (unsigned long long)a->etag_version);
         h2o_iovec_t v = h2o_strdup(&req->pool, buf, SIZE_MAX);
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ETAG, NULL, v.base, v.len);
     }
     if (a->replayed)
-        add_header_str(req, "idempotent-replayed", "true");
+        http_add_header_str(req, "idempotent-replayed", "true");
     if (a->retry_after_s) {
         snprintf(buf, sizeof buf, "%u", a->retry_after_s);
         h2o_iovec_t v = h2o_strdup(&req->pool, buf, SIZE_MAX);
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, v.base, v.len);
     }
     if (a->allow)
-        add_header_str(req, "allow", a->allow);
+        http_add_header_str(req, "allow", a->allow);
     if (a->www_authenticate)
-        add_header_str(req, "www-authenticate", "Bearer");
+        http_add_header_str(req, "www-authenticate", "Bearer");
     /* A 304 carries no Content-Length (RFC 9110 §8.6: it would have to be the 200's length). */
     req->res.content_length = a->status == 304 ? SIZE_MAX : a->body_len;
-    if (server.cfg.on_respond)
-        server.cfg.on_respond(server.cfg.app, request, a->status, a->body_len);
+    if (http_srv.cfg.on_respond)
+        http_srv.cfg.on_respond(http_srv.cfg.app, request, a->status, a->body_len);
     h2o_send_inline(req, a->body ? a->body : "", a->body_len);
-}
-
-/* --- deferred answers --- */
-
-static void pending_guard_dispose(void *p)
-{
-    struct pending_guard *guard = p;
-    if (guard->pending)
-        guard->pending->req = NULL;
-}
-
-http_pending_t *http_defer(http_request_t *request)
-{
-    h2o_req_t *req = h2o_req(request);
-    http_pending_t *p = calloc(1, sizeof *p);
-    if (!p)
-        return NULL;
-    /* Linked to the request's pool: disposed (and the pending told) when the request goes away. */
-    p->guard = h2o_mem_alloc_shared(&req->pool, sizeof *p->guard, pending_guard_dispose);
-    p->guard->pending = p;
-    p->req = req;
-    p->thread = current_thread;
-    atomic_fetch_add(&server.pending, 1);
-    return p;
-}
-
-void http_pending_cancel(http_pending_t *p)
-{
-    p->guard->pending = NULL;
-    free(p);
-    atomic_fetch_sub(&server.pending, 1);
-}
-
-/* The answers a thread holds back between http_answers_hold and http_answers_flush, per HTTP thread:
- * each thread's are chained (bundled) behind the first, whose message carries them all. */
-static _Thread_local struct {
-    bool holding;
-    http_pending_t *first[MAX_THREADS], *last[MAX_THREADS];
-} held;
-
-void http_answers_hold(void)
-{
-    held.holding = true;
-}
-
-void http_answers_flush(void)
-{
-    held.holding = false;
-    for (int i = 0; i < MAX_THREADS; i++) {
-        http_pending_t *p = held.first[i];
-        if (!p)
-            continue;
-        held.first[i] = held.last[i] = NULL;
-        h2o_multithread_send_message(&p->thread->answers, &p->message);
-    }
-}
-
-void http_pending_respond(http_pending_t *p, const answer_t *a, void (*release)(void *), void *arg)
-{
-    p->answer = a;
-    p->release = release;
-    p->release_arg = arg;
-    p->bundled = NULL;
-    if (held.holding) {
-        int i = p->thread->index;
-        if (held.last[i])
-            held.last[i]->bundled = p;
-        else
-            held.first[i] = p;
-        held.last[i] = p;
-        return;
-    }
-    h2o_multithread_send_message(&p->thread->answers, &p->message);
-}
-
-static void answer_one(http_pending_t *p)
-{
-    if (p->req) {
-        p->guard->pending = NULL;
-        http_respond((http_request_t *)p->req, p->answer);
-    }
-    p->release(p->release_arg);
-    free(p);
-    atomic_fetch_sub(&server.pending, 1);
-}
-
-static void on_answers(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
-{
-    (void)receiver;
-    while (!h2o_linklist_is_empty(messages)) {
-        http_pending_t *p = H2O_STRUCT_FROM_MEMBER(http_pending_t, message.link, messages->next);
-        h2o_linklist_unlink(&p->message.link);
-        while (p) {
-            http_pending_t *next = p->bundled; /* answer_one frees p */
-            answer_one(p);
-            p = next;
-        }
-    }
-}
-
-/* --- streaming answers --- */
-
-#define STREAM_SNDBUF_BYTES (32 << 10)
-#define STREAM_USER_TIMEOUT_MS 60000
-
-struct http_stream {
-    h2o_generator_t generator; /* first: h2o hands back this pointer */
-    h2o_req_t *req;            /* NULL once h2o disposed of the request */
-    char *sending;             /* handed to h2o_send; kept until proceed says it is sent */
-    char *buf;                 /* written, not handed to h2o yet */
-    size_t len, cap, sending_len, max_unsent;
-    bool ending;       /* end once buf is sent */
-    bool finished;     /* the final h2o_send is made, or the stream dropped: nothing more goes out */
-    bool abort_due;    /* dropped while a write was in flight: abort the answer once it is done */
-    bool in_call;      /* inside one of our calls into h2o: a dispose then frees later */
-    bool disposed;     /* h2o disposed of the request while in_call */
-    conn_slot_t *slot; /* its connection's, until one of the two goes */
-    void (*on_end)(void *arg);
-    void *arg;
-};
-
-/* Lives in the request's pool: its dispose says the request (and the stream) is over. */
-struct stream_guard {
-    http_stream_t *stream;
-};
-
-static void stream_free(http_stream_t *s)
-{
-    if (s->slot)
-        s->slot->stream = NULL;
-    void (*on_end)(void *) = s->on_end;
-    void *arg = s->arg;
-    free(s->sending);
-    free(s->buf);
-    free(s);
-    on_end(arg);
-}
-
-static void stream_unslot(conn_slot_t *slot)
-{
-    if (slot->stream)
-        slot->stream->slot = NULL;
-}
-
-static void stream_guard_dispose(void *p)
-{
-    http_stream_t *s = ((struct stream_guard *)p)->stream;
-    s->req = NULL;
-    if (s->in_call)
-        s->disposed = true;
-    else
-        stream_free(s);
-}
-
-/* Hands buf to h2o (when nothing is in flight), or the final empty chunk once all is sent. */
-static void stream_push(http_stream_t *s)
-{
-    if (!s->req || s->finished || s->sending)
-        return;
-    s->in_call = true;
-    if (s->len) {
-        s->sending = s->buf;
-        s->sending_len = s->len;
-        s->buf = NULL;
-        s->len = s->cap = 0;
-        h2o_iovec_t v = h2o_iovec_init(s->sending, s->sending_len);
-        h2o_send(s->req, &v, 1, H2O_SEND_STATE_IN_PROGRESS);
-    } else if (s->ending) {
-        s->finished = true;
-        h2o_send(s->req, NULL, 0, H2O_SEND_STATE_FINAL);
-    }
-    s->in_call = false;
-    if (s->disposed)
-        stream_free(s);
-}
-
-/* Aborts the answer (h2o closes the connection); s may be gone after it. */
-static void stream_abort(http_stream_t *s)
-{
-    s->in_call = true;
-    h2o_send(s->req, NULL, 0, H2O_SEND_STATE_ERROR);
-    s->in_call = false;
-    if (s->disposed)
-        stream_free(s);
-}
-
-static void stream_proceed(h2o_generator_t *g, h2o_req_t *req)
-{
-    (void)req;
-    http_stream_t *s = (http_stream_t *)g;
-    free(s->sending);
-    s->sending = NULL;
-    s->sending_len = 0;
-    if (s->abort_due) { /* the write went out after all: now end it */
-        s->abort_due = false;
-        stream_abort(s);
-        return;
-    }
-    stream_push(s);
-}
-
-static void stream_stop(h2o_generator_t *g, h2o_req_t *req)
-{
-    (void)req;
-    ((http_stream_t *)g)->finished = true; /* the client is gone; the pool's dispose frees */
-}
-
-/* A client that stopped reading (or left): the connection is shut down under h2o's pending write
- * (which then fails and ends the request, or completes and the answer is aborted then), or, with
- * nothing in flight, the answer is aborted at once. */
-static void stream_drop(http_stream_t *s)
-{
-    if (s->finished || !s->req)
-        return; /* already ending: h2o has the last word (a second ERROR would be a send without a generator) */
-    s->finished = true;
-    s->req->http1_is_persistent = 0;
-    if (s->sending) { /* no send before proceed: the write fails (h2o closes), or completes and we abort */
-        h2o_socket_t *sock =
-            s->req->conn->callbacks->get_socket ? s->req->conn->callbacks->get_socket(s->req->conn) : NULL;
-        if (sock)
-            shutdown(h2o_socket_get_fd(sock), SHUT_RDWR);
-        s->abort_due = true;
-        return;
-    }
-    stream_abort(s);
-}
-
-void http_stream_drop(http_stream_t *s)
-{
-    stream_drop(s);
-}
-
-/* The client closed its end (or sent something: nothing may follow a stream's request): h2o does
- * not read while it answers, so the stream watches the socket itself to learn it at once. */
-static void stream_on_read(h2o_socket_t *sock, const char *err)
-{
-    conn_slot_t *slot = sock->on_close.data;
-    if (err == NULL) {
-        h2o_buffer_consume(&sock->input, sock->input->size);
-        return;
-    }
-    h2o_socket_read_stop(sock);
-    if (slot && slot->stream)
-        stream_drop(slot->stream);
-}
-
-http_stream_t *http_stream_open(http_request_t *request, const char *content_type, size_t max_unsent,
-                                void (*on_end)(void *arg), void *arg)
-{
-    h2o_req_t *req = h2o_req(request);
-    http_stream_t *s = calloc(1, sizeof *s);
-    if (!s)
-        return NULL;
-    struct stream_guard *guard = h2o_mem_alloc_shared(&req->pool, sizeof *guard, stream_guard_dispose);
-    guard->stream = s;
-    s->generator = (h2o_generator_t){stream_proceed, stream_stop};
-    s->req = req;
-    s->max_unsent = max_unsent;
-    s->on_end = on_end;
-    s->arg = arg;
-    req->res.status = 200;
-    req->res.reason = "OK";
-    req->http1_is_persistent = 0; /* nothing follows a stream on its connection */
-    add_header_str(req, "content-type", content_type);
-    add_header_str(req, "cache-control", "no-cache");
-    add_header_str(req, "x-accel-buffering", "no"); /* a proxy in front must not hold the events back */
-    if (server.cfg.on_respond)
-        server.cfg.on_respond(server.cfg.app, request, 200, 0);
-    h2o_start_response(req, &s->generator);
-    conn_slot_t *slot = slot_of(req);
-    h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
-    if (slot && sock) {
-        slot->stream = s;
-        s->slot = slot;
-        int fd = h2o_socket_get_fd(sock);
-        int sndbuf = STREAM_SNDBUF_BYTES; /* a slow reader's bytes wait in our bounded buffer, not the kernel's */
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
-        /* a peer gone without a word (no FIN, no RST): sent bytes unacknowledged this long end it,
-         * rather than TCP's retransmissions for a quarter of an hour */
-        unsigned user_timeout = STREAM_USER_TIMEOUT_MS;
-        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
-        h2o_socket_read_start(sock, stream_on_read);
-    }
-    return s;
-}
-
-int http_stream_write(http_stream_t *s, const char *p, size_t n)
-{
-    if (s->finished || s->ending)
-        return 1;
-    if (s->len + s->sending_len + n > s->max_unsent) {
-        stream_drop(s);
-        return -1;
-    }
-    if (s->len + n > s->cap) {
-        size_t cap = s->cap ? s->cap : 1024;
-        while (cap < s->len + n)
-            cap *= 2;
-        char *grown = realloc(s->buf, cap);
-        if (!grown) {
-            stream_drop(s);
-            return -1;
-        }
-        s->buf = grown;
-        s->cap = cap;
-    }
-    memcpy(s->buf + s->len, p, n);
-    s->len += n;
-    stream_push(s);
-    return 0;
-}
-
-void http_stream_end(http_stream_t *s)
-{
-    if (s->finished || s->ending)
-        return;
-    s->ending = true;
-    stream_push(s);
-}
-
-int http_thread_index(void)
-{
-    return current_thread ? current_thread->index : -1;
-}
-
-int http_thread_count(void)
-{
-    return server.nthreads;
-}
-
-int http_thread_post(int i, void (*fn)(void *arg), void *arg)
-{
-    if (i < 0 || i >= server.nthreads)
-        return -1;
-    call_msg_t *m = calloc(1, sizeof *m);
-    if (!m)
-        return -1;
-    m->fn = fn;
-    m->arg = arg;
-    h2o_multithread_send_message(&server.threads[i].calls, &m->message);
-    return 0;
-}
-
-static void on_calls(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
-{
-    (void)receiver;
-    while (!h2o_linklist_is_empty(messages)) {
-        call_msg_t *m = H2O_STRUCT_FROM_MEMBER(call_msg_t, message.link, messages->next);
-        h2o_linklist_unlink(&m->message.link);
-        m->fn(m->arg);
-        free(m);
-    }
 }
 
 /* --- threads and the listening sockets --- */
@@ -783,12 +349,12 @@ static void on_connection_closed(void *data)
     if (h2o_timeout_is_linked(&slot->peek_timeout))
         h2o_timeout_unlink(&slot->peek_timeout);
     if (slot->reserve_slot)
-        atomic_fetch_sub(&server.reserve_used, 1);
+        atomic_fetch_sub(&http_srv.reserve_used, 1);
     else
-        atomic_fetch_sub(&server.connections[slot->listener], 1);
+        atomic_fetch_sub(&http_srv.connections[slot->listener], 1);
     if (slot->reserved_bytes)
-        atomic_fetch_sub(&server.large_bytes, slot->reserved_bytes);
-    stream_unslot(slot);
+        atomic_fetch_sub(&http_srv.large_bytes, slot->reserved_bytes);
+    http_stream_unslot(slot);
     free(slot);
 }
 
@@ -830,7 +396,7 @@ static void on_peek_timeout(h2o_timeout_entry_t *entry)
 {
     conn_slot_t *slot = H2O_STRUCT_FROM_MEMBER(conn_slot_t, peek_timeout, entry);
     if (slot->reserve_slot) { /* over the cap and no health check: refused as at once */
-        atomic_fetch_add(&server.refused, 1);
+        atomic_fetch_add(&http_srv.refused, 1);
         refuse(slot->sock, overloaded_response, strlen(overloaded_response));
         return;
     }
@@ -879,14 +445,14 @@ static void classify(conn_slot_t *slot, span_t method, span_t target, const stru
             slot->close_after_answer = true;
             hand_to_h2o(slot, false);
         } else {
-            atomic_fetch_add(&server.refused, 1);
+            atomic_fetch_add(&http_srv.refused, 1);
             refuse(slot->sock, overloaded_response, strlen(overloaded_response));
         }
         return;
     }
     size_t body = announced_body(headers, n);
-    bool serves_admin = slot->listener == HTTP_LISTENER_ADMIN || !server.cfg.admin_listen;
-    if (body <= server.cfg.small_body_bytes || !serves_admin || !server.cfg.admits_large_body) {
+    bool serves_admin = slot->listener == HTTP_LISTENER_ADMIN || !http_srv.cfg.admin_listen;
+    if (body <= http_srv.cfg.small_body_bytes || !serves_admin || !http_srv.cfg.admits_large_body) {
         hand_to_h2o(slot, false);
         return;
     }
@@ -895,16 +461,16 @@ static void classify(conn_slot_t *slot, span_t method, span_t target, const stru
         head.names[i] = (span_t){headers[i].name, headers[i].name_len};
         head.values[i] = (span_t){headers[i].value, headers[i].value_len};
     }
-    if (!server.cfg.admits_large_body(server.cfg.app, &head) ||
-        (body != SIZE_MAX && body > server.cfg.max_body_bytes)) {
+    if (!http_srv.cfg.admits_large_body(http_srv.cfg.app, &head) ||
+        (body != SIZE_MAX && body > http_srv.cfg.max_body_bytes)) {
         hand_to_h2o(slot, false); /* h2o answers 413 */
         return;
     }
-    size_t want = body == SIZE_MAX ? server.cfg.max_body_bytes : body;
-    size_t had = atomic_fetch_add(&server.large_bytes, want);
-    if (had + want > server.cfg.large_body_budget) {
-        atomic_fetch_sub(&server.large_bytes, want);
-        atomic_fetch_add(&server.large_refused, 1);
+    size_t want = body == SIZE_MAX ? http_srv.cfg.max_body_bytes : body;
+    size_t had = atomic_fetch_add(&http_srv.large_bytes, want);
+    if (had + want > http_srv.cfg.large_body_budget) {
+        atomic_fetch_sub(&http_srv.large_bytes, want);
+        atomic_fetch_add(&http_srv.large_refused, 1);
         refuse(slot->sock, budget_response, strlen(budget_response));
         return;
     }
@@ -925,7 +491,7 @@ static void on_peek_read(h2o_socket_t *sock, const char *err)
         return; /* wait for the rest of the head */
     if (n < 0) {
         if (slot->reserve_slot) {
-            atomic_fetch_add(&server.refused, 1);
+            atomic_fetch_add(&http_srv.refused, 1);
             refuse(sock, overloaded_response, strlen(overloaded_response));
         } else {
             hand_to_h2o(slot, false); /* h2o answers the broken head as it does */
@@ -937,9 +503,9 @@ static void on_peek_read(h2o_socket_t *sock, const char *err)
 
 static void note_accept_error(int err)
 {
-    atomic_fetch_add(&server.accept_errors, 1);
+    atomic_fetch_add(&http_srv.accept_errors, 1);
     bool logged = false;
-    if (atomic_compare_exchange_strong(&server.accept_error_logged, &logged, true))
+    if (atomic_compare_exchange_strong(&http_srv.accept_error_logged, &logged, true))
         fprintf(stderr,
                 "level=error event=accept-failed error=\"%s\" msg=\"cannot accept connections; pausing accepting "
                 "for %d ms at a time (logged once; see tally_http_accept_errors_total)\"\n",
@@ -972,16 +538,17 @@ static void on_accept(h2o_socket_t *listener, const char *err)
     slot->sock = sock;
     slot->listener = l->kind;
     slot->peek_timeout.cb = on_peek_timeout;
-    size_t cap = l->kind == HTTP_LISTENER_ADMIN ? server.cfg.admin_max_connections : server.cfg.max_connections;
-    if (atomic_fetch_add(&server.connections[l->kind], 1) >= cap) {
-        atomic_fetch_sub(&server.connections[l->kind], 1);
-        if (l->kind == HTTP_LISTENER_PUBLIC && atomic_fetch_add(&server.reserve_used, 1) < server.cfg.health_reserve) {
+    size_t cap = l->kind == HTTP_LISTENER_ADMIN ? http_srv.cfg.admin_max_connections : http_srv.cfg.max_connections;
+    if (atomic_fetch_add(&http_srv.connections[l->kind], 1) >= cap) {
+        atomic_fetch_sub(&http_srv.connections[l->kind], 1);
+        if (l->kind == HTTP_LISTENER_PUBLIC &&
+            atomic_fetch_add(&http_srv.reserve_used, 1) < http_srv.cfg.health_reserve) {
             slot->reserve_slot = true;
         } else {
             if (l->kind == HTTP_LISTENER_PUBLIC)
-                atomic_fetch_sub(&server.reserve_used, 1);
+                atomic_fetch_sub(&http_srv.reserve_used, 1);
             free(slot);
-            atomic_fetch_add(&server.refused, 1);
+            atomic_fetch_add(&http_srv.refused, 1);
             h2o_iovec_t buf = h2o_iovec_init(overloaded_response, strlen(overloaded_response));
             h2o_socket_write(sock, &buf, 1, on_refusal_written);
             return;
@@ -995,29 +562,29 @@ static void on_accept(h2o_socket_t *listener, const char *err)
 
 size_t http_server_connections(void)
 {
-    return atomic_load(&server.connections[HTTP_LISTENER_PUBLIC]) +
-           atomic_load(&server.connections[HTTP_LISTENER_ADMIN]) + atomic_load(&server.reserve_used);
+    return atomic_load(&http_srv.connections[HTTP_LISTENER_PUBLIC]) +
+           atomic_load(&http_srv.connections[HTTP_LISTENER_ADMIN]) + atomic_load(&http_srv.reserve_used);
 }
 
 void http_server_stats(http_server_stats_t *out)
 {
     out->connections = http_server_connections();
-    out->admin_connections = atomic_load(&server.connections[HTTP_LISTENER_ADMIN]);
-    out->refused = atomic_load(&server.refused);
-    out->accept_errors = atomic_load(&server.accept_errors);
-    out->large_bodies_refused = atomic_load(&server.large_refused);
-    out->large_body_bytes = atomic_load(&server.large_bytes);
+    out->admin_connections = atomic_load(&http_srv.connections[HTTP_LISTENER_ADMIN]);
+    out->refused = atomic_load(&http_srv.refused);
+    out->accept_errors = atomic_load(&http_srv.accept_errors);
+    out->large_bodies_refused = atomic_load(&http_srv.large_refused);
+    out->large_body_bytes = atomic_load(&http_srv.large_bytes);
 }
 
 uint64_t http_server_refused(void)
 {
-    return atomic_load(&server.refused);
+    return atomic_load(&http_srv.refused);
 }
 
 static int on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     (void)self;
-    server.cfg.handler(server.cfg.app, (http_request_t *)req);
+    http_srv.cfg.handler(http_srv.cfg.app, (http_request_t *)req);
     return 0;
 }
 
@@ -1034,19 +601,19 @@ static void *thread_main(void *arg)
     char name[16];
     snprintf(name, sizeof name, "tally-http-%d", t->index);
     pthread_setname_np(pthread_self(), name);
-    current_thread = t;
+    http_current = t;
     t->loop = h2o_evloop_create();
-    context_init(t, &t->ctx_small, &t->accept_small, &server.config_small);
-    context_init(t, &t->ctx_large, &t->accept_large, &server.config_large);
-    h2o_timeout_init(t->loop, &t->peek_timeout, server.cfg.request_timeout_ms);
+    context_init(t, &t->ctx_small, &t->accept_small, &http_srv.config_small);
+    context_init(t, &t->ctx_large, &t->accept_large, &http_srv.config_large);
+    h2o_timeout_init(t->loop, &t->peek_timeout, http_srv.cfg.request_timeout_ms);
     h2o_timeout_init(t->loop, &t->reserve_timeout, RESERVE_HEAD_MS);
     h2o_timeout_init(t->loop, &t->pause_timeout, ACCEPT_PAUSE_MS);
     t->queue = h2o_multithread_create_queue(t->loop);
-    h2o_multithread_register_receiver(t->queue, &t->answers, on_answers);
+    h2o_multithread_register_receiver(t->queue, &t->answers, http_on_answers);
     h2o_multithread_register_receiver(t->queue, &t->control, on_control);
-    h2o_multithread_register_receiver(t->queue, &t->calls, on_calls);
+    h2o_multithread_register_receiver(t->queue, &t->calls, http_on_calls);
     t->accepting = true;
-    int fds[HTTP_LISTENERS] = {server.cfg.listen_fd, server.cfg.admin_listen ? server.cfg.admin_fd : -1};
+    int fds[HTTP_LISTENERS] = {http_srv.cfg.listen_fd, http_srv.cfg.admin_listen ? http_srv.cfg.admin_fd : -1};
     for (int i = 0; i < HTTP_LISTENERS; i++) {
         thread_listener_t *l = &t->listeners[i];
         l->thread = t;
@@ -1058,7 +625,7 @@ static void *thread_main(void *arg)
         l->sock->data = l;
         h2o_socket_read_start(l->sock, on_accept);
     }
-    h2o_barrier_wait(&server.started);
+    h2o_barrier_wait(&http_srv.started);
     while (!t->exit)
         h2o_evloop_run(t->loop, INT32_MAX);
     return NULL;
@@ -1070,7 +637,7 @@ static void config_init(h2o_globalconf_t *config, size_t body_limit)
     config->server_name = h2o_iovec_init(H2O_STRLIT("tally"));
     config->max_request_entity_size = body_limit;
     config->http1.upgrade_to_http2 = 0;
-    config->http1.req_timeout = server.cfg.request_timeout_ms;
+    config->http1.req_timeout = http_srv.cfg.request_timeout_ms;
     h2o_hostconf_t *host = h2o_config_register_host(config, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     h2o_handler_t *handler = h2o_create_handler(path, sizeof *handler);
@@ -1079,29 +646,29 @@ static void config_init(h2o_globalconf_t *config, size_t body_limit)
 
 int http_server_start(const http_server_config_t *cfg)
 {
-    server.cfg = *cfg;
-    server.nthreads = cfg->threads < 1 ? 1 : cfg->threads > MAX_THREADS ? MAX_THREADS : cfg->threads;
+    http_srv.cfg = *cfg;
+    http_srv.nthreads = cfg->threads < 1 ? 1 : cfg->threads > MAX_THREADS ? MAX_THREADS : cfg->threads;
     build_refusal(overloaded_response, sizeof overloaded_response, "too many connections");
     build_refusal(budget_response, sizeof budget_response, "too many large request bodies in flight; retry shortly");
-    config_init(&server.config_small, cfg->small_body_bytes);
-    config_init(&server.config_large, cfg->max_body_bytes);
-    h2o_barrier_init(&server.started, (size_t)server.nthreads + 1);
-    for (int i = 0; i < server.nthreads; i++) {
-        server.threads[i].index = i;
-        h2o_multithread_create_thread(&server.threads[i].tid, NULL, thread_main, &server.threads[i]);
+    config_init(&http_srv.config_small, cfg->small_body_bytes);
+    config_init(&http_srv.config_large, cfg->max_body_bytes);
+    h2o_barrier_init(&http_srv.started, (size_t)http_srv.nthreads + 1);
+    for (int i = 0; i < http_srv.nthreads; i++) {
+        http_srv.threads[i].index = i;
+        h2o_multithread_create_thread(&http_srv.threads[i].tid, NULL, thread_main, &http_srv.threads[i]);
     }
-    h2o_barrier_wait(&server.started);
+    h2o_barrier_wait(&http_srv.started);
     return 0;
 }
 
 static void send_control(control_t what)
 {
-    for (int i = 0; i < server.nthreads; i++) {
+    for (int i = 0; i < http_srv.nthreads; i++) {
         control_msg_t *m = calloc(1, sizeof *m);
         if (!m)
             abort();
         m->what = what;
-        h2o_multithread_send_message(&server.threads[i].control, &m->message);
+        h2o_multithread_send_message(&http_srv.threads[i].control, &m->message);
     }
 }
 
@@ -1113,14 +680,14 @@ void http_server_stop_accepting(void)
 size_t http_server_drain(uint64_t timeout_ms)
 {
     const struct timespec tick = {0, 5 * 1000 * 1000};
-    for (uint64_t waited = 0; atomic_load(&server.pending) > 0 && waited < timeout_ms; waited += 5)
+    for (uint64_t waited = 0; atomic_load(&http_srv.pending) > 0 && waited < timeout_ms; waited += 5)
         nanosleep(&tick, NULL);
-    return atomic_load(&server.pending);
+    return atomic_load(&http_srv.pending);
 }
 
 void http_server_stop(void)
 {
     send_control(CONTROL_EXIT);
-    for (int i = 0; i < server.nthreads; i++)
-        pthread_join(server.threads[i].tid, NULL);
+    for (int i = 0; i < http_srv.nthreads; i++)
+        pthread_join(http_srv.threads[i].tid, NULL);
 }
