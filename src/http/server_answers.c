@@ -362,4 +362,3 @@ void http_on_calls(h2o_multithread_receiver_t *receiver, h2o_linklist_t *message
         free(m);
     }
 }
-

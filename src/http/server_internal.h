@@ -66,7 +66,6 @@ typedef struct {
     struct http_stream *stream; /* the streaming answer the connection carries, if any */
 } conn_slot_t;
 
-
 struct http_thread {
     pthread_t tid;
     int index;
