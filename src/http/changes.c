@@ -2,10 +2,8 @@
  * polling through the feed thread (no snapshot is held while a poll waits). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "core/changejson.h"
-#include "core/kindsjson.h"
 #include "core/parse.h"
 #include "http/changes.h"
 

@@ -96,14 +96,14 @@ static void item_read_answer(item_read_t *rd)
     }
     textbuf_t out = {0};
     if (rd->many)
-        textbuf_append(&out, "{\"items\":[", 10);
+        textbuf_lit(&out, "{\"items\":[");
     for (size_t i = 0; i < rd->n; i++) {
         if (i)
-            textbuf_append(&out, ",", 1);
+            textbuf_lit(&out, ",");
         itemjson_append(&out, rd->app->kinds, items[i], counts[i], rd->known ? &rows[i] : NULL);
     }
     if (rd->many)
-        textbuf_append(&out, "]}", 2);
+        textbuf_lit(&out, "]}");
     if (out.failed) {
         free(out.buf);
         read_problem(rd, 500, "internal", "out of memory");

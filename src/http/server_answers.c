@@ -57,7 +57,7 @@ void http_answers_hold(void)
 void http_answers_flush(void)
 {
     held.holding = false;
-    for (int i = 0; i < MAX_THREADS; i++) {
+    for (int i = 0; i < http_srv.nthreads; i++) {
         http_pending_t *p = held.first[i];
         if (!p)
             continue;
