@@ -2,15 +2,18 @@
 #include "core/textbuf.h"
 
 #include <assert.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TEXTBUF_FIRST_CAP 1024
 
-void textbuf_append(textbuf_t *b, const char *p, size_t n)
+/* Room for n more bytes. Returns false (and marks b failed) when out of memory. */
+static bool textbuf_room(textbuf_t *b, size_t n)
 {
     if (b->failed)
-        return;
+        return false;
     if (b->len + n > b->cap) {
         size_t cap = b->cap ? b->cap : TEXTBUF_FIRST_CAP;
         while (cap < b->len + n)
@@ -18,13 +21,38 @@ void textbuf_append(textbuf_t *b, const char *p, size_t n)
         char *grown = realloc(b->buf, cap);
         if (!grown) {
             b->failed = true;
-            return;
+            return false;
         }
         b->buf = grown;
         b->cap = cap;
     }
+    return true;
+}
+
+void textbuf_append(textbuf_t *b, const char *p, size_t n)
+{
+    if (!textbuf_room(b, n))
+        return;
     memcpy(b->buf + b->len, p, n);
     b->len += n;
+}
+
+void textbuf_printf(textbuf_t *b, const char *fmt, ...)
+{
+    for (int attempt = 0; attempt < 2 && !b->failed; attempt++) { /* into the room there is, else grown */
+        size_t room = b->cap - b->len;
+        va_list ap;
+        va_start(ap, fmt);
+        int n = vsnprintf(room ? b->buf + b->len : NULL, room, fmt, ap);
+        va_end(ap);
+        if (n < 0)
+            return;
+        if ((size_t)n < room) {
+            b->len += (size_t)n;
+            return;
+        }
+        textbuf_room(b, (size_t)n + 1); /* vsnprintf writes the NUL too */
+    }
 }
 
 void textbuf_safe(textbuf_t *b, span_t s)

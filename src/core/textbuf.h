@@ -23,6 +23,8 @@ void textbuf_append(textbuf_t *b, const char *p, size_t n);
 void textbuf_safe(textbuf_t *b, span_t s);
 void textbuf_int(textbuf_t *b, int64_t v);
 void textbuf_uint(textbuf_t *b, uint64_t v);
+/* printf-style text (what is not on a hot path: the metrics page, event heads). */
+void textbuf_printf(textbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* NUL-terminates and hands the text over (the caller frees it); NULL when anything failed. */
 char *textbuf_finish(textbuf_t *b, size_t *len);
 

@@ -1,11 +1,11 @@
 /* metrics.c — GET /metrics in the Prometheus text format (names by Prometheus conventions). */
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/textbuf.h"
 #include "engine/recount.h"
 #include "http/metrics.h"
 
@@ -13,67 +13,35 @@
 #include "http/router.h"
 #include "http/server.h"
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    bool failed;
-} text_t;
-
-static void put(text_t *t, const char *fmt, ...)
+static void metric_head(textbuf_t *t, const char *name, const char *type, const char *help)
 {
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = t->cap - t->len;
-        int n = t->failed ? 0 : vsnprintf(t->buf + t->len, room, fmt, ap);
-        va_end(ap);
-        if (t->failed || n < 0)
-            return;
-        if ((size_t)n < room) {
-            t->len += (size_t)n;
-            return;
-        }
-        size_t cap = t->cap ? t->cap * 2 : 8192;
-        while (cap - t->len <= (size_t)n)
-            cap *= 2;
-        char *b = realloc(t->buf, cap);
-        if (!b) {
-            t->failed = true;
-            return;
-        }
-        t->buf = b;
-        t->cap = cap;
-    }
+    textbuf_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void metric_head(text_t *t, const char *name, const char *type, const char *help)
-{
-    put(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-}
-
-static void counter(text_t *t, const char *name, const char *help, uint64_t v)
+static void counter(textbuf_t *t, const char *name, const char *help, uint64_t v)
 {
     metric_head(t, name, "counter", help);
-    put(t, "%s %llu\n", name, (unsigned long long)v);
+    textbuf_printf(t, "%s %llu\n", name, (unsigned long long)v);
 }
 
-static void gauge(text_t *t, const char *name, const char *help, double v)
+static void gauge(textbuf_t *t, const char *name, const char *help, double v)
 {
     metric_head(t, name, "gauge", help);
-    put(t, "%s %.17g\n", name, v);
+    textbuf_printf(t, "%s %.17g\n", name, v);
 }
 
-static void histogram(text_t *t, const char *name, const char *help, const histogram_t *h)
+static void histogram(textbuf_t *t, const char *name, const char *help, const histogram_t *h)
 {
     metric_head(t, name, "histogram", help);
     uint64_t cumulative = 0;
     for (size_t i = 0; i < h->nbounds; i++) {
         cumulative += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
-        put(t, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cumulative);
+        textbuf_printf(t, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cumulative);
     }
     cumulative += atomic_load_explicit(&h->counts[h->nbounds], memory_order_relaxed);
-    put(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
-    put(t, "%s_sum %.17g\n%s_count %llu\n", name, atomic_load(&h->sum), name, (unsigned long long)cumulative);
+    textbuf_printf(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
+    textbuf_printf(t, "%s_sum %.17g\n%s_count %llu\n", name, atomic_load(&h->sum), name,
+                   (unsigned long long)cumulative);
 }
 
 static uint64_t resident_bytes(void)
@@ -98,20 +66,20 @@ static uint64_t store_file_bytes(const char *dir)
     return stat(path, &st) == 0 ? (uint64_t)st.st_blocks * 512 : 0;
 }
 
-static void render_requests(text_t *t, app_t *app)
+static void render_requests(textbuf_t *t, app_t *app)
 {
     metric_head(t, "tally_http_requests_total", "counter", "HTTP responses by route and status.");
     for (int r = 0; r < ROUTE_COUNT; r++)
         for (int s = 0; s < STATUS_CODES; s++) {
             uint64_t n = atomic_load_explicit(&app->responses[r][s], memory_order_relaxed);
             if (n)
-                put(t, "tally_http_requests_total{route=\"%s\",status=\"%d\"} %llu\n", route_name((route_id_t)r), s,
-                    (unsigned long long)n);
+                textbuf_printf(t, "tally_http_requests_total{route=\"%s\",status=\"%d\"} %llu\n",
+                               route_name((route_id_t)r), s, (unsigned long long)n);
         }
 }
 
 /* Per webhook: the age of its oldest undelivered transition, deliveries and failures (this node's). */
-static void render_webhooks(text_t *t, app_t *app)
+static void render_webhooks(textbuf_t *t, app_t *app)
 {
     static webhooks_stat_t st[WHSTORE_MAX]; /* rendered under metrics_lock: one exposition at a time */
     static pthread_mutex_t metrics_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -120,18 +88,21 @@ static void render_webhooks(text_t *t, app_t *app)
     metric_head(t, "tally_webhook_oldest_undelivered_seconds", "gauge",
                 "Age of the oldest transition not yet delivered to the webhook (0 when caught up).");
     for (size_t i = 0; i < n; i++)
-        put(t, "tally_webhook_oldest_undelivered_seconds{webhook=\"%s\"} %.3f\n", st[i].id, st[i].oldest_undelivered_s);
+        textbuf_printf(t, "tally_webhook_oldest_undelivered_seconds{webhook=\"%s\"} %.3f\n", st[i].id,
+                       st[i].oldest_undelivered_s);
     metric_head(t, "tally_webhook_deliveries_total", "counter", "Batches this node delivered (answered 2xx).");
     for (size_t i = 0; i < n; i++)
-        put(t, "tally_webhook_deliveries_total{webhook=\"%s\"} %llu\n", st[i].id, (unsigned long long)st[i].deliveries);
+        textbuf_printf(t, "tally_webhook_deliveries_total{webhook=\"%s\"} %llu\n", st[i].id,
+                       (unsigned long long)st[i].deliveries);
     metric_head(t, "tally_webhook_failures_total", "counter",
                 "Delivery attempts of this node that failed (no 2xx in time); each is retried.");
     for (size_t i = 0; i < n; i++)
-        put(t, "tally_webhook_failures_total{webhook=\"%s\"} %llu\n", st[i].id, (unsigned long long)st[i].failures);
+        textbuf_printf(t, "tally_webhook_failures_total{webhook=\"%s\"} %llu\n", st[i].id,
+                       (unsigned long long)st[i].failures);
     metric_head(t, "tally_webhook_expired", "gauge",
                 "1 when the webhook fell behind the log's retention and delivery stopped (resume it).");
     for (size_t i = 0; i < n; i++)
-        put(t, "tally_webhook_expired{webhook=\"%s\"} %d\n", st[i].id, st[i].expired ? 1 : 0);
+        textbuf_printf(t, "tally_webhook_expired{webhook=\"%s\"} %d\n", st[i].id, st[i].expired ? 1 : 0);
     pthread_mutex_unlock(&metrics_lock);
 }
 
@@ -141,7 +112,7 @@ static void metrics_render(app_t *app, answer_t *a)
     writer_stats_t *ws = (writer_stats_t *)writer_stats(app->writer);
     store_stats_t st = {0};
     bool have_store = store_stats(app->store, &st) == STORE_OK;
-    text_t t = {0};
+    textbuf_t t = {0};
     render_requests(&t, app);
     histogram(&t, "tally_write_duration_seconds", "Writes from queueing to a durable answer.", &ws->write_seconds);
     histogram(&t, "tally_writer_batch_commands", "Commands per writer commit (group commit size).",

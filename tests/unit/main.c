@@ -38,6 +38,7 @@ int main(void)
         {"itemjson", test_itemjson},
         {"changejson", test_changejson},
         {"iso_time", test_iso_time},
+        {"textbuf", test_textbuf},
         {"pairfilter", test_pairfilter},
         {"ratelimit", test_ratelimit},
         {"trending", test_trending},

@@ -173,3 +173,21 @@ void test_iso_time(void)
     }
     CHECK(wrong == 0);
 }
+
+/* textbuf_printf: into the room there is, and past it (the buffer grown, nothing lost). */
+void test_textbuf(void)
+{
+    textbuf_t b = {0};
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    textbuf_printf(&b, "a%db", 42);
+    textbuf_printf(&b, "<%s>", big);
+    textbuf_printf(&b, "%s", "");
+    textbuf_lit(&b, "!");
+    size_t len = 0;
+    char *text = textbuf_finish(&b, &len);
+    CHECK(text && len == 4 + 2 + strlen(big) + 1 && strncmp(text, "a42b<x", 6) == 0 &&
+          strcmp(text + len - 2, ">!") == 0);
+    free(text);
+}

@@ -34,6 +34,7 @@ void test_spacesaving(void);
 void test_itemjson(void);
 void test_changejson(void);
 void test_iso_time(void);
+void test_textbuf(void);
 void test_pairfilter(void);
 void test_ratelimit(void);
 void test_trending(void);
