@@ -97,17 +97,17 @@ static int idem_lookup(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
                        "this Idempotency-Key was used with a different request");
         return 1;
     }
+    char *body = malloc(rec.body.len ? rec.body.len : 1);
+    if (body) {
+        memcpy(body, rec.body.ptr, rec.body.len);
+        answer_set_body(&cmd->answer, rec.status, (answer_type_t)rec.type, body, rec.body.len);
+    }
     /* the first answer of this batch, its cursor still to come: spliced in after the commit, into
      * room held from now on (the splice after a commit must not allocate) */
-    size_t room = rec.cursor_ordinal ? ANSWER_CURSOR_ROOM : 0;
-    char *body = malloc(rec.body.len + room ? rec.body.len + room : 1);
-    if (!body) {
+    if (!body || (rec.cursor_ordinal && answer_reserve_cursor(&cmd->answer) != 0)) {
         answer_problem(&cmd->answer, 500, "internal", "out of memory");
         return 1;
     }
-    memcpy(body, rec.body.ptr, rec.body.len);
-    answer_set_body(&cmd->answer, rec.status, (answer_type_t)rec.type, body, rec.body.len);
-    cmd->answer.body_cap = rec.body.len + room;
     cmd->answer.has_etag = rec.has_etag;
     cmd->answer.etag_version = rec.etag_version;
     cmd->answer.replayed = true;
