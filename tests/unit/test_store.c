@@ -145,8 +145,9 @@ static bool list_names(const char *dir, bool by_user, const char *key, int kind,
     return ok;
 }
 
-/* A store of schema version 1 (with its user index) opens as version 3, the index dropped, rows kept
- * and the lists built. */
+/* A store of schema version 1 (with its user index) opens as version 4, the index dropped, rows kept
+ * and the lists built; one of version 2 gets its lists built; one of version 3 has its user index
+ * moved from luser into idem (entries and positions kept) and its stale expiry entries dropped. */
 static void test_schema_upgrade(const char *dir)
 {
     store_t *s = open_with(dir, "like,dislike", 1ull << 30);
@@ -186,31 +187,72 @@ static void test_schema_upgrade(const char *dir)
     if (!env)
         return;
     CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0);
-    CHECK(mdb_get(txn, meta, &k, &v) == 0 && v.mv_size == 1 && memcmp(v.mv_data, "3", 1) == 0);
+    CHECK(mdb_get(txn, meta, &k, &v) == 0 && v.mv_size == 1 && memcmp(v.mv_data, "4", 1) == 0);
     CHECK(mdb_dbi_open(txn, "user_items", 0, &uidx) == MDB_NOTFOUND);
     mdb_txn_abort(txn);
     mdb_env_close(env);
     CHECK(list_names(dir, false, "i1", KIND_NONE, "u1,")); /* the lists were built from the rows */
 
     /* version 2 had no lists: opening one builds them */
-    MDB_dbi litem, luser;
+    MDB_dbi litem, luser, idem, idem_exp;
     CHECK((env = raw_env(dir, 0)) != NULL);
     if (!env)
         return;
     MDB_val v2 = {1, "2"};
     CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
-          mdb_dbi_open(txn, "litem", 0, &litem) == 0 && mdb_dbi_open(txn, "luser", 0, &luser) == 0 &&
-          mdb_drop(txn, litem, 1) == 0 && mdb_drop(txn, luser, 1) == 0 && mdb_put(txn, meta, &k, &v2, 0) == 0 &&
-          mdb_txn_commit(txn) == 0);
+          mdb_dbi_open(txn, "litem", 0, &litem) == 0 && mdb_drop(txn, litem, 1) == 0 &&
+          mdb_put(txn, meta, &k, &v2, 0) == 0 && mdb_txn_commit(txn) == 0);
     mdb_env_close(env);
     CHECK(list_names(dir, false, "i1", KIND_NONE, "u1,"));
     CHECK(list_names(dir, true, "u1", 1, "i1,"));
+
+    /* version 3: the user index in luser, without the tag; an expiry entry whose record is gone */
+    CHECK((env = raw_env(dir, 0)) != NULL);
+    if (!env)
+        return;
+    MDB_val v3old = {1, "3"}, ik, iv;
+    uint8_t moved[64], orig[64];
+    size_t moved_len = 0;
+    MDB_cursor *cur;
+    CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
+          mdb_dbi_open(txn, "idem", 0, &idem) == 0 && mdb_dbi_open(txn, "idem_exp", 0, &idem_exp) == 0 &&
+          mdb_dbi_open(txn, "luser", MDB_CREATE, &luser) == 0 && mdb_cursor_open(txn, idem, &cur) == 0);
+    CHECK(mdb_cursor_get(cur, &ik, &iv, MDB_FIRST) == 0 && ik.mv_size == 15 &&
+          memcmp(ik.mv_data, "\x02u1\x00", 4) == 0); /* [2]u1 [tag] [d] [seq BE] i1 */
+    if (ik.mv_size == 15) {
+        memcpy(orig, ik.mv_data, ik.mv_size);
+        moved_len = ik.mv_size - 1;
+        memcpy(moved, ik.mv_data, 3);
+        memcpy(moved + 3, (const uint8_t *)ik.mv_data + 4, ik.mv_size - 4);
+    }
+    MDB_val lk = {moved_len, moved}, lv = iv, ek = {12, "\0\0\0\0\0\0\0\1\x02u1k"}, ev = {0, NULL};
+    CHECK(mdb_put(txn, luser, &lk, &lv, 0) == 0 && mdb_cursor_del(cur, 0) == 0);
+    mdb_cursor_close(cur);
+    CHECK(mdb_put(txn, idem_exp, &ek, &ev, 0) == 0 && mdb_put(txn, meta, &k, &v3old, 0) == 0 &&
+          mdb_txn_commit(txn) == 0);
+    mdb_env_close(env);
+    CHECK(list_names(dir, true, "u1", 1, "i1,"));
+    CHECK(list_names(dir, true, "u1", KIND_NONE, "i1,"));
+    CHECK((env = raw_env(dir, MDB_RDONLY)) != NULL);
+    if (!env)
+        return;
+    MDB_stat st;
+    CHECK(mdb_txn_begin(env, NULL, MDB_RDONLY, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
+          mdb_dbi_open(txn, "idem", 0, &idem) == 0 && mdb_dbi_open(txn, "idem_exp", 0, &idem_exp) == 0);
+    CHECK(mdb_get(txn, meta, &k, &v) == 0 && v.mv_size == 1 && memcmp(v.mv_data, "4", 1) == 0);
+    CHECK(mdb_dbi_open(txn, "luser", 0, &luser) == MDB_NOTFOUND);
+    CHECK(mdb_stat(txn, idem_exp, &st) == 0 && st.ms_entries == 0); /* the stale entry went */
+    CHECK(mdb_stat(txn, idem, &st) == 0 && st.ms_entries == 1);     /* the one list entry, moved */
+    ik = (MDB_val){moved_len + 1, orig};
+    CHECK(moved_len && mdb_get(txn, idem, &ik, &iv) == 0 && iv.mv_size == lv.mv_size);
+    mdb_txn_abort(txn);
+    mdb_env_close(env);
 
     /* a version this build does not know is refused, and left as it is */
     CHECK((env = raw_env(dir, 0)) != NULL);
     if (!env)
         return;
-    MDB_val v3 = {1, "4"};
+    MDB_val v3 = {1, "5"};
     CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
           mdb_put(txn, meta, &k, &v3, 0) == 0 && mdb_txn_commit(txn) == 0);
     mdb_env_close(env);
@@ -733,6 +775,13 @@ static uint64_t check_item_lists(store_t *s, const char *item)
 
 /* The lists as the fold keeps them (many mode: a kind's position is where it joined), pages and
  * cursors, the check (which must find damage), a rebuild, and recount's view of the unfolded log. */
+static int count_idem(void *arg, span_t user, span_t key, const store_idem_t *rec)
+{
+    (void)user, (void)key, (void)rec;
+    (*(size_t *)arg)++;
+    return 0;
+}
+
 static void test_lists(const char *dir)
 {
     store_t *s = open_mode(dir, "like,love,laugh", 1ull << 30, REACTION_MODE_MANY);
@@ -803,6 +852,27 @@ static void test_lists(const char *dir)
           store_write_commit(w) == STORE_OK);
     CHECK(check_item_lists(s, "i1") == 0);
     CHECK(strcmp(page_of(s, false, "i1", KIND_NONE, false, 0, NULL, 10).names, "u4,u1,") == 0);
+
+    /* the user index shares idem with the user's records: neither walk sees the other's keys */
+    store_idem_t rec = {.expires_ms = 1u << 30, .status = 200, .body = SPAN_LIT("{}")};
+    size_t deleted = 0, seen = 0;
+    store_stats_t st;
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_idem_put(w, SPAN_LIT("u1"), SPAN_LIT("k1"), &rec) == STORE_OK &&
+          store_idem_put(w, SPAN_LIT("u1"), SPAN_LIT("~"), &rec) == STORE_OK && store_write_commit(w) == STORE_OK);
+    CHECK(store_stats(s, &st) == STORE_OK && st.idem_records == 2);
+    store_read_t *r;
+    CHECK(store_read_begin(s, &r) == STORE_OK && store_read_idem(r, count_idem, &seen) == STORE_OK && seen == 2);
+    store_read_end(r);
+    CHECK(check_item_lists(s, "") == 0);
+    CHECK(store_write_begin(s, &w) == STORE_OK &&
+          store_idem_delete_user(w, SPAN_LIT("u1"), 100, &deleted) == STORE_OK && store_write_commit(w) == STORE_OK);
+    CHECK(deleted == 2 && store_stats(s, &st) == STORE_OK && st.idem_records == 0);
+    CHECK(strcmp(page_of(s, true, "u1", KIND_NONE, false, 0, NULL, 10).names, "i2,i1,") == 0);
+    CHECK(check_item_lists(s, "") == 0);
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_lists_rebuild(w) == STORE_OK &&
+          store_idem_put(w, SPAN_LIT("u1"), SPAN_LIT("k2"), &rec) == STORE_OK && store_write_commit(w) == STORE_OK);
+    CHECK(strcmp(page_of(s, true, "u1", KIND_NONE, false, 0, NULL, 10).names, "i2,i1,") == 0);
+    CHECK(store_stats(s, &st) == STORE_OK && st.idem_records == 1 && check_item_lists(s, "") == 0);
     store_close(s);
 }
 

@@ -1,8 +1,25 @@
 /* store_lmdb_idem.c — idempotency records of the LMDB store: the records keyed (user, key), their
- * expiry index in time order, the sweep, and erasure of a user's records. */
+ * expiry index in time order (exactly one entry per record), the sweep, and erasure of a user's
+ * records. The same database holds the user index's entries (lmdb_lists.c) under each user's prefix,
+ * marked by LMDB_LIST_TAG: every walk here steps over them. */
 #include "store/lmdb/lmdb_internal.h"
 
 /* --- idempotency records --- */
+
+/* Deletes the cursor's record and moves to the one after it (key: the cursor's key, copied into kbuf
+ * first). It seeks again rather than stepping: once the database's last record is deleted the cursor
+ * has no current record. */
+int lmdb_cursor_del_next(MDB_cursor *cur, MDB_val *key, MDB_val *val, char kbuf[LMDB_MAX_KEY])
+{
+    if (key->mv_size > LMDB_MAX_KEY)
+        return MDB_BAD_VALSIZE;
+    memcpy(kbuf, key->mv_data, key->mv_size);
+    int rc = mdb_cursor_del(cur, 0);
+    if (rc != MDB_SUCCESS)
+        return rc;
+    *key = (MDB_val){key->mv_size, kbuf};
+    return mdb_cursor_get(cur, key, val, MDB_SET_RANGE);
+}
 
 static size_t exp_key(char buf[8 + KEY_BUF_LEN], uint64_t expires_ms, const char *idem_key, size_t idem_len)
 {
@@ -52,6 +69,8 @@ int lmdb_read_idem(store_read_t *r_, store_idem_fn fn, void *arg)
          rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
         const char *k = key.mv_data;
         size_t ulen = key.mv_size ? (uint8_t)k[0] : 0;
+        if (lmdb_idem_is_list(&key))
+            continue;
         if (key.mv_size < 1 + ulen || idem_decode(&val, &rec) != STORE_OK) {
             rc = MDB_CORRUPTED;
             break;
@@ -127,26 +146,106 @@ int lmdb_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *de
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
+/* Deletes the user's records and their expiry entries; the user's list entries (which sort before the
+ * records) are the lists' to keep. */
 int lmdb_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *deleted)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
-    char pbuf[KEY_BUF_LEN];
+    const lmdb_store_t *s = w->store;
+    char pbuf[KEY_BUF_LEN + 1], ebuf[8 + KEY_BUF_LEN];
     size_t plen = lmdb_pair_key(pbuf, user, (span_t){"", 0});
+    pbuf[plen] = LMDB_LIST_TAG + 1; /* the first record's key is at or above this */
     MDB_cursor *cur;
     *deleted = 0;
-    int rc = mdb_cursor_open(w->txn, w->store->idem, &cur);
+    int rc = mdb_cursor_open(w->txn, s->idem, &cur);
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
     while (*deleted < limit) {
-        MDB_val key = {plen, pbuf}, val;
+        MDB_val key = {plen + 1, pbuf}, val;
         if ((rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) != MDB_SUCCESS)
             break;
-        if (key.mv_size < plen || memcmp(key.mv_data, pbuf, plen) != 0)
+        if (key.mv_size <= plen || memcmp(key.mv_data, pbuf, plen) != 0)
             break;
-        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS) /* its expiry entry goes with the sweep */
+        if (val.mv_size < 8 || key.mv_size > KEY_BUF_LEN) {
+            rc = MDB_CORRUPTED;
             break;
+        }
+        MDB_val ekey = {exp_key(ebuf, lmdb_get_u64(val.mv_data), key.mv_data, key.mv_size), ebuf};
+        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
+            break;
+        if ((rc = mdb_del(w->txn, s->idem_exp, &ekey, NULL)) != MDB_SUCCESS && rc != MDB_NOTFOUND)
+            break;
+        rc = MDB_SUCCESS;
         (*deleted)++;
     }
     mdb_cursor_close(cur);
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+}
+
+int lmdb_idem_records(const lmdb_store_t *s, MDB_txn *txn, uint64_t *n)
+{
+    MDB_stat st;
+    int rc = mdb_stat(txn, s->idem_exp, &st);
+    *n = rc == MDB_SUCCESS ? st.ms_entries : 0;
+    return lmdb_rc(rc);
+}
+
+int lmdb_idem_list_entries(const lmdb_store_t *s, MDB_txn *txn, uint64_t *n)
+{
+    MDB_stat st;
+    uint64_t records = 0;
+    int rc = lmdb_idem_records(s, txn, &records);
+    if (rc == STORE_OK)
+        rc = lmdb_rc(mdb_stat(txn, s->idem, &st));
+    *n = rc == STORE_OK && st.ms_entries > records ? st.ms_entries - records : 0;
+    return rc;
+}
+
+int lmdb_idem_drop_lists(const lmdb_store_t *s, MDB_txn *txn)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, s->idem, &cur);
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    MDB_val key, val;
+    char kbuf[LMDB_MAX_KEY];
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;) {
+        if (!lmdb_idem_is_list(&key)) {
+            rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT);
+            continue;
+        }
+        rc = lmdb_cursor_del_next(cur, &key, &val, kbuf);
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+}
+
+/* So that idem_exp counts the records exactly: an entry whose record is gone or was replaced goes. */
+int lmdb_idem_exp_tidy(const lmdb_store_t *s, MDB_txn *txn)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, s->idem_exp, &cur);
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    MDB_val ekey, eval;
+    char kbuf[LMDB_MAX_KEY];
+    for (rc = mdb_cursor_get(cur, &ekey, &eval, MDB_FIRST); rc == MDB_SUCCESS;) {
+        const uint8_t *p = ekey.mv_data;
+        bool stale = ekey.mv_size < 9;
+        if (!stale) {
+            uint64_t expires = 0;
+            for (int i = 0; i < 8; i++)
+                expires = expires << 8 | p[i];
+            MDB_val key = {ekey.mv_size - 8, (void *)(p + 8)}, val;
+            int grc = mdb_get(txn, s->idem, &key, &val);
+            if (grc != MDB_SUCCESS && grc != MDB_NOTFOUND) {
+                rc = grc;
+                break;
+            }
+            stale = grc == MDB_NOTFOUND || val.mv_size < 8 || lmdb_get_u64(val.mv_data) != expires;
+        }
+        rc = stale ? lmdb_cursor_del_next(cur, &ekey, &eval, kbuf) : mdb_cursor_get(cur, &ekey, &eval, MDB_NEXT);
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }

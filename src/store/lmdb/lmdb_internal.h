@@ -11,8 +11,9 @@
 #include "core/pairfilter.h"
 #include "store/store_impl.h"
 
-/* 1 had a user index, user_items (opening a 1 drops it); 2 had no lists (opening a 2 builds them) */
-#define SCHEMA_VERSION "3"
+/* 1 had a user index, user_items (opening a 1 drops it); 2 had no lists (opening a 2 builds them); 3
+ * kept the user index in a database of its own, luser (opening a 3 moves it into idem) */
+#define SCHEMA_VERSION "4"
 #define MAX_DBS 12
 #define MAX_READERS 512
 #define ROW_VALUE_LEN 9      /* [disk code of the one kind, 0 = none][u64 version] */
@@ -26,6 +27,11 @@
 #define COUNTS_REACTORS_TAG 'R' /* a counts value of many mode: [tag][i64 reactors][i64 × kinds] */
 #define IDEM_HEADER_LEN 52
 #define KEY_BUF_LEN (1 + 255 + 255)
+/* In idem, the byte after [len][user] that marks the user's list entries (lmdb_lists.c); an
+ * idempotency key begins with a printable byte, so the two never meet and a user's entries sort
+ * before the user's records. */
+#define LMDB_LIST_TAG 0x00
+#define LMDB_MAX_KEY 511 /* LMDB's default key size limit */
 
 typedef struct lmdb_store lmdb_store_t;
 typedef struct lmdb_read lmdb_read_t;
@@ -49,7 +55,7 @@ struct lmdb_store {
     store_t base;
     MDB_env *env;
     MDB_dbi rows, log, counts, meta, idem, idem_exp, aux;
-    MDB_dbi litem, luser;         /* the lists (lmdb_lists.c) */
+    MDB_dbi litem;                /* the item index (lmdb_lists.c); the user index is in idem */
     bool lists_stale;             /* opening found lists of the other mode: built anew */
     kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
@@ -153,6 +159,21 @@ int lmdb_aux_read_locked(store_write_t *w, span_t prefix, store_aux_fn fn, void 
 int lmdb_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
 int lmdb_log_put(store_write_t *w, uint64_t seq, const transition_t *t);
 int lmdb_read_idem(store_read_t *r, store_idem_fn fn, void *arg);
+/* Whether a key of idem is a list entry rather than an idempotency record. */
+static inline bool lmdb_idem_is_list(const MDB_val *key)
+{
+    const uint8_t *k = key->mv_data;
+    return key->mv_size > 1 && key->mv_size > 1u + k[0] && k[1 + k[0]] == LMDB_LIST_TAG;
+}
+/* The idempotency records kept (each has one expiry entry: idem_exp counts them), and the user
+ * index's entries (the rest of idem). */
+int lmdb_idem_records(const lmdb_store_t *s, MDB_txn *txn, uint64_t *n);
+int lmdb_idem_list_entries(const lmdb_store_t *s, MDB_txn *txn, uint64_t *n);
+int lmdb_cursor_del_next(MDB_cursor *cur, MDB_val *key, MDB_val *val, char kbuf[LMDB_MAX_KEY]);
+/* Removes every list entry from idem (the lists are rebuilt). */
+int lmdb_idem_drop_lists(const lmdb_store_t *s, MDB_txn *txn);
+/* Drops expiry entries without their record (stores before schema 4 left an erased user's). */
+int lmdb_idem_exp_tidy(const lmdb_store_t *s, MDB_txn *txn);
 int lmdb_list_apply(store_write_t *w, span_t item, span_t user, const list_change_t *c);
 int lmdb_lists_rebuild(store_write_t *w);
 int lmdb_read_list(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg);

@@ -2,12 +2,14 @@
  *
  * Databases (kept by the fold, in its transaction; positions are log seqs):
  *   litem  [len][item][d u8][seq BE][user] → [at_ms u64][set u32]  (d: disk code; 0 = any kind)
- *   luser  [len][user][d u8][seq BE][item] → [at_ms u64][set u32]
+ *   idem   [len][user][LMDB_LIST_TAG][d u8][seq BE][item] → [at_ms u64][set u32]  (the user index)
  *   rows   a row's value ends with the pair's record: [set u32, disk codes][any seq u64][seq u64 per
  *          kind of the set, in disk-code order] (where its entries are; absent: none)
  * The position is big-endian so that an item's (or a user's) entries of one kind sort by position: a
  * page is one backwards walk of one key range. The record lives in the row so that the fold's update
- * of it lands on the page the write made dirty in the same transaction. In one mode a pair has one
+ * of it lands on the page the write made dirty in the same transaction; the user index lives beside
+ * the user's idempotency records for the same reason (a keyed write's new entry and its record share a
+ * leaf: one page written where two were, measured in bench/RESULTS.md). In one mode a pair has one
  * kind, and its entry under that kind is the only one (a page of any kind merges the kinds' ranges:
  * half the entries to write); in many mode d = 0 holds each pair at its last change, and the set in
  * an entry's value is current only there (a kind's page reads the pair's record). */
@@ -18,7 +20,7 @@
 #include "core/clock.h"
 
 #define LIST_VALUE_LEN 12 /* [at_ms u64][set u32] */
-#define LIST_KEY_LEN (1 + 255 + 1 + 8 + 255)
+#define LIST_KEY_LEN (1 + 255 + 2 + 8 + 255)
 
 typedef struct {
     uint32_t set; /* disk codes, bit d */
@@ -40,17 +42,30 @@ static uint64_t get_be64(const uint8_t *p)
     return v;
 }
 
-/* [len][a][d][seq BE][b]; with seq and b absent (prefix_only): the prefix of a's list of kind d. */
-static size_t list_key(uint8_t buf[LIST_KEY_LEN], span_t a, int d, uint64_t seq, span_t b, bool prefix_only)
+/* The two indexes: who reacted to an item (by item), what a user reacted to (by user). */
+typedef enum { BY_ITEM, BY_USER } index_t;
+
+static MDB_dbi index_db(const lmdb_store_t *s, index_t x)
 {
-    buf[0] = (uint8_t)a.len;
-    memcpy(buf + 1, a.ptr, a.len);
-    buf[1 + a.len] = (uint8_t)d;
+    return x == BY_USER ? s->idem : s->litem;
+}
+
+/* [len][a]([LMDB_LIST_TAG] by user)[d][seq BE][b]; with seq and b absent (prefix_only): the prefix of
+ * a's list of kind d. */
+static size_t list_key(uint8_t buf[LIST_KEY_LEN], index_t x, span_t a, int d, uint64_t seq, span_t b, bool prefix_only)
+{
+    size_t n = 0;
+    buf[n++] = (uint8_t)a.len;
+    memcpy(buf + n, a.ptr, a.len);
+    n += a.len;
+    if (x == BY_USER)
+        buf[n++] = LMDB_LIST_TAG;
+    buf[n++] = (uint8_t)d;
     if (prefix_only)
-        return 2 + a.len;
-    put_be64(buf + 2 + a.len, seq);
-    memcpy(buf + 10 + a.len, b.ptr, b.len);
-    return 10 + a.len + b.len;
+        return n;
+    put_be64(buf + n, seq);
+    memcpy(buf + n + 8, b.ptr, b.len);
+    return n + 8 + b.len;
 }
 
 /* Whether mode keeps "any kind" entries (d = 0). */
@@ -158,11 +173,11 @@ static int entry_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t us
     uint8_t kbuf[LIST_KEY_LEN], v[LIST_VALUE_LEN];
     lmdb_put_u64(v, at_ms);
     memcpy(v + 8, &set, 4);
-    MDB_val key = {list_key(kbuf, item, d, seq, user, false), kbuf}, val = {sizeof v, v};
-    int rc = mdb_put(txn, s->litem, &key, &val, 0);
+    MDB_val key = {list_key(kbuf, BY_ITEM, item, d, seq, user, false), kbuf}, val = {sizeof v, v};
+    int rc = mdb_put(txn, index_db(s, BY_ITEM), &key, &val, 0);
     if (rc == MDB_SUCCESS) {
-        key = (MDB_val){list_key(kbuf, user, d, seq, item, false), kbuf};
-        rc = mdb_put(txn, s->luser, &key, &val, 0);
+        key = (MDB_val){list_key(kbuf, BY_USER, user, d, seq, item, false), kbuf};
+        rc = mdb_put(txn, index_db(s, BY_USER), &key, &val, 0);
     }
     return lmdb_rc(rc);
 }
@@ -170,11 +185,11 @@ static int entry_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t us
 static int entry_del(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, int d, uint64_t seq)
 {
     uint8_t kbuf[LIST_KEY_LEN];
-    MDB_val key = {list_key(kbuf, item, d, seq, user, false), kbuf};
-    int rc = mdb_del(txn, s->litem, &key, NULL);
+    MDB_val key = {list_key(kbuf, BY_ITEM, item, d, seq, user, false), kbuf};
+    int rc = mdb_del(txn, index_db(s, BY_ITEM), &key, NULL);
     if (rc == MDB_SUCCESS || rc == MDB_NOTFOUND) {
-        key = (MDB_val){list_key(kbuf, user, d, seq, item, false), kbuf};
-        rc = mdb_del(txn, s->luser, &key, NULL);
+        key = (MDB_val){list_key(kbuf, BY_USER, user, d, seq, item, false), kbuf};
+        rc = mdb_del(txn, index_db(s, BY_USER), &key, NULL);
     }
     return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
@@ -291,7 +306,7 @@ int lmdb_txn_lists_rebuild(const lmdb_store_t *s, MDB_txn *txn)
     build_t b = {s, txn, 0, STORE_OK};
     int rc = lmdb_rc(mdb_drop(txn, s->litem, 0));
     if (rc == STORE_OK)
-        rc = lmdb_rc(mdb_drop(txn, s->luser, 0));
+        rc = lmdb_idem_drop_lists(s, txn);
     if (rc == STORE_OK)
         rc = first_log_at(s, txn, &b.at_ms);
     MDB_cursor *cur = NULL;
@@ -357,9 +372,9 @@ int lmdb_user_items(store_write_t *w_, span_t user, span_t after, size_t limit, 
         return STORE_ERROR;
     uint8_t prefix[LIST_KEY_LEN];
     /* many mode: the "any kind" entries; one mode: every entry of the user (one per item) */
-    size_t plen = list_key(prefix, user, 0, 0, (span_t){"", 0}, true) - !has_any(s);
+    size_t plen = list_key(prefix, BY_USER, user, 0, 0, (span_t){"", 0}, true) - !has_any(s);
     MDB_cursor *cur;
-    int rc = mdb_cursor_open(w->txn, s->luser, &cur);
+    int rc = mdb_cursor_open(w->txn, index_db(s, BY_USER), &cur);
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
     MDB_val key = {plen, prefix}, val;
@@ -437,15 +452,16 @@ int lmdb_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn 
         for (int d = 1; d <= s->db_kinds; d++)
             heads[nheads++].d = d;
     uint8_t prefix[LIST_KEY_LEN], start[LIST_KEY_LEN];
-    size_t plen = list_key(prefix, q->key, 0, 0, (span_t){"", 0}, true);
+    index_t x = q->by_user ? BY_USER : BY_ITEM;
+    size_t plen = list_key(prefix, x, q->key, 0, 0, (span_t){"", 0}, true);
     int rc = MDB_SUCCESS, result = STORE_OK;
     for (int i = 0; i < nheads && rc == MDB_SUCCESS; i++) {
         int d = heads[i].d;
         /* below the cursor, or below the first key of the next kind (all of this kind) */
-        size_t slen = q->has_cursor ? list_key(start, q->key, d, q->seq, q->name, false)
-                                    : list_key(start, q->key, d + 1, 0, (span_t){"", 0}, true);
+        size_t slen = q->has_cursor ? list_key(start, x, q->key, d, q->seq, q->name, false)
+                                    : list_key(start, x, q->key, d + 1, 0, (span_t){"", 0}, true);
         MDB_val sk = {slen, start};
-        if ((rc = mdb_cursor_open(r->txn, q->by_user ? s->luser : s->litem, &heads[i].cur)) == MDB_SUCCESS)
+        if ((rc = mdb_cursor_open(r->txn, index_db(s, x), &heads[i].cur)) == MDB_SUCCESS)
             rc = head_step(&heads[i], prefix, plen, &sk);
     }
     for (size_t n = 0; rc == MDB_SUCCESS && n < q->limit; n++) {
@@ -489,11 +505,11 @@ int lmdb_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn 
 static bool entry_has(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, int d, uint64_t seq)
 {
     uint8_t kbuf[LIST_KEY_LEN];
-    MDB_val key = {list_key(kbuf, item, d, seq, user, false), kbuf}, val;
-    if (mdb_get(txn, s->litem, &key, &val) != MDB_SUCCESS)
+    MDB_val key = {list_key(kbuf, BY_ITEM, item, d, seq, user, false), kbuf}, val;
+    if (mdb_get(txn, index_db(s, BY_ITEM), &key, &val) != MDB_SUCCESS)
         return false;
-    key = (MDB_val){list_key(kbuf, user, d, seq, item, false), kbuf};
-    return mdb_get(txn, s->luser, &key, &val) == MDB_SUCCESS;
+    key = (MDB_val){list_key(kbuf, BY_USER, user, d, seq, item, false), kbuf};
+    return mdb_get(txn, index_db(s, BY_USER), &key, &val) == MDB_SUCCESS;
 }
 
 /* How many keys of db start with prefix. */
@@ -526,13 +542,14 @@ int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn ex
     const lmdb_store_t *s = r->store;
     *mismatches = 0;
     if (item.len == 0) {
-        MDB_stat a, b;
-        int rc = mdb_stat(r->txn, s->litem, &a);
-        if (rc == MDB_SUCCESS)
-            rc = mdb_stat(r->txn, s->luser, &b);
-        if (rc == MDB_SUCCESS)
-            *mismatches = diff(a.ms_entries, b.ms_entries);
-        return lmdb_rc(rc);
+        MDB_stat a;
+        uint64_t by_user;
+        int rc = lmdb_rc(mdb_stat(r->txn, s->litem, &a));
+        if (rc == STORE_OK)
+            rc = lmdb_idem_list_entries(s, r->txn, &by_user);
+        if (rc == STORE_OK)
+            *mismatches = diff(a.ms_entries, by_user);
+        return rc;
     }
     if (item.len > 255)
         return STORE_ERROR;
@@ -578,7 +595,7 @@ int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn ex
         result = lmdb_rc(rc);
     uint64_t have_entries = 0;
     if (result == STORE_OK)
-        result = count_prefix(r->txn, s->litem, prefix, plen, &have_entries);
+        result = count_prefix(r->txn, index_db(s, BY_ITEM), prefix, plen, &have_entries);
     if (result == STORE_OK)
         *mismatches += diff(have_entries, want_entries);
     return result;

@@ -10,8 +10,9 @@
  *   idem        [user_len][user][key]   → [expires_ms][fingerprint][status][type][has_etag][etag][body]
  *   idem_exp    [expires_ms BE][idem key] → "" (expiry index, swept front to back)
  *   aux         text key                → bytes (other modules' state: trending's summaries)
- *   litem, luser                        the lists, kept by the fold (lmdb_lists.c); a row's value may end
- *                                       with the lists' record of its pair
+ *               and, under LMDB_LIST_TAG after [user_len][user], the user index (lmdb_lists.c)
+ *   litem                               the item index, kept by the fold with the user index; a row's
+ *                                       value may end with the lists' record of its pair
  * Kinds on disk are numbered in the order they were first configured, so adding a kind never renumbers
  * rows; kind codes are translated at this seam. Integers are in host byte order, except the expiry
  * prefix, which must sort. */
@@ -151,18 +152,56 @@ static int schema_upgrade_from_1(MDB_txn *txn)
     return rc == MDB_NOTFOUND ? MDB_SUCCESS : rc;
 }
 
+/* Version 3 kept the user index in a database of its own, luser ([len][user][d][seq][item]); it now
+ * lives in idem beside the user's records, one leaf written where two were. Upgrading moves each entry
+ * across (same value, the tag after the user), then drops luser. */
+static int schema_upgrade_from_3(lmdb_store_t *s, MDB_txn *txn)
+{
+    MDB_dbi luser;
+    MDB_cursor *cur;
+    int rc = mdb_dbi_open(txn, "luser", 0, &luser);
+    if (rc == MDB_NOTFOUND)
+        return MDB_SUCCESS;
+    if (rc != MDB_SUCCESS || (rc = mdb_cursor_open(txn, luser, &cur)) != MDB_SUCCESS)
+        return rc;
+    MDB_val key, val;
+    uint8_t kbuf[1 + 255 + 1 + 1 + 8 + 255];
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+        const uint8_t *k = key.mv_data;
+        if (key.mv_size < 2u + k[0] || key.mv_size + 1 > sizeof kbuf) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        size_t head = 1u + k[0];
+        memcpy(kbuf, k, head);
+        kbuf[head] = LMDB_LIST_TAG;
+        memcpy(kbuf + head + 1, k + head, key.mv_size - head);
+        MDB_val moved = {key.mv_size + 1, kbuf};
+        if ((rc = mdb_put(txn, s->idem, &moved, &val, 0)) != MDB_SUCCESS)
+            break;
+    }
+    mdb_cursor_close(cur);
+    if (rc == MDB_NOTFOUND)
+        rc = mdb_drop(txn, luser, 1);
+    return rc;
+}
+
 /* Checks the schema version; an older one is upgraded in the opening transaction (*build_lists: the
  * store predates the lists, which are built once the kinds are known). */
 static int schema_check(lmdb_store_t *s, MDB_txn *txn, bool *build_lists, char *err, size_t errlen)
 {
     MDB_val val;
     int rc = lmdb_meta_get(txn, s->meta, "schema", &val);
-    bool v1 = rc == MDB_SUCCESS && val.mv_size == 1 && memcmp(val.mv_data, "1", 1) == 0;
-    bool v2 = rc == MDB_SUCCESS && val.mv_size == 1 && memcmp(val.mv_data, "2", 1) == 0;
-    bool upgrade = v1 || v2;
-    *build_lists = upgrade;
-    if (v1)
+    char v = rc == MDB_SUCCESS && val.mv_size == 1 ? *(const char *)val.mv_data : 0;
+    bool upgrade = v == '1' || v == '2' || v == '3';
+    *build_lists = v == '1' || v == '2';
+    if (v == '1')
         rc = schema_upgrade_from_1(txn);
+    else if (v == '3')
+        rc = schema_upgrade_from_3(s, txn);
+    if (rc == MDB_SUCCESS && upgrade)
+        rc = lmdb_idem_exp_tidy(s, txn) == STORE_OK ? MDB_SUCCESS : MDB_PANIC;
     if (rc == MDB_NOTFOUND || (rc == MDB_SUCCESS && upgrade))
         rc = meta_put(txn, s->meta, "schema", SCHEMA_VERSION, strlen(SCHEMA_VERSION));
     else if (rc == MDB_SUCCESS &&
@@ -377,8 +416,7 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         (rc = mdb_dbi_open(txn, "idem", MDB_CREATE, &s->idem)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "idem_exp", MDB_CREATE, &s->idem_exp)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "aux", MDB_CREATE, &s->aux)) != MDB_SUCCESS ||
-        (rc = mdb_dbi_open(txn, "litem", MDB_CREATE, &s->litem)) != MDB_SUCCESS ||
-        (rc = mdb_dbi_open(txn, "luser", MDB_CREATE, &s->luser)) != MDB_SUCCESS) {
+        (rc = mdb_dbi_open(txn, "litem", MDB_CREATE, &s->litem)) != MDB_SUCCESS) {
         snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
         goto fail;
     }

@@ -157,8 +157,8 @@ int lmdb_stats(store_t *s_, store_stats_t *st)
         st->log_entries = ms.ms_entries;
         st->log_bytes = (uint64_t)(ms.ms_branch_pages + ms.ms_leaf_pages + ms.ms_overflow_pages) * ms.ms_psize;
     }
-    if (rc == MDB_SUCCESS && (rc = mdb_stat(txn, s->idem, &ms)) == MDB_SUCCESS)
-        st->idem_records = ms.ms_entries;
+    if (rc == MDB_SUCCESS)
+        rc = lmdb_idem_records(s, txn, &st->idem_records) == STORE_OK ? MDB_SUCCESS : MDB_PANIC;
     if (rc == MDB_SUCCESS && (rc = mdb_env_info(s->env, &info)) == MDB_SUCCESS && mdb_env_stat(s->env, &ms) == 0)
         st->used_bytes = (uint64_t)(info.me_last_pgno + 1) * ms.ms_psize;
     if (rc == MDB_SUCCESS)
