@@ -206,12 +206,20 @@ static void test_schema_upgrade(const char *dir)
     CHECK(list_names(dir, false, "i1", KIND_NONE, "u1,"));
     CHECK(list_names(dir, true, "u1", 1, "i1,"));
 
-    /* version 3: the user index in luser, without the tag; an expiry entry whose record is gone */
+    /* version 3: the user index in luser, without the tag; a live record (its expiry entry stays) and an
+     * expiry entry whose record is gone (it goes) */
+    store_idem_t live = {.expires_ms = 1u << 30, .status = 200, .body = SPAN_LIT("{}")};
+    CHECK((s = open_with(dir, "like,dislike", 1ull << 30)) != NULL);
+    if (!s)
+        return;
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_idem_put(w, SPAN_LIT("u1"), SPAN_LIT("k"), &live) == STORE_OK &&
+          store_write_commit(w) == STORE_OK);
+    store_close(s);
     CHECK((env = raw_env(dir, 0)) != NULL);
     if (!env)
         return;
     MDB_val v3old = {1, "3"}, ik, iv;
-    uint8_t moved[64], orig[64];
+    uint8_t moved[64], orig[64], value[64];
     size_t moved_len = 0;
     MDB_cursor *cur;
     CHECK(mdb_txn_begin(env, NULL, 0, &txn) == 0 && mdb_dbi_open(txn, "meta", 0, &meta) == 0 &&
@@ -219,8 +227,9 @@ static void test_schema_upgrade(const char *dir)
           mdb_dbi_open(txn, "luser", MDB_CREATE, &luser) == 0 && mdb_cursor_open(txn, idem, &cur) == 0);
     CHECK(mdb_cursor_get(cur, &ik, &iv, MDB_FIRST) == 0 && ik.mv_size == 15 &&
           memcmp(ik.mv_data, "\x02u1\x00", 4) == 0); /* [2]u1 [tag] [d] [seq BE] i1 */
-    if (ik.mv_size == 15) {
+    if (ik.mv_size == 15 && iv.mv_size <= sizeof value) {
         memcpy(orig, ik.mv_data, ik.mv_size);
+        memcpy(value, iv.mv_data, iv.mv_size);
         moved_len = ik.mv_size - 1;
         memcpy(moved, ik.mv_data, 3);
         memcpy(moved + 3, (const uint8_t *)ik.mv_data + 4, ik.mv_size - 4);
@@ -241,10 +250,11 @@ static void test_schema_upgrade(const char *dir)
           mdb_dbi_open(txn, "idem", 0, &idem) == 0 && mdb_dbi_open(txn, "idem_exp", 0, &idem_exp) == 0);
     CHECK(mdb_get(txn, meta, &k, &v) == 0 && v.mv_size == 1 && memcmp(v.mv_data, "4", 1) == 0);
     CHECK(mdb_dbi_open(txn, "luser", 0, &luser) == MDB_NOTFOUND);
-    CHECK(mdb_stat(txn, idem_exp, &st) == 0 && st.ms_entries == 0); /* the stale entry went */
-    CHECK(mdb_stat(txn, idem, &st) == 0 && st.ms_entries == 1);     /* the one list entry, moved */
+    CHECK(mdb_stat(txn, idem_exp, &st) == 0 && st.ms_entries == 1); /* the live record's; the stale one went */
+    CHECK(mdb_stat(txn, idem, &st) == 0 && st.ms_entries == 2);     /* the record and the list entry, moved */
     ik = (MDB_val){moved_len + 1, orig};
-    CHECK(moved_len && mdb_get(txn, idem, &ik, &iv) == 0 && iv.mv_size == lv.mv_size);
+    CHECK(moved_len && mdb_get(txn, idem, &ik, &iv) == 0 && iv.mv_size == lv.mv_size &&
+          memcmp(iv.mv_data, value, iv.mv_size) == 0);
     mdb_txn_abort(txn);
     mdb_env_close(env);
 
@@ -869,10 +879,18 @@ static void test_lists(const char *dir)
     CHECK(deleted == 2 && store_stats(s, &st) == STORE_OK && st.idem_records == 0);
     CHECK(strcmp(page_of(s, true, "u1", KIND_NONE, false, 0, NULL, 10).names, "i2,i1,") == 0);
     CHECK(check_item_lists(s, "") == 0);
-    CHECK(store_write_begin(s, &w) == STORE_OK && store_lists_rebuild(w) == STORE_OK &&
-          store_idem_put(w, SPAN_LIT("u1"), SPAN_LIT("k2"), &rec) == STORE_OK && store_write_commit(w) == STORE_OK);
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_idem_put(w, SPAN_LIT("u1"), SPAN_LIT("k2"), &rec) == STORE_OK &&
+          store_lists_rebuild(w) == STORE_OK && store_write_commit(w) == STORE_OK);
     CHECK(strcmp(page_of(s, true, "u1", KIND_NONE, false, 0, NULL, 10).names, "i2,i1,") == 0);
     CHECK(store_stats(s, &st) == STORE_OK && st.idem_records == 1 && check_item_lists(s, "") == 0);
+    store_idem_t got;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_idem_get(w, SPAN_LIT("u1"), SPAN_LIT("k2"), &got) == STORE_OK); /* the rebuild kept it */
+    /* a key that could meet the list entries is refused by the store itself */
+    CHECK(store_idem_put(w, SPAN_LIT("u1"), (span_t){"\0x", 2}, &rec) == STORE_ERROR);
+    CHECK(store_idem_put(w, SPAN_LIT("u1"), (span_t){"", 0}, &rec) == STORE_ERROR);
+    CHECK(store_idem_get(w, SPAN_LIT("u1"), (span_t){"\0x", 2}, &got) == STORE_ERROR);
+    store_write_abort(w);
     store_close(s);
 }
 

@@ -45,9 +45,18 @@ static int idem_decode(const MDB_val *val, store_idem_t *rec)
     return STORE_OK;
 }
 
+/* A record's key text is never empty and never begins with the list entries' tag (an Idempotency-Key
+ * is printable ASCII): the store keeps the two apart itself. */
+static bool idem_key_ok(span_t key_text)
+{
+    return key_text.len > 0 && (uint8_t)key_text.ptr[0] > LMDB_LIST_TAG;
+}
+
 int lmdb_idem_get(store_write_t *w_, span_t user, span_t key_text, store_idem_t *rec)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
+    if (!idem_key_ok(key_text))
+        return STORE_ERROR;
     char kbuf[KEY_BUF_LEN];
     MDB_val key = {lmdb_pair_key(kbuf, user, key_text), kbuf}, val;
     int rc = mdb_get(w->txn, w->store->idem, &key, &val);
@@ -86,6 +95,8 @@ int lmdb_idem_put(store_write_t *w_, span_t user, span_t key_text, const store_i
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
     const lmdb_store_t *s = w->store;
+    if (!idem_key_ok(key_text))
+        return STORE_ERROR;
     char kbuf[KEY_BUF_LEN], ebuf[8 + KEY_BUF_LEN];
     MDB_val key = {lmdb_pair_key(kbuf, user, key_text), kbuf}, val;
     int rc = mdb_get(w->txn, s->idem, &key, &val);

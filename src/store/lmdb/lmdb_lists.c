@@ -307,6 +307,8 @@ int lmdb_txn_lists_rebuild(const lmdb_store_t *s, MDB_txn *txn)
     int rc = lmdb_rc(mdb_drop(txn, s->litem, 0));
     if (rc == STORE_OK)
         rc = lmdb_idem_drop_lists(s, txn);
+    if (rc == STORE_OK) /* the check counts the user index as idem less idem_exp: make that exact too */
+        rc = lmdb_idem_exp_tidy(s, txn);
     if (rc == STORE_OK)
         rc = first_log_at(s, txn, &b.at_ms);
     MDB_cursor *cur = NULL;

@@ -8,9 +8,9 @@
  *   counts      [item_len][item]        → int64 per stored kind, in stored order (the order of rows)
  *   meta        "schema", "kinds", "checkpoint"
  *   idem        [user_len][user][key]   → [expires_ms][fingerprint][status][type][has_etag][etag][body]
- *   idem_exp    [expires_ms BE][idem key] → "" (expiry index, swept front to back)
- *   aux         text key                → bytes (other modules' state: trending's summaries)
  *               and, under LMDB_LIST_TAG after [user_len][user], the user index (lmdb_lists.c)
+ *   idem_exp    [expires_ms BE][idem key] → "" (expiry index, swept front to back; one per record)
+ *   aux         text key                → bytes (other modules' state: trending's summaries)
  *   litem                               the item index, kept by the fold with the user index; a row's
  *                                       value may end with the lists' record of its pair
  * Kinds on disk are numbered in the order they were first configured, so adding a kind never renumbers
@@ -200,8 +200,12 @@ static int schema_check(lmdb_store_t *s, MDB_txn *txn, bool *build_lists, char *
         rc = schema_upgrade_from_1(txn);
     else if (v == '3')
         rc = schema_upgrade_from_3(s, txn);
-    if (rc == MDB_SUCCESS && upgrade)
-        rc = lmdb_idem_exp_tidy(s, txn) == STORE_OK ? MDB_SUCCESS : MDB_PANIC;
+    int trc = rc == MDB_SUCCESS && upgrade ? lmdb_idem_exp_tidy(s, txn) : STORE_OK;
+    if (trc != STORE_OK) {
+        snprintf(err, errlen, "schema upgrade: tidying the idempotency records' expiry index failed%s",
+                 trc == STORE_FULL ? ": the map is full (raise --map-size)" : "");
+        return trc;
+    }
     if (rc == MDB_NOTFOUND || (rc == MDB_SUCCESS && upgrade))
         rc = meta_put(txn, s->meta, "schema", SCHEMA_VERSION, strlen(SCHEMA_VERSION));
     else if (rc == MDB_SUCCESS &&
