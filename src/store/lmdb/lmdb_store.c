@@ -196,6 +196,7 @@ static int schema_check(lmdb_store_t *s, MDB_txn *txn, bool *build_lists, char *
     char v = rc == MDB_SUCCESS && val.mv_size == 1 ? *(const char *)val.mv_data : 0;
     bool upgrade = v == '1' || v == '2' || v == '3';
     *build_lists = v == '1' || v == '2';
+    uint64_t t0 = clock_ms(CLOCK_MONOTONIC);
     if (v == '1')
         rc = schema_upgrade_from_1(txn);
     else if (v == '3')
@@ -208,6 +209,9 @@ static int schema_check(lmdb_store_t *s, MDB_txn *txn, bool *build_lists, char *
     }
     if (rc == MDB_NOTFOUND || (rc == MDB_SUCCESS && upgrade))
         rc = meta_put(txn, s->meta, "schema", SCHEMA_VERSION, strlen(SCHEMA_VERSION));
+    if (rc == MDB_SUCCESS && upgrade) /* (the lists of a 1 or 2 are built afterwards: event=lists-built) */
+        fprintf(stderr, "level=info event=schema-upgraded from=%c to=%s ms=%llu\n", v, SCHEMA_VERSION,
+                (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
     else if (rc == MDB_SUCCESS &&
              !(val.mv_size == strlen(SCHEMA_VERSION) && memcmp(val.mv_data, SCHEMA_VERSION, val.mv_size) == 0)) {
         snprintf(err, errlen, "the data directory has schema version '%.*s'; this tallyd reads version %s",
