@@ -209,9 +209,6 @@ static int schema_check(lmdb_store_t *s, MDB_txn *txn, bool *build_lists, char *
     }
     if (rc == MDB_NOTFOUND || (rc == MDB_SUCCESS && upgrade))
         rc = meta_put(txn, s->meta, "schema", SCHEMA_VERSION, strlen(SCHEMA_VERSION));
-    if (rc == MDB_SUCCESS && upgrade) /* (the lists of a 1 or 2 are built afterwards: event=lists-built) */
-        fprintf(stderr, "level=info event=schema-upgraded from=%c to=%s ms=%llu\n", v, SCHEMA_VERSION,
-                (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
     else if (rc == MDB_SUCCESS &&
              !(val.mv_size == strlen(SCHEMA_VERSION) && memcmp(val.mv_data, SCHEMA_VERSION, val.mv_size) == 0)) {
         snprintf(err, errlen, "the data directory has schema version '%.*s'; this tallyd reads version %s",
@@ -222,6 +219,9 @@ static int schema_check(lmdb_store_t *s, MDB_txn *txn, bool *build_lists, char *
         snprintf(err, errlen, "schema: %s", mdb_strerror(rc));
         return lmdb_rc(rc);
     }
+    if (upgrade) /* (the lists of a 1 or 2 are built afterwards: event=lists-built) */
+        fprintf(stderr, "level=info event=schema-upgraded from=%c to=%s ms=%llu\n", v, SCHEMA_VERSION,
+                (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
     return STORE_OK;
 }
 
