@@ -6,25 +6,9 @@
 
 /* --- idempotency records --- */
 
-/* Deletes the cursor's record and moves to the one after it (key: the cursor's key, copied into kbuf
- * first). It seeks again rather than stepping: once the database's last record is deleted the cursor
- * has no current record. */
-int lmdb_cursor_del_next(MDB_cursor *cur, MDB_val *key, MDB_val *val, char kbuf[LMDB_MAX_KEY])
-{
-    if (key->mv_size > LMDB_MAX_KEY)
-        return MDB_BAD_VALSIZE;
-    memcpy(kbuf, key->mv_data, key->mv_size);
-    int rc = mdb_cursor_del(cur, 0);
-    if (rc != MDB_SUCCESS)
-        return rc;
-    *key = (MDB_val){key->mv_size, kbuf};
-    return mdb_cursor_get(cur, key, val, MDB_SET_RANGE);
-}
-
 static size_t exp_key(char buf[8 + KEY_BUF_LEN], uint64_t expires_ms, const char *idem_key, size_t idem_len)
 {
-    for (int i = 7; i >= 0; i--, expires_ms >>= 8)
-        buf[i] = (char)(expires_ms & 0xff);
+    lmdb_put_be64((uint8_t *)buf, expires_ms);
     memcpy(buf + 8, idem_key, idem_len);
     return 8 + idem_len;
 }
@@ -138,9 +122,7 @@ int lmdb_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *de
         const uint8_t *p = ekey.mv_data;
         if (ekey.mv_size < 9)
             break;
-        uint64_t expires = 0;
-        for (int i = 0; i < 8; i++)
-            expires = expires << 8 | p[i];
+        uint64_t expires = lmdb_get_be64(p);
         if (expires > now_ms)
             break;
         MDB_val key = {ekey.mv_size - 8, (void *)(p + 8)}, val;
@@ -212,51 +194,42 @@ int lmdb_idem_list_entries(const lmdb_store_t *s, MDB_txn *txn, uint64_t *n)
     return rc;
 }
 
+static int is_list(void *arg, const MDB_val *key, const MDB_val *val, bool *del)
+{
+    (void)arg, (void)val;
+    *del = lmdb_idem_is_list(key);
+    return MDB_SUCCESS;
+}
+
 int lmdb_idem_drop_lists(const lmdb_store_t *s, MDB_txn *txn)
 {
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, s->idem, &cur);
-    if (rc != MDB_SUCCESS)
-        return lmdb_rc(rc);
-    MDB_val key, val;
-    char kbuf[LMDB_MAX_KEY];
-    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;) {
-        if (!lmdb_idem_is_list(&key)) {
-            rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT);
-            continue;
-        }
-        rc = lmdb_cursor_del_next(cur, &key, &val, kbuf);
-    }
-    mdb_cursor_close(cur);
-    return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+    return lmdb_delete_matching(txn, s->idem, is_list, NULL);
+}
+
+/* An expiry entry whose record is gone or was replaced. */
+typedef struct {
+    const lmdb_store_t *s;
+    MDB_txn *txn;
+} tidy_t;
+
+static int exp_is_stale(void *arg, const MDB_val *ekey, const MDB_val *eval, bool *del)
+{
+    (void)eval;
+    const tidy_t *t = arg;
+    const uint8_t *p = ekey->mv_data;
+    *del = true;
+    if (ekey->mv_size < 9)
+        return MDB_SUCCESS;
+    MDB_val key = {ekey->mv_size - 8, (void *)(p + 8)}, val;
+    int rc = mdb_get(t->txn, t->s->idem, &key, &val);
+    if (rc == MDB_SUCCESS)
+        *del = val.mv_size < 8 || lmdb_get_u64(val.mv_data) != lmdb_get_be64(p);
+    return rc == MDB_NOTFOUND ? MDB_SUCCESS : rc;
 }
 
 /* So that idem_exp counts the records exactly: an entry whose record is gone or was replaced goes. */
 int lmdb_idem_exp_tidy(const lmdb_store_t *s, MDB_txn *txn)
 {
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, s->idem_exp, &cur);
-    if (rc != MDB_SUCCESS)
-        return lmdb_rc(rc);
-    MDB_val ekey, eval;
-    char kbuf[LMDB_MAX_KEY];
-    for (rc = mdb_cursor_get(cur, &ekey, &eval, MDB_FIRST); rc == MDB_SUCCESS;) {
-        const uint8_t *p = ekey.mv_data;
-        bool stale = ekey.mv_size < 9;
-        if (!stale) {
-            uint64_t expires = 0;
-            for (int i = 0; i < 8; i++)
-                expires = expires << 8 | p[i];
-            MDB_val key = {ekey.mv_size - 8, (void *)(p + 8)}, val;
-            int grc = mdb_get(txn, s->idem, &key, &val);
-            if (grc != MDB_SUCCESS && grc != MDB_NOTFOUND) {
-                rc = grc;
-                break;
-            }
-            stale = grc == MDB_NOTFOUND || val.mv_size < 8 || lmdb_get_u64(val.mv_data) != expires;
-        }
-        rc = stale ? lmdb_cursor_del_next(cur, &ekey, &eval, kbuf) : mdb_cursor_get(cur, &ekey, &eval, MDB_NEXT);
-    }
-    mdb_cursor_close(cur);
-    return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+    tidy_t t = {s, txn};
+    return lmdb_delete_matching(txn, s->idem_exp, exp_is_stale, &t);
 }

@@ -81,6 +81,19 @@ static inline uint64_t lmdb_get_u64(const uint8_t *p)
     memcpy(&v, p, sizeof v);
     return v;
 }
+/* Big-endian, for key parts that must sort: list positions, expiry times. */
+static inline void lmdb_put_be64(uint8_t *p, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+static inline uint64_t lmdb_get_be64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | p[i];
+    return v;
+}
 static inline void lmdb_put_u16(uint8_t *p, uint16_t v)
 {
     memcpy(p, &v, sizeof v);
@@ -169,7 +182,10 @@ static inline bool lmdb_idem_is_list(const MDB_val *key)
  * index's entries (the rest of idem). */
 int lmdb_idem_records(const lmdb_store_t *s, MDB_txn *txn, uint64_t *n);
 int lmdb_idem_list_entries(const lmdb_store_t *s, MDB_txn *txn, uint64_t *n);
-int lmdb_cursor_del_next(MDB_cursor *cur, MDB_val *key, MDB_val *val, char kbuf[LMDB_MAX_KEY]);
+/* Deletes every record of db for which match says so (*del; its return: an LMDB code, MDB_SUCCESS to
+ * go on). One walk from the first record; returns a STORE_ code. */
+typedef int (*lmdb_match_fn)(void *arg, const MDB_val *key, const MDB_val *val, bool *del);
+int lmdb_delete_matching(MDB_txn *txn, MDB_dbi db, lmdb_match_fn match, void *arg);
 /* Removes every list entry from idem (the lists are rebuilt). */
 int lmdb_idem_drop_lists(const lmdb_store_t *s, MDB_txn *txn);
 /* Drops expiry entries without their record (stores before schema 4 left an erased user's). */

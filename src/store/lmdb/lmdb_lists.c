@@ -28,20 +28,6 @@ typedef struct {
     uint64_t kind_seq[KINDS_MAX + 1]; /* by disk code */
 } pos_t;
 
-static void put_be64(uint8_t *p, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        p[i] = (uint8_t)v;
-}
-
-static uint64_t get_be64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* The two indexes: who reacted to an item (by item), what a user reacted to (by user). */
 typedef enum { BY_ITEM, BY_USER } index_t;
 
@@ -63,7 +49,7 @@ static size_t list_key(uint8_t buf[LIST_KEY_LEN], index_t x, span_t a, int d, ui
     buf[n++] = (uint8_t)d;
     if (prefix_only)
         return n;
-    put_be64(buf + n, seq);
+    lmdb_put_be64(buf + n, seq);
     memcpy(buf + n + 8, b.ptr, b.len);
     return n + 8 + b.len;
 }
@@ -479,7 +465,7 @@ int lmdb_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn 
             break;
         }
         span_t name = {(const char *)k + plen + 8, h->key.mv_size - plen - 8};
-        uint64_t seq = get_be64(k + plen), at_ms = lmdb_get_u64(h->val.mv_data);
+        uint64_t seq = lmdb_get_be64(k + plen), at_ms = lmdb_get_u64(h->val.mv_data);
         uint32_t set;
         memcpy(&set, (const uint8_t *)h->val.mv_data + 8, 4);
         if (h->d != 0 && has_any(s)) { /* many mode: a kind's entry does not move with the set */

@@ -53,6 +53,38 @@ size_t lmdb_pair_key(char buf[KEY_BUF_LEN], span_t a, span_t b)
     return 1 + a.len + b.len;
 }
 
+int lmdb_delete_matching(MDB_txn *txn, MDB_dbi db, lmdb_match_fn match, void *arg)
+{
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(txn, db, &cur);
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    MDB_val key, val;
+    char kbuf[LMDB_MAX_KEY];
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;) {
+        bool del = false;
+        if ((rc = match(arg, &key, &val, &del)) != MDB_SUCCESS)
+            break;
+        if (!del) {
+            rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT);
+            continue;
+        }
+        /* seek again from a copy of the key rather than step: once the database's last record is
+         * deleted the cursor has no current record */
+        if (key.mv_size > sizeof kbuf) {
+            rc = MDB_BAD_VALSIZE;
+            break;
+        }
+        memcpy(kbuf, key.mv_data, key.mv_size);
+        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
+            break;
+        key = (MDB_val){key.mv_size, kbuf};
+        rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+}
+
 /* --- opening: schema and kinds --- */
 
 int lmdb_meta_get(MDB_txn *txn, MDB_dbi meta, const char *name, MDB_val *val)
@@ -165,7 +197,7 @@ static int schema_upgrade_from_3(lmdb_store_t *s, MDB_txn *txn)
     if (rc != MDB_SUCCESS || (rc = mdb_cursor_open(txn, luser, &cur)) != MDB_SUCCESS)
         return rc;
     MDB_val key, val;
-    uint8_t kbuf[1 + 255 + 1 + 1 + 8 + 255];
+    uint8_t kbuf[LMDB_MAX_KEY];
     for (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST); rc == MDB_SUCCESS;
          rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
         const uint8_t *k = key.mv_data;
