@@ -56,16 +56,20 @@ pg_ticks() { # the postmaster, its exited children and the living ones
   echo $t
 }
 tallyd_ticks() { local t=0 p; for p in "${PIDS[@]}"; do t=$((t + $(pid_ticks $p))); done; echo $t; }
+# the writer's counters summed over the nodes: transactions, batch commands sum and count, commit
+# seconds sum and count (one line, in that order)
+writer_sums() {
+  local u metric line=""
+  for metric in tally_db_transactions_total tally_writer_batch_commands_sum tally_writer_batch_commands_count \
+      tally_db_commit_seconds_sum tally_db_commit_seconds_count; do
+    line="$line $(for u in "${U[@]}"; do m $u $metric; done | awk '{t += $1} END {print t + 0}')"
+  done
+  echo $line
+}
 keyed() { # BIN N
   start $1 $2
-  local c0=0 n0=0 s0=0 cs0=0 cc0=0 c1=0 n1=0 s1=0 cs1=0 cc1=0 i u pids=() rps=0 lat=""
-  for u in "${U[@]}"; do
-    c0=$(awk -v a=$c0 -v b=$(m $u tally_db_transactions_total) 'BEGIN{print a+b}')
-    s0=$(awk -v a=$s0 -v b=$(m $u tally_writer_batch_commands_sum) 'BEGIN{print a+b}')
-    n0=$(awk -v a=$n0 -v b=$(m $u tally_writer_batch_commands_count) 'BEGIN{print a+b}')
-    cs0=$(awk -v a=$cs0 -v b=$(m $u tally_db_commit_seconds_sum) 'BEGIN{print a+b}')
-    cc0=$(awk -v a=$cc0 -v b=$(m $u tally_db_commit_seconds_count) 'BEGIN{print a+b}')
-  done
+  local c0 n0 s0 cs0 cc0 c1 n1 s1 cs1 cc1 i pids=() rps=0 lat=""
+  read -r c0 s0 n0 cs0 cc0 < <(writer_sums)
   local mt0 pt0 tt0 t0; mt0=$(machine_ticks) pt0=$(pg_ticks) tt0=$(tallyd_ticks) t0=$(date +%s.%N)
   for i in $(seq 1 $2); do
     wrk -t1 -c$((64 / $2)) -d${SECS}s --latency --timeout 10s -s bench/load.lua ${U[$((i - 1))]} -- keyed tally $T/r$i $RANDOM$i >/dev/null 2>&1 &
@@ -74,13 +78,7 @@ keyed() { # BIN N
   for p in "${pids[@]}"; do wait $p; done
   local cpu; cpu=$(awk -v m=$(($(machine_ticks) - mt0)) -v g=$(($(pg_ticks) - pt0)) -v t=$(($(tallyd_ticks) - tt0)) -v k=$CLK \
     -v el=$(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{print b - a}') 'BEGIN{printf "cpu%%: tallyd %.0f postgres %.0f machine %.0f", 100*t/k/el, 100*g/k/el, 100*m/k/el}')
-  for u in "${U[@]}"; do
-    c1=$(awk -v a=$c1 -v b=$(m $u tally_db_transactions_total) 'BEGIN{print a+b}')
-    s1=$(awk -v a=$s1 -v b=$(m $u tally_writer_batch_commands_sum) 'BEGIN{print a+b}')
-    n1=$(awk -v a=$n1 -v b=$(m $u tally_writer_batch_commands_count) 'BEGIN{print a+b}')
-    cs1=$(awk -v a=$cs1 -v b=$(m $u tally_db_commit_seconds_sum) 'BEGIN{print a+b}')
-    cc1=$(awk -v a=$cc1 -v b=$(m $u tally_db_commit_seconds_count) 'BEGIN{print a+b}')
-  done
+  read -r c1 s1 n1 cs1 cc1 < <(writer_sums)
   stop
   for i in $(seq 1 $2); do
     eval "$(tr ' ' '\n' <$T/r$i.result | grep -E '^(rps|p50_us|p99_us|non2xx|sock_errors)=' | sed 's/^/R_/')"
