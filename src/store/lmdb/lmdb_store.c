@@ -233,7 +233,8 @@ static int schema_check(lmdb_store_t *s, MDB_txn *txn, bool *build_lists, char *
         rc = schema_upgrade_from_1(txn);
     else if (v == '3')
         rc = schema_upgrade_from_3(s, txn);
-    int trc = rc == MDB_SUCCESS && upgrade ? lmdb_idem_exp_tidy(s, txn) : STORE_OK;
+    /* a 1 or 2 gets its expiry index tidied by the lists' rebuild (lmdb_txn_lists_rebuild) */
+    int trc = rc == MDB_SUCCESS && v == '3' ? lmdb_idem_exp_tidy(s, txn) : STORE_OK;
     if (trc != STORE_OK) {
         snprintf(err, errlen, "schema upgrade: tidying the idempotency records' expiry index failed%s",
                  trc == STORE_FULL ? ": the map is full (raise --map-size)" : "");
