@@ -173,6 +173,11 @@ static int record_state(webhooks_t *wh, hook_t *h)
     h->dirty = rc != 0 && !h->deleted;
     if (rc != 0)
         h->retry_record_ms = mono_ms() + RECORD_RETRY_MS;
+    if (rc == 0) { /* the listing reads the store: the metric says the same from now on */
+        pthread_mutex_lock(&wh->lock);
+        h->expired_shown = h->state.expired;
+        pthread_mutex_unlock(&wh->lock);
+    }
     return rc;
 }
 
