@@ -5,11 +5,11 @@ CLANG   ?= clang
 BUILD   := build
 CFLAGS_COMMON := -std=c17 -D_GNU_SOURCE -DH2O_USE_LIBUV=0 -Isrc -I/usr/include/postgresql -Wall -Wextra -Werror -pthread -MMD -MP
 CFLAGS  ?= -O2 -g
-LDLIBS  := -lm -lh2o-evloop -llmdb -lpq -ljansson -lcurl -lssl -lcrypto -lpthread
+LDLIBS  := -lm -lh2o-evloop -llmdb -lz -lpq -ljansson -lcurl -lssl -lcrypto -lpthread
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Debian packages the build, the tests and the tools need (one place; `make deps` installs what is missing).
-DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq-dev postgresql-15 libjansson-dev libssl-dev libcurl4-openssl-dev \
+DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq-dev postgresql-15 libjansson-dev libssl-dev libcurl4-openssl-dev zlib1g-dev \
                 python3 clang clang-format libclang-rt-14-dev curl xxd chromium chromium-driver
 
 CORE_SRC   := $(wildcard src/core/*.c)

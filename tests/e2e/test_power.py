@@ -1,13 +1,14 @@
 """Power loss, proved by ordering: kill -9 keeps the page cache, so it cannot show that an
 acknowledged write reached the disk. This test runs tallyd under an LD_PRELOAD shim
 (tests/tools/syncorder.c, test-only) that records, in one global order, every request read from
-a socket, every response written to one, and every synchronous write of LMDB's meta page (the
-commit point: LMDB writes it through an O_DSYNC descriptor after fdatasync of the data). Each 2xx
-answer to a write that changed something must leave only after a meta write that began after
-its request arrived. An answer with "changed":false reports a row that an earlier commit already
-made durable (the writer commits batches one after another, each synced before the next
-begins), and LMDB does not sync a transaction that wrote nothing — so those need no sync of
-their own; they are counted, not checked.
+a socket, every response written to one, and every fdatasync of the store's journal (the commit
+point: a batch's record is appended to journal-0 or journal-1 and synced before LMDB commits it,
+src/store/lmdb/lmdb_journal.c). Each 2xx answer to a write that changed something must leave only
+after a journal sync that began after its request arrived. An answer with "changed":false reports
+a row that an earlier commit already made durable (the writer commits batches one after another,
+each synced before the next begins), and a transaction that wrote nothing has no record — so those
+need no sync of their own; they are counted, not checked. What a power loss leaves of the B-tree is
+the journal's other half: test_crash.JournalRecoveryTest.
 
 The shim is loaded into the release build (ASan insists on being the first library loaded)."""
 
@@ -24,19 +25,19 @@ WRITE_METHODS = ("PUT", "POST", "DELETE")
 
 def check_order(lines):
     """Returns (violations, acknowledged changes, commits) for a syncorder log."""
-    meta = []  # (begin seq, end seq)
-    open_meta = None
+    syncs = []  # (begin seq, end seq)
+    open_sync = None
     pending = {}  # fd -> (seq, method) of the request not yet answered
     pairs = []
     for line in lines:
         parts = line.split()
         if not parts:
             continue
-        if parts[0] == "MB":
-            open_meta = int(parts[1])
-        elif parts[0] == "ME" and open_meta is not None:
-            meta.append((open_meta, int(parts[1])))
-            open_meta = None
+        if parts[0] == "JB":
+            open_sync = int(parts[1])
+        elif parts[0] == "JE" and open_sync is not None:
+            syncs.append((open_sync, int(parts[1])))
+            open_sync = None
         elif parts[0] == "R" and len(parts) > 3 and parts[3].isalpha() and parts[3].isupper():
             # the start of a request (a later read of the same request, its body, starts otherwise)
             pending[parts[1]] = (int(parts[2]), parts[3])
@@ -48,9 +49,9 @@ def check_order(lines):
         if method not in WRITE_METHODS or not status.startswith("2") or changed == "n":
             continue
         acked += 1
-        if not any(req_seq < b and e < resp_seq for b, e in meta):
+        if not any(req_seq < b and e < resp_seq for b, e in syncs):
             violations.append((req_seq, method, resp_seq, status))
-    return violations, acked, len(meta)
+    return violations, acked, len(syncs)
 
 
 class ShimServer(Server):
@@ -61,17 +62,19 @@ class ShimServer(Server):
 class PowerLossOrderTest(unittest.TestCase):
 
     def test_checker_catches_an_early_answer(self):
-        # A synthetic log where the answer leaves before the commit's meta write ends.
-        bad = ["R 5 1 PUT /v", "MB 2", "W 5 3 200 c", "ME 4"]
-        good = ["R 5 1 PUT /v", "R 5 2 {\"rea", "SB 3", "SE 4", "MB 5", "ME 6", "W 5 7 200 c"]
-        stale = ["MB 1", "ME 2", "R 5 3 PUT /v", "W 5 4 200 c"]  # a sync from before the request
-        unchanged = ["MB 1", "ME 2", "R 5 3 PUT /v", "W 5 4 200 n"]
+        # A synthetic log where the answer leaves before the journal's sync ends.
+        bad = ["R 5 1 PUT /v", "JB 2", "W 5 3 200 c", "JE 4"]
+        good = ["R 5 1 PUT /v", "R 5 2 {\"rea", "SB 3", "SE 4", "JB 5", "JE 6", "W 5 7 200 c"]
+        stale = ["JB 1", "JE 2", "R 5 3 PUT /v", "W 5 4 200 c"]  # a sync from before the request
+        other = ["R 5 1 PUT /v", "SB 2", "SE 3", "MB 4", "ME 5", "W 5 6 200 c"]  # not the journal's
+        unchanged = ["JB 1", "JE 2", "R 5 3 PUT /v", "W 5 4 200 n"]
         self.assertEqual(check_order(unchanged), ([], 0, 1))
         self.assertEqual(len(check_order(bad)[0]), 1)
         self.assertEqual(check_order(good), ([], 1, 1))
         self.assertEqual(len(check_order(stale)[0]), 1)
+        self.assertEqual(len(check_order(other)[0]), 1)
 
-    @embedded_only("the power-loss shim watches LMDB's meta-page syncs; on PostgreSQL durability "
+    @embedded_only("the power-loss shim watches the embedded store's journal syncs; on PostgreSQL durability "
                    "is the server's commit (test_pg_failover)")
     @unittest.skipUnless(os.path.exists(SHIM) and os.path.exists(RELEASE), "needs build/syncorder.so")
     def test_every_acknowledged_write_follows_its_sync(self):

@@ -1,7 +1,8 @@
 /* syncorder.c — test-only LD_PRELOAD shim: records, in one global order, each request read from
- * a socket, each response written to one, and each synchronous write of LMDB's meta page (its
- * commit point) and fdatasync, so that a test can prove every 2xx answer left only after a sync
- * that began after its request arrived. Log: SYNCORDER_LOG (one line per event). */
+ * a socket, each response written to one, each fdatasync, and among them those of the store's
+ * journal files (journal-0, journal-1: the commit point, JB/JE), so that a test can prove every 2xx
+ * answer left only after a journal sync that began after its request arrived. Writes through an
+ * O_DSYNC descriptor are recorded too (MB/ME). Log: SYNCORDER_LOG (one line per event). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -21,7 +22,7 @@
 
 static atomic_ulong seq;
 static int log_fd = -1;
-static _Atomic unsigned char fd_kind[MAX_FDS]; /* 0 unknown, 1 socket, 2 other, 3 O_DSYNC file */
+static _Atomic unsigned char fd_kind[MAX_FDS]; /* 0 unknown, 1 socket, 2 other, 3 O_DSYNC file, 4 journal */
 
 static void log_line(const char *fmt, ...)
 {
@@ -58,10 +59,13 @@ static unsigned char kind_of(int fd)
 
 #define REAL(name) ((__typeof__(&name))dlsym(RTLD_NEXT, #name))
 
-static int note_open(int fd, int flags)
+static int note_open(int fd, const char *path, int flags)
 {
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    bool journal = strcmp(base, "journal-0") == 0 || strcmp(base, "journal-1") == 0;
     if (fd >= 0 && fd < MAX_FDS)
-        fd_kind[fd] = (flags & (O_DSYNC | O_SYNC)) ? 3 : 0;
+        fd_kind[fd] = journal ? 4 : (flags & (O_DSYNC | O_SYNC)) ? 3 : 0;
     return fd;
 }
 
@@ -71,7 +75,7 @@ int open(const char *path, int flags, ...)
     va_start(ap, flags);
     mode_t mode = (flags & O_CREAT) ? va_arg(ap, mode_t) : 0;
     va_end(ap);
-    return note_open(REAL(open)(path, flags, mode), flags);
+    return note_open(REAL(open)(path, flags, mode), path, flags);
 }
 
 int open64(const char *path, int flags, ...)
@@ -80,7 +84,7 @@ int open64(const char *path, int flags, ...)
     va_start(ap, flags);
     mode_t mode = (flags & O_CREAT) ? va_arg(ap, mode_t) : 0;
     va_end(ap);
-    return note_open(REAL(open64)(path, flags, mode), flags);
+    return note_open(REAL(open64)(path, flags, mode), path, flags);
 }
 
 int close(int fd)
@@ -92,9 +96,10 @@ int close(int fd)
 
 int fdatasync(int fd)
 {
-    log_line("SB %lu\n", atomic_fetch_add(&seq, 1));
+    bool journal = kind_of(fd) == 4;
+    log_line("%s %lu\n", journal ? "JB" : "SB", atomic_fetch_add(&seq, 1));
     int rc = REAL(fdatasync)(fd);
-    log_line("SE %lu\n", atomic_fetch_add(&seq, 1));
+    log_line("%s %lu\n", journal ? "JE" : "SE", atomic_fetch_add(&seq, 1));
     return rc;
 }
 

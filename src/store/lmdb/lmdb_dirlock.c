@@ -38,6 +38,34 @@ static int make_dirs(const char *dir)
     return mkdir(path, 0750) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* The directory this process holds the lock of (store_lock_dir), if any. */
+static bool held;
+static dev_t held_dev;
+static ino_t held_ino;
+
+int lmdb_dir_owner(const char *dir, int *taken, char *err, size_t errlen)
+{
+    struct stat st;
+    *taken = -1;
+    if (held && stat(dir, &st) == 0 && st.st_dev == held_dev && st.st_ino == held_ino)
+        return 1;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open data directory %s: %s", dir, strerror(errno));
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        if (e == EWOULDBLOCK)
+            return 0;
+        snprintf(err, errlen, "cannot lock data directory %s: %s", dir, strerror(e));
+        return -1;
+    }
+    *taken = fd;
+    return 1;
+}
+
 /* The lock is a flock on the directory itself, opened O_RDONLY|O_DIRECTORY. A lock file inside it
  * (tallyd.lock, as before) can be deleted under a running server, and the next server then locks a
  * new file of the same name and both write; data.mdb or the marker can be unlinked too. A directory
@@ -66,6 +94,12 @@ int store_lock_dir(const char *dir, char *err, size_t errlen)
         if (legacy >= 0)
             close(legacy);
         return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) == 0) {
+        held = true;
+        held_dev = st.st_dev;
+        held_ino = st.st_ino;
     }
     return fd; /* the legacy fd, if any, stays open (and locked) with it until the process exits */
 }
@@ -152,7 +186,7 @@ int lmdb_dir_claim(const char *dir, char *err, size_t errlen)
     for (struct dirent *e; !foreign[0] && (e = readdir(d));) {
         const char *name = e->d_name;
         if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0 || strcmp(name, MARKER_FILE) == 0 ||
-            strcmp(name, LEGACY_LOCK_FILE) == 0)
+            strcmp(name, LEGACY_LOCK_FILE) == 0 || lmdb_journal_owns(name))
             continue;
         if (strcmp(name, DATA_FILE) == 0)
             has_data = true;

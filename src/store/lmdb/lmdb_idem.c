@@ -86,14 +86,14 @@ int lmdb_idem_put(store_write_t *w_, span_t user, span_t key_text, const store_i
     int rc = mdb_get(w->txn, s->idem, &key, &val);
     if (rc == MDB_SUCCESS && val.mv_size >= 8) { /* replacing an expired record: drop its index entry */
         MDB_val old = {exp_key(ebuf, lmdb_get_u64(val.mv_data), kbuf, key.mv_size), ebuf};
-        rc = mdb_del(w->txn, s->idem_exp, &old, NULL);
+        rc = lmdb_del(w->txn, s->idem_exp, &old);
         if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
             return lmdb_rc(rc);
     } else if (rc != MDB_NOTFOUND && rc != MDB_SUCCESS) {
         return lmdb_rc(rc);
     }
     val.mv_size = IDEM_HEADER_LEN + rec->body.len;
-    if ((rc = mdb_put(w->txn, s->idem, &key, &val, MDB_RESERVE)) != MDB_SUCCESS)
+    if ((rc = lmdb_reserve(w->txn, s->idem, &key, &val)) != MDB_SUCCESS)
         return lmdb_rc(rc);
     uint8_t *p = val.mv_data;
     lmdb_put_u64(p, rec->expires_ms);
@@ -103,8 +103,10 @@ int lmdb_idem_put(store_write_t *w_, span_t user, span_t key_text, const store_i
     p[43] = rec->has_etag;
     lmdb_put_u64(p + 44, rec->etag_version);
     memcpy(p + IDEM_HEADER_LEN, rec->body.ptr, rec->body.len);
+    if ((rc = lmdb_reserved(w->txn, s->idem, &key, &val)) != MDB_SUCCESS)
+        return lmdb_rc(rc);
     MDB_val ekey = {exp_key(ebuf, rec->expires_ms, kbuf, key.mv_size), ebuf}, empty = {0, NULL};
-    return lmdb_rc(mdb_put(w->txn, s->idem_exp, &ekey, &empty, 0));
+    return lmdb_rc(lmdb_put(w->txn, s->idem_exp, &ekey, &empty, 0));
 }
 
 int lmdb_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *deleted)
@@ -128,10 +130,10 @@ int lmdb_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *de
         MDB_val key = {ekey.mv_size - 8, (void *)(p + 8)}, val;
         rc = mdb_get(w->txn, s->idem, &key, &val);
         if (rc == MDB_SUCCESS && val.mv_size >= 8 && lmdb_get_u64(val.mv_data) == expires)
-            rc = mdb_del(w->txn, s->idem, &key, NULL);
+            rc = lmdb_del(w->txn, s->idem, &key);
         if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
             break;
-        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
+        if ((rc = lmdb_cursor_del(cur)) != MDB_SUCCESS)
             break;
         (*deleted)++;
     }
@@ -164,9 +166,9 @@ int lmdb_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *
             break;
         }
         MDB_val ekey = {exp_key(ebuf, lmdb_get_u64(val.mv_data), key.mv_data, key.mv_size), ebuf};
-        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
+        if ((rc = lmdb_cursor_del(cur)) != MDB_SUCCESS)
             break;
-        if ((rc = mdb_del(w->txn, s->idem_exp, &ekey, NULL)) != MDB_SUCCESS && rc != MDB_NOTFOUND)
+        if ((rc = lmdb_del(w->txn, s->idem_exp, &ekey)) != MDB_SUCCESS && rc != MDB_NOTFOUND)
             break;
         rc = MDB_SUCCESS;
         (*deleted)++;

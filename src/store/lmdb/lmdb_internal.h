@@ -3,6 +3,7 @@
 #ifndef TALLY_STORE_LMDB_INTERNAL_H
 #define TALLY_STORE_LMDB_INTERNAL_H
 
+#include <limits.h>
 #include <lmdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -32,6 +33,37 @@
  * before the user's records. */
 #define LMDB_LIST_TAG 0x00
 #define LMDB_MAX_KEY 511 /* LMDB's default key size limit */
+
+/* The journal (lmdb_journal.c): a base is recorded at most this often, and sooner once a file holds
+ * this much. Between two, a snapshot keeps the base's pages from reuse, so the data file grows by
+ * about the pages the commits of that interval write (see docs/operations.md). */
+#define JOURNAL_CHECKPOINT_MS 250
+#define JOURNAL_SWITCH_BYTES (64u << 20)
+
+typedef struct {
+    int fd[2];          /* journal-0, journal-1: appended to in turn, one per checkpoint */
+    int cur;            /* the one appended to */
+    uint64_t off;       /* where its next record goes */
+    size_t pending_len; /* the record appended for the transaction being committed */
+    uint8_t *ops;       /* the open write transaction's changes, encoded */
+    size_t ops_len, ops_cap, nops;
+    bool recording;       /* off while the store opens: that work is synced as a whole */
+    bool broken;          /* a failed record could not be cut off: commits refused */
+    MDB_dbi dbs[MAX_DBS]; /* a change names its database by its index here */
+    int ndbs;
+    char dir[PATH_MAX];
+    char base_path[PATH_MAX + 16];
+    uint32_t psize;       /* LMDB's page size: the meta pages are pages 0 and 1 */
+    uint8_t *ck_metas;    /* the meta pages of the checkpoint under way */
+    pthread_mutex_t lock; /* ck_pending, ck_txnid, pin, old_pin, stop */
+    pthread_cond_t cond;
+    bool locks_made, thread_started, stop, ck_pending;
+    pthread_t thread;
+    uint64_t ck_txnid;
+    MDB_txn *pin, *old_pin; /* snapshots of the base being recorded and of the one before */
+    uint64_t last_start_ms; /* writer thread only */
+    _Atomic uint64_t records, bytes, checkpoints, checkpoint_failures, last_checkpoint_ms;
+} lmdb_journal_t;
 
 typedef struct lmdb_store lmdb_store_t;
 typedef struct lmdb_read lmdb_read_t;
@@ -69,6 +101,9 @@ struct lmdb_store {
     atomic_bool filter_ready, filter_stop;
     pthread_t filter_thread;
     bool filter_thread_started;
+    lmdb_journal_t journal;
+    bool visitor;    /* another process owns the directory (lmdb_dir_owner): read-only here */
+    int dir_lock_fd; /* the directory lock this store took for itself, or -1 */
 };
 
 static inline void lmdb_put_u64(uint8_t *p, uint64_t v)
@@ -110,6 +145,12 @@ static inline uint16_t lmdb_get_u16(const uint8_t *p)
  * schema record (read with MDB_RDONLY | MDB_NOLOCK). Writes the marker where it is missing.
  * Returns 0, or -1 with err filled (another program's directory or store: nothing was written). */
 int lmdb_dir_claim(const char *dir, char *err, size_t errlen);
+
+/* Whether this process is the directory's owner, the one that recovers and journals the store: 1
+ * when it holds the lock already (store_lock_dir) or has just taken it (*taken: its fd, to close at
+ * the store's close; else -1), 0 when another process holds it (a tool beside a running tallyd:
+ * the store is then read-only here), -1 with err filled. */
+int lmdb_dir_owner(const char *dir, int *taken, char *err, size_t errlen);
 
 /* A STORE_ code for an LMDB (or errno) result. */
 int lmdb_rc(int rc);
@@ -194,6 +235,32 @@ int lmdb_list_apply(store_write_t *w, span_t item, span_t user, const list_chang
 int lmdb_lists_rebuild(store_write_t *w);
 int lmdb_read_list(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg);
 int lmdb_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches);
+/* Every change inside a write transaction goes through these (lmdb_journal.c), which keep it for
+ * the journal's record of the transaction: mdb_put (not MDB_RESERVE: the value must be whole when
+ * given), mdb_del of a key, mdb_cursor_put, mdb_cursor_del, and emptying a database. */
+int lmdb_put(MDB_txn *txn, MDB_dbi db, MDB_val *key, MDB_val *val, unsigned flags);
+/* A value written in place: lmdb_reserve (mdb_put with MDB_RESERVE), then, once it is filled in,
+ * lmdb_reserved with the same key and the val it returned. */
+int lmdb_reserve(MDB_txn *txn, MDB_dbi db, MDB_val *key, MDB_val *val);
+int lmdb_reserved(MDB_txn *txn, MDB_dbi db, const MDB_val *key, const MDB_val *val);
+int lmdb_del(MDB_txn *txn, MDB_dbi db, MDB_val *key);
+int lmdb_cursor_put(MDB_cursor *cur, MDB_val *key, MDB_val *val, unsigned flags);
+int lmdb_cursor_del(MDB_cursor *cur);
+int lmdb_empty(MDB_txn *txn, MDB_dbi db);
+/* Whether a file of the data directory is one of the journal's (journal-0, journal-1, journal-base). */
+bool lmdb_journal_owns(const char *name);
+/* The journal's life (lmdb_journal.c; lmdb_open and lmdb_close call them in this order). */
+int lmdb_journal_init(lmdb_store_t *s, const char *dir, char *err, size_t errlen);
+int lmdb_journal_restore(lmdb_store_t *s, uint64_t *base, char *err, size_t errlen);
+int lmdb_journal_replay(lmdb_store_t *s, MDB_txn *txn, uint64_t base, char *err, size_t errlen);
+int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen);
+void lmdb_journal_close(lmdb_store_t *s);
+/* The write path: changes forgotten (a new or aborted transaction), the record appended and synced
+ * before LMDB's commit, then told how that commit went; a checkpoint started when one is due. */
+void lmdb_journal_txn_reset(lmdb_store_t *s);
+int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid);
+void lmdb_journal_committed(lmdb_store_t *s, bool ok);
+void lmdb_journal_maybe_checkpoint(lmdb_store_t *s);
 extern const store_ops_t lmdb_store_ops;
 
 #endif

@@ -142,7 +142,7 @@ static int pos_write(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t us
             lmdb_put_u64(v + len, p->kind_seq[__builtin_ctz(m)]);
     }
     MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf}, val = {len, v};
-    return lmdb_rc(mdb_put(txn, s->rows, &key, &val, 0));
+    return lmdb_rc(lmdb_put(txn, s->rows, &key, &val, 0));
 }
 
 static int pos_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, const pos_t *p)
@@ -160,10 +160,10 @@ static int entry_put(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t us
     lmdb_put_u64(v, at_ms);
     memcpy(v + 8, &set, 4);
     MDB_val key = {list_key(kbuf, BY_ITEM, item, d, seq, user, false), kbuf}, val = {sizeof v, v};
-    int rc = mdb_put(txn, index_db(s, BY_ITEM), &key, &val, 0);
+    int rc = lmdb_put(txn, index_db(s, BY_ITEM), &key, &val, 0);
     if (rc == MDB_SUCCESS) {
         key = (MDB_val){list_key(kbuf, BY_USER, user, d, seq, item, false), kbuf};
-        rc = mdb_put(txn, index_db(s, BY_USER), &key, &val, 0);
+        rc = lmdb_put(txn, index_db(s, BY_USER), &key, &val, 0);
     }
     return lmdb_rc(rc);
 }
@@ -172,10 +172,10 @@ static int entry_del(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t us
 {
     uint8_t kbuf[LIST_KEY_LEN];
     MDB_val key = {list_key(kbuf, BY_ITEM, item, d, seq, user, false), kbuf};
-    int rc = mdb_del(txn, index_db(s, BY_ITEM), &key, NULL);
+    int rc = lmdb_del(txn, index_db(s, BY_ITEM), &key);
     if (rc == MDB_SUCCESS || rc == MDB_NOTFOUND) {
         key = (MDB_val){list_key(kbuf, BY_USER, user, d, seq, item, false), kbuf};
-        rc = mdb_del(txn, index_db(s, BY_USER), &key, NULL);
+        rc = lmdb_del(txn, index_db(s, BY_USER), &key);
     }
     return rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
@@ -290,7 +290,7 @@ static int first_log_at(const lmdb_store_t *s, MDB_txn *txn, uint64_t *at_ms)
 int lmdb_txn_lists_rebuild(const lmdb_store_t *s, MDB_txn *txn)
 {
     build_t b = {s, txn, 0, STORE_OK};
-    int rc = lmdb_rc(mdb_drop(txn, s->litem, 0));
+    int rc = lmdb_rc(lmdb_empty(txn, s->litem));
     if (rc == STORE_OK)
         rc = lmdb_idem_drop_lists(s, txn);
     if (rc == STORE_OK) /* the check counts the user index as idem less idem_exp: make that exact too */

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int lmdb_rc(int rc)
 {
@@ -76,7 +77,7 @@ int lmdb_delete_matching(MDB_txn *txn, MDB_dbi db, lmdb_match_fn match, void *ar
             break;
         }
         memcpy(kbuf, key.mv_data, key.mv_size);
-        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
+        if ((rc = lmdb_cursor_del(cur)) != MDB_SUCCESS)
             break;
         key = (MDB_val){key.mv_size, kbuf};
         rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
@@ -97,7 +98,7 @@ static int meta_put(MDB_txn *txn, MDB_dbi meta, const char *name, const void *da
 {
     MDB_val key = {strlen(name), (void *)name};
     MDB_val val = {len, (void *)data};
-    return mdb_put(txn, meta, &key, &val, 0);
+    return lmdb_put(txn, meta, &key, &val, 0);
 }
 
 /* Reconciles the configured kinds with the stored ones; writes the list back when kinds were added. */
@@ -210,7 +211,7 @@ static int schema_upgrade_from_3(lmdb_store_t *s, MDB_txn *txn)
         kbuf[head] = LMDB_LIST_TAG;
         memcpy(kbuf + head + 1, k + head, key.mv_size - head);
         MDB_val moved = {key.mv_size + 1, kbuf};
-        if ((rc = mdb_put(txn, s->idem, &moved, &val, 0)) != MDB_SUCCESS)
+        if ((rc = lmdb_put(txn, s->idem, &moved, &val, 0)) != MDB_SUCCESS)
             break;
     }
     mdb_cursor_close(cur);
@@ -281,7 +282,7 @@ static int counts_add_reactors(lmdb_store_t *s, MDB_txn *txn)
         }
         uint8_t disk[1 + (KINDS_MAX + 1) * sizeof(int64_t)];
         MDB_val nv = {counts_encode(s, REACTION_MODE_MANY, counts, disk), disk};
-        if ((rc = mdb_cursor_put(cur, &key, &nv, MDB_CURRENT)) != MDB_SUCCESS)
+        if ((rc = lmdb_cursor_put(cur, &key, &nv, MDB_CURRENT)) != MDB_SUCCESS)
             break;
     }
     mdb_cursor_close(cur);
@@ -432,20 +433,32 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         snprintf(err, errlen, "out of memory");
         return STORE_ERROR;
     }
+    s->journal.fd[0] = s->journal.fd[1] = -1;
+    s->dir_lock_fd = -1;
     if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
         goto fail;
     }
-    if (lmdb_dir_claim(dir, err, errlen) != 0)
+    uint64_t base = 0;
+    int own = lmdb_dir_owner(dir, &s->dir_lock_fd, err, errlen);
+    if (own < 0 || lmdb_dir_claim(dir, err, errlen) != 0)
         goto fail;
-    if ((rc = mdb_env_create(&s->env)) != MDB_SUCCESS || (rc = mdb_env_set_maxdbs(s->env, MAX_DBS)) != MDB_SUCCESS ||
+    /* A tool beside a running tallyd reads what that tallyd committed and must not touch its journal. */
+    s->visitor = own == 0;
+    if (!s->visitor &&
+        (lmdb_journal_init(s, dir, err, errlen) != STORE_OK || lmdb_journal_restore(s, &base, err, errlen) != STORE_OK))
+        goto fail;
+    if ((rc = mdb_env_create(&s->env)) != MDB_SUCCESS || (rc = mdb_env_set_userctx(s->env, s)) != MDB_SUCCESS ||
+        (rc = mdb_env_set_maxdbs(s->env, MAX_DBS)) != MDB_SUCCESS ||
         (rc = mdb_env_set_maxreaders(s->env, MAX_READERS)) != MDB_SUCCESS ||
         (rc = mdb_env_set_mapsize(s->env, opt->map_size_bytes)) != MDB_SUCCESS) {
         snprintf(err, errlen, "lmdb: %s", mdb_strerror(rc));
         goto fail;
     }
-    /* Durable commits (no NOSYNC flags); NOTLS so a snapshot belongs to its handle, not its thread. */
-    if ((rc = mdb_env_open(s->env, dir, MDB_NOTLS | MDB_NORDAHEAD, 0640)) != MDB_SUCCESS) {
+    /* No sync at LMDB's commits: the journal makes each batch durable (lmdb_journal.c). NOTLS so a
+     * snapshot belongs to its handle, not its thread (the journal's are released by another). */
+    if ((rc = mdb_env_open(s->env, dir, MDB_NOTLS | MDB_NORDAHEAD | (s->visitor ? 0 : MDB_NOSYNC), 0640)) !=
+        MDB_SUCCESS) {
         snprintf(err, errlen, "cannot open store in %s: %s", dir, mdb_strerror(rc));
         goto fail;
     }
@@ -461,6 +474,11 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
         goto fail;
     }
+    MDB_dbi journalled[] = {s->meta, s->rows, s->log, s->counts, s->idem, s->idem_exp, s->aux, s->litem};
+    memcpy(s->journal.dbs, journalled, sizeof journalled);
+    s->journal.ndbs = (int)(sizeof journalled / sizeof journalled[0]);
+    if (!s->visitor && lmdb_journal_replay(s, txn, base, err, errlen) != STORE_OK)
+        goto fail;
     bool build_lists;
     if (schema_check(s, txn, &build_lists, err, errlen) != STORE_OK ||
         kinds_reconcile(s, txn, kinds, err, errlen) != STORE_OK ||
@@ -484,6 +502,8 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         snprintf(err, errlen, "initialising the store: %s", mdb_strerror(rc));
         goto fail;
     }
+    if (!s->visitor && lmdb_journal_start(s, err, errlen) != STORE_OK)
+        goto fail;
     s->write.store = s;
     filter_start(s, opt->row_filter_bytes);
     s->base.ops = &lmdb_store_ops;
@@ -492,8 +512,12 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
 fail:
     if (txn)
         mdb_txn_abort(txn);
+    s->journal.recording = false; /* nothing to record at a last checkpoint: there is none */
+    lmdb_journal_close(s);
     if (s->env)
         mdb_env_close(s->env);
+    if (s->dir_lock_fd >= 0)
+        close(s->dir_lock_fd);
     free(s);
     return STORE_ERROR;
 }
@@ -515,7 +539,10 @@ void lmdb_close(store_t *s_)
         pthread_join(s->filter_thread, NULL);
     }
     pairfilter_free(&s->filter);
+    lmdb_journal_close(s);
     mdb_env_close(s->env);
+    if (s->dir_lock_fd >= 0)
+        close(s->dir_lock_fd); /* last: the next owner finds the store closed */
     free(s);
 }
 
@@ -693,11 +720,16 @@ int lmdb_write_begin(store_t *s_, store_write_t **out)
     lmdb_store_t *s = (lmdb_store_t *)s_;
     struct lmdb_write *w = &s->write;
     assert(!w->active);
+    if (s->visitor) {
+        fprintf(stderr, "level=error event=write-refused reason=\"another process owns the store\"\n");
+        return STORE_ERROR;
+    }
     int rc = mdb_txn_begin(s->env, NULL, 0, &w->txn);
     if (rc != MDB_SUCCESS)
         return lmdb_rc(rc);
     w->active = true;
     w->next_seq = s->next_seq;
+    lmdb_journal_txn_reset(s);
     w->base.ops = &lmdb_store_ops;
     *out = &w->base;
     return STORE_OK;
@@ -708,10 +740,33 @@ int lmdb_write_commit(store_write_t *w_)
     lmdb_write_t *w = (lmdb_write_t *)w_;
     assert(w->active);
     atomic_thread_fence(memory_order_release); /* the row filter's adds before the rows they stand for */
-    int rc = mdb_txn_commit(w->txn);
+    lmdb_store_t *s = w->store;
+    bool changed = s->journal.nops > 0;
+    /* Durable first (the record, synced), visible after: a reader never sees what a crash could undo. */
+    int rc = changed ? lmdb_journal_append(s, (uint64_t)mdb_txn_id(w->txn)) : MDB_SUCCESS;
+    if (rc != 0) {
+        mdb_txn_abort(w->txn);
+        lmdb_journal_txn_reset(s);
+        w->active = false;
+        return lmdb_rc(rc);
+    }
+    MDB_envinfo before = {0}, after = {0};
+    if (!changed)
+        mdb_env_info(s->env, &before);
+    rc = mdb_txn_commit(w->txn);
     w->active = false;
-    if (rc == MDB_SUCCESS)
-        w->store->next_seq = w->next_seq;
+    if (changed)
+        lmdb_journal_committed(s, rc == MDB_SUCCESS);
+    else if (rc == MDB_SUCCESS && mdb_env_info(s->env, &after) == MDB_SUCCESS &&
+             after.me_last_txnid != before.me_last_txnid) {
+        /* a change that bypassed lmdb_put and its kin: made durable the slow way, and said loudly */
+        fprintf(stderr, "level=error event=journal-missed-change txn=%zu\n", after.me_last_txnid);
+        rc = mdb_env_sync(s->env, 1);
+    }
+    if (rc == MDB_SUCCESS) {
+        s->next_seq = w->next_seq;
+        lmdb_journal_maybe_checkpoint(s);
+    }
     return lmdb_rc(rc);
 }
 
@@ -720,6 +775,7 @@ void lmdb_write_abort(store_write_t *w_)
     lmdb_write_t *w = (lmdb_write_t *)w_;
     assert(w->active);
     mdb_txn_abort(w->txn);
+    lmdb_journal_txn_reset(w->store);
     w->active = false;
 }
 
@@ -758,7 +814,7 @@ int lmdb_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row
     }
     MDB_val val = {len, vbuf};
     pairfilter_add(&w->store->filter, item, user); /* before the row can be seen (store_write_commit) */
-    return lmdb_rc(mdb_put(w->txn, w->store->rows, &key, &val, 0));
+    return lmdb_rc(lmdb_put(w->txn, w->store->rows, &key, &val, 0));
 }
 
 int lmdb_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
@@ -784,7 +840,7 @@ int lmdb_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
     memcpy(vbuf + head + t->item.len, t->user.ptr, t->user.len);
     uint64_t n = w->next_seq;
     MDB_val key = {sizeof n, &n}, val = {head + t->item.len + t->user.len, vbuf};
-    int rc = mdb_put(w->txn, s->log, &key, &val, MDB_APPEND);
+    int rc = lmdb_put(w->txn, s->log, &key, &val, MDB_APPEND);
     if (rc == MDB_SUCCESS) {
         *seq = n;
         w->next_seq = n + 1;
@@ -873,7 +929,7 @@ int lmdb_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_M
     uint8_t disk[1 + (KINDS_MAX + 1) * sizeof(int64_t)];
     MDB_val key = {lmdb_pair_key(kbuf, item, (span_t){"", 0}), kbuf},
             val = {counts_encode(s, s->mode, counts, disk), disk};
-    return lmdb_rc(mdb_put(w->txn, s->counts, &key, &val, 0));
+    return lmdb_rc(lmdb_put(w->txn, s->counts, &key, &val, 0));
 }
 
 int lmdb_txn_checkpoint_get(const lmdb_store_t *s, MDB_txn *txn, uint64_t *seq)

@@ -186,7 +186,7 @@ int lmdb_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, siz
     while (*deleted < limit && (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST)) == MDB_SUCCESS) {
         if (lmdb_get_u64(key.mv_data) > upto_seq || val.mv_size < 8 || lmdb_get_u64(val.mv_data) >= before_ms)
             break;
-        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
+        if ((rc = lmdb_cursor_del(cur)) != MDB_SUCCESS)
             break;
         (*deleted)++;
     }
@@ -306,7 +306,7 @@ int lmdb_aux_put(store_write_t *w_, span_t key, span_t value)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
     MDB_val k = {key.len, (void *)key.ptr}, v = {value.len, (void *)value.ptr};
-    return lmdb_rc(mdb_put(w->txn, w->store->aux, &k, &v, 0));
+    return lmdb_rc(lmdb_put(w->txn, w->store->aux, &k, &v, 0));
 }
 
 int lmdb_aux_delete_range(store_write_t *w_, span_t from, span_t to)
@@ -326,7 +326,7 @@ int lmdb_aux_delete_range(store_write_t *w_, span_t from, span_t to)
         int cmp = memcmp(key.mv_data, to.ptr, n);
         if (cmp > 0 || (cmp == 0 && key.mv_size >= to.len))
             break;
-        if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS)
+        if ((rc = lmdb_cursor_del(cur)) != MDB_SUCCESS)
             break;
     }
     mdb_cursor_close(cur);

@@ -1,0 +1,697 @@
+/* lmdb_journal.c — where the embedded store's durability comes from (DESIGN.md § Durability may come
+ * from a journal). Each write transaction's changes (puts, deletes, a database emptied) are kept as it
+ * runs; at its commit they are appended to a journal file as one record and synced (one sequential
+ * write), and only then is the LMDB transaction committed, without a sync of its own (MDB_NOSYNC):
+ * readers see a batch only once it is durable, and the B-tree's pages reach the disk later, many
+ * batches' at once.
+ *
+ * Every JOURNAL_CHECKPOINT_MS a thread syncs the data file and records that state as the base:
+ * its transaction id and LMDB's two meta pages as they were at its commit (the file `journal-base`).
+ * A snapshot (a read transaction) is held on the base until the next base is recorded, so LMDB
+ * never reuses a page of it: whatever reached the disk since, the base's tree is intact there.
+ *
+ * A clean close syncs the data file and removes the base and the records: nothing to recover. After
+ * a crash the base is there, and opening the store writes its meta pages back into data.mdb (the
+ * newer ones may name pages that never reached the disk, after a power loss), then replays the
+ * records that came after the base, in transaction order, which must follow on from it without a
+ * gap. After a kill -9 nothing was lost from the page cache, and the same steps give the same
+ * result, so there is one recovery.
+ *
+ * Only the directory's owner (lmdb_dir_owner: tallyd, or a tool on a stopped store) journals and
+ * recovers; a tool beside a running tallyd opens the store read-only and leaves the journal alone.
+ *
+ * Records go to two files in turn: each checkpoint switches to the other, whose records the base
+ * before it already holds. A record: [magic u32][payload length u32][txn id u64][crc32 u32][ops
+ * u32] then its changes, each [op u8][database u8][key length u16][value length u32][key][value].
+ * Host byte order: the journal never leaves the machine that wrote it. */
+#include "store/lmdb/lmdb_internal.h"
+
+#include "core/clock.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define RECORD_MAGIC 0x4a524c54u /* "TLRJ" */
+#define BASE_MAGIC 0x42524c54u   /* "TLRB" */
+#define RECORD_HEADER_LEN 24
+#define OP_HEADER_LEN 8
+#define BASE_HEADER_LEN 20
+#define BASE_FILE "journal-base"
+#define JOURNAL_FILE "journal-%d"
+#define RECORD_MAX (1u << 30) /* a batch's changes are far below; longer is a damaged header */
+
+enum { OP_PUT = 1, OP_DEL = 2, OP_EMPTY = 3 };
+
+/* --- the changes of the open transaction --- */
+
+static int db_index(const lmdb_store_t *s, MDB_dbi db)
+{
+    for (int i = 0; i < s->journal.ndbs; i++)
+        if (s->journal.dbs[i] == db)
+            return i;
+    return -1;
+}
+
+static int ops_reserve(lmdb_journal_t *j, size_t more)
+{
+    if (j->ops_len + more <= j->ops_cap)
+        return 0;
+    size_t cap = j->ops_cap ? j->ops_cap : 64 * 1024;
+    while (cap < j->ops_len + more)
+        cap *= 2;
+    uint8_t *p = realloc(j->ops, cap);
+    if (!p)
+        return ENOMEM;
+    j->ops = p;
+    j->ops_cap = cap;
+    return 0;
+}
+
+/* Keeps one change of the open transaction (nothing while the journal is not recording: opening). */
+static int note(MDB_txn *txn, int op, MDB_dbi db, const MDB_val *key, const MDB_val *val)
+{
+    lmdb_store_t *s = mdb_env_get_userctx(mdb_txn_env(txn));
+    lmdb_journal_t *j = &s->journal;
+    if (!j->recording)
+        return MDB_SUCCESS;
+    int idx = db_index(s, db);
+    size_t klen = key ? key->mv_size : 0, vlen = val ? val->mv_size : 0;
+    if (idx < 0 || klen > UINT16_MAX)
+        return EINVAL;
+    int rc = ops_reserve(j, OP_HEADER_LEN + klen + vlen);
+    if (rc != 0)
+        return rc;
+    uint8_t *p = j->ops + j->ops_len;
+    p[0] = (uint8_t)op;
+    p[1] = (uint8_t)idx;
+    lmdb_put_u16(p + 2, (uint16_t)klen);
+    uint32_t v32 = (uint32_t)vlen;
+    memcpy(p + 4, &v32, 4);
+    if (klen)
+        memcpy(p + OP_HEADER_LEN, key->mv_data, klen);
+    if (vlen)
+        memcpy(p + OP_HEADER_LEN + klen, val->mv_data, vlen);
+    j->ops_len += OP_HEADER_LEN + klen + vlen;
+    j->nops++;
+    return MDB_SUCCESS;
+}
+
+int lmdb_put(MDB_txn *txn, MDB_dbi db, MDB_val *key, MDB_val *val, unsigned flags)
+{
+    assert(!(flags & MDB_RESERVE)); /* lmdb_reserve, then lmdb_reserved once the value is written */
+    int rc = mdb_put(txn, db, key, val, flags);
+    return rc == MDB_SUCCESS ? note(txn, OP_PUT, db, key, val) : rc;
+}
+
+int lmdb_reserve(MDB_txn *txn, MDB_dbi db, MDB_val *key, MDB_val *val)
+{
+    return mdb_put(txn, db, key, val, MDB_RESERVE);
+}
+
+int lmdb_reserved(MDB_txn *txn, MDB_dbi db, const MDB_val *key, const MDB_val *val)
+{
+    return note(txn, OP_PUT, db, key, val);
+}
+
+int lmdb_del(MDB_txn *txn, MDB_dbi db, MDB_val *key)
+{
+    int rc = mdb_del(txn, db, key, NULL);
+    return rc == MDB_SUCCESS ? note(txn, OP_DEL, db, key, NULL) : rc;
+}
+
+int lmdb_cursor_put(MDB_cursor *cur, MDB_val *key, MDB_val *val, unsigned flags)
+{
+    int rc = mdb_cursor_put(cur, key, val, flags);
+    if (rc != MDB_SUCCESS)
+        return rc;
+    MDB_val k, v; /* with MDB_CURRENT the key given may be the caller's copy: the record's own */
+    if ((rc = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT)) != MDB_SUCCESS)
+        return rc;
+    return note(mdb_cursor_txn(cur), OP_PUT, mdb_cursor_dbi(cur), &k, &v);
+}
+
+int lmdb_cursor_del(MDB_cursor *cur)
+{
+    MDB_val k, v;
+    int rc = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT);
+    if (rc != MDB_SUCCESS)
+        return rc;
+    MDB_txn *txn = mdb_cursor_txn(cur);
+    lmdb_journal_t *j = &((lmdb_store_t *)mdb_env_get_userctx(mdb_txn_env(txn)))->journal;
+    size_t len = j->ops_len, n = j->nops;
+    if ((rc = note(txn, OP_DEL, mdb_cursor_dbi(cur), &k, NULL)) != MDB_SUCCESS) /* before: k dies with it */
+        return rc;
+    if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS) {
+        j->ops_len = len;
+        j->nops = n;
+    }
+    return rc;
+}
+
+int lmdb_empty(MDB_txn *txn, MDB_dbi db)
+{
+    int rc = mdb_drop(txn, db, 0);
+    return rc == MDB_SUCCESS ? note(txn, OP_EMPTY, db, NULL, NULL) : rc;
+}
+
+void lmdb_journal_txn_reset(lmdb_store_t *s)
+{
+    s->journal.ops_len = 0;
+    s->journal.nops = 0;
+}
+
+/* --- files --- */
+
+static int sync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    int rc = fsync(fd) == 0 ? 0 : errno;
+    close(fd);
+    return rc;
+}
+
+static int write_all(int fd, const void *buf, size_t len, off_t off)
+{
+    const uint8_t *p = buf;
+    while (len) {
+        ssize_t n = pwrite(fd, p, len, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? errno : EIO;
+        p += n;
+        len -= (size_t)n;
+        off += n;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, size_t len, off_t off)
+{
+    uint8_t *p = buf;
+    while (len) {
+        ssize_t n = pread(fd, p, len, off);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return n < 0 ? errno : EIO;
+        p += n;
+        len -= (size_t)n;
+        off += n;
+    }
+    return 0;
+}
+
+static uint32_t crc_of(uint64_t txnid, const uint8_t *data, size_t len)
+{
+    uLong c = crc32(0L, (const Bytef *)&txnid, sizeof txnid);
+    return (uint32_t)crc32(c, data, (uInt)len);
+}
+
+/* The base: [magic u32][page size u32][txn id u64][crc32 u32] then the two meta pages. Written to
+ * a new file, synced and renamed over the old one: a crash leaves one or the other, whole. */
+static int base_write(lmdb_journal_t *j, uint64_t txnid, const uint8_t *metas)
+{
+    char tmp[sizeof j->base_path + 8];
+    snprintf(tmp, sizeof tmp, "%s.new", j->base_path);
+    size_t mlen = 2 * (size_t)j->psize;
+    uint8_t head[BASE_HEADER_LEN];
+    uint32_t magic = BASE_MAGIC, crc = crc_of(txnid, metas, mlen);
+    memcpy(head, &magic, 4);
+    memcpy(head + 4, &j->psize, 4);
+    memcpy(head + 8, &txnid, 8);
+    memcpy(head + 16, &crc, 4);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+    if (fd < 0)
+        return errno;
+    int rc = write_all(fd, head, sizeof head, 0);
+    if (rc == 0)
+        rc = write_all(fd, metas, mlen, sizeof head);
+    if (rc == 0 && fdatasync(fd) != 0)
+        rc = errno;
+    close(fd);
+    if (rc == 0 && rename(tmp, j->base_path) != 0)
+        rc = errno;
+    if (rc == 0)
+        rc = sync_dir(j->dir);
+    if (rc != 0)
+        unlink(tmp);
+    return rc;
+}
+
+/* Reads the base: 0 with *txnid and the meta pages, ENOENT when there is none, else an error. */
+static int base_read(lmdb_journal_t *j, uint64_t *txnid, uint8_t **metas, uint32_t *psize)
+{
+    int fd = open(j->base_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    uint8_t head[BASE_HEADER_LEN];
+    uint32_t magic, crc;
+    int rc = read_all(fd, head, sizeof head, 0);
+    memcpy(&magic, head, 4);
+    memcpy(psize, head + 4, 4);
+    memcpy(txnid, head + 8, 8);
+    memcpy(&crc, head + 16, 4);
+    if (rc == 0 && (magic != BASE_MAGIC || *psize < 512 || *psize > 65536))
+        rc = EBADMSG;
+    *metas = NULL;
+    if (rc == 0 && !(*metas = malloc(2 * (size_t)*psize)))
+        rc = ENOMEM;
+    if (rc == 0)
+        rc = read_all(fd, *metas, 2 * (size_t)*psize, sizeof head);
+    if (rc == 0 && crc_of(*txnid, *metas, 2 * (size_t)*psize) != crc)
+        rc = EBADMSG;
+    close(fd);
+    if (rc != 0) {
+        free(*metas);
+        *metas = NULL;
+    }
+    return rc == EIO ? EBADMSG : rc; /* EIO from read_all: the file ended early */
+}
+
+/* --- the write path --- */
+
+/* Cuts the file being appended to after its last good record (a failed append, or a record whose
+ * transaction LMDB did not take), synced: no replay applies what was not committed. Shortening needs
+ * no free block. If even that fails, nothing more is committed until a restart: an acknowledged write
+ * must never depend on it. */
+static void cut_back(lmdb_journal_t *j)
+{
+    int fd = j->fd[j->cur];
+    if (ftruncate(fd, (off_t)j->off) != 0 || fdatasync(fd) != 0) {
+        j->broken = true;
+        fprintf(stderr, "level=error event=journal-broken reason=\"%s\" (writes refused until a restart)\n",
+                strerror(errno));
+    }
+}
+
+/* The open transaction's changes as one record, synced, before LMDB commits it (txnid: the id it
+ * commits as). Returns 0, or an errno (the transaction must then be aborted). */
+int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid)
+{
+    lmdb_journal_t *j = &s->journal;
+    if (j->broken)
+        return EIO;
+    if (j->ops_len > RECORD_MAX)
+        return EFBIG;
+    uint8_t head[RECORD_HEADER_LEN];
+    uint32_t magic = RECORD_MAGIC, len = (uint32_t)j->ops_len, crc = crc_of(txnid, j->ops, j->ops_len),
+             nops = (uint32_t)j->nops;
+    memcpy(head, &magic, 4);
+    memcpy(head + 4, &len, 4);
+    memcpy(head + 8, &txnid, 8);
+    memcpy(head + 16, &crc, 4);
+    memcpy(head + 20, &nops, 4);
+    int fd = j->fd[j->cur];
+    int rc = write_all(fd, head, sizeof head, (off_t)j->off);
+    if (rc == 0)
+        rc = write_all(fd, j->ops, j->ops_len, (off_t)(j->off + sizeof head));
+    if (rc == 0 && fdatasync(fd) != 0)
+        rc = errno;
+    if (rc != 0) {
+        cut_back(j);
+        return rc;
+    }
+    j->pending_len = sizeof head + j->ops_len;
+    atomic_fetch_add(&j->records, 1);
+    atomic_fetch_add(&j->bytes, j->pending_len);
+    return 0;
+}
+
+/* After LMDB's commit of the transaction just appended: ok, the record stays; else it is cut off. */
+void lmdb_journal_committed(lmdb_store_t *s, bool ok)
+{
+    lmdb_journal_t *j = &s->journal;
+    if (ok)
+        j->off += j->pending_len;
+    else if (j->pending_len)
+        cut_back(j);
+    j->pending_len = 0;
+    lmdb_journal_txn_reset(s);
+}
+
+/* --- checkpoints --- */
+
+static int metas_read(lmdb_store_t *s, uint8_t *metas)
+{
+    int fd;
+    if (mdb_env_get_fd(s->env, &fd) != MDB_SUCCESS)
+        return EBADF;
+    return read_all(fd, metas, 2 * (size_t)s->journal.psize, 0);
+}
+
+static void *checkpoint_thread(void *arg)
+{
+    lmdb_store_t *s = arg;
+    lmdb_journal_t *j = &s->journal;
+    pthread_mutex_lock(&j->lock);
+    for (;;) {
+        while (!j->ck_pending && !j->stop)
+            pthread_cond_wait(&j->cond, &j->lock);
+        if (!j->ck_pending)
+            break;
+        uint64_t txnid = j->ck_txnid;
+        pthread_mutex_unlock(&j->lock);
+        uint64_t t0 = mono_ms();
+        int rc = mdb_env_sync(s->env, 1);
+        if (rc == MDB_SUCCESS)
+            rc = base_write(j, txnid, j->ck_metas);
+        pthread_mutex_lock(&j->lock);
+        if (rc == 0) {
+            if (j->old_pin)
+                mdb_txn_abort(j->old_pin); /* the base before: its pages may be reused now */
+            j->old_pin = NULL;
+            j->ck_pending = false;
+            atomic_fetch_add(&j->checkpoints, 1);
+            atomic_store(&j->last_checkpoint_ms, mono_ms() - t0);
+            pthread_cond_broadcast(&j->cond);
+        } else {
+            /* The base before stays, with its snapshot and both files' records: tried again. */
+            atomic_fetch_add(&j->checkpoint_failures, 1);
+            pthread_cond_broadcast(&j->cond); /* a close waiting for it stops waiting */
+            fprintf(stderr, "level=warn event=checkpoint-failed reason=\"%s\"\n",
+                    rc > 0 ? strerror(rc) : mdb_strerror(rc));
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += 1;
+            if (!j->stop)
+                pthread_cond_timedwait(&j->cond, &j->lock, &until);
+            if (j->stop)
+                break;
+        }
+    }
+    pthread_mutex_unlock(&j->lock);
+    return NULL;
+}
+
+/* After a commit (writer thread, no transaction open): starts a checkpoint when one is due and none
+ * is under way. The snapshot of the new base is taken here, before the next commit can free a page
+ * of it; the meta pages are read as this commit left them. */
+void lmdb_journal_maybe_checkpoint(lmdb_store_t *s)
+{
+    lmdb_journal_t *j = &s->journal;
+    uint64_t now = mono_ms();
+    if (now - j->last_start_ms < JOURNAL_CHECKPOINT_MS && j->off < JOURNAL_SWITCH_BYTES)
+        return;
+    pthread_mutex_lock(&j->lock);
+    bool busy = j->ck_pending;
+    pthread_mutex_unlock(&j->lock);
+    if (busy)
+        return;
+    MDB_envinfo info;
+    MDB_txn *pin = NULL;
+    if (mdb_env_info(s->env, &info) != MDB_SUCCESS || metas_read(s, j->ck_metas) != 0 ||
+        mdb_txn_begin(s->env, NULL, MDB_RDONLY, &pin) != MDB_SUCCESS)
+        return; /* tried again after the next commit */
+    j->last_start_ms = now;
+    j->cur ^= 1; /* the other file's records are all in the base before this one */
+    j->off = 0;
+    pthread_mutex_lock(&j->lock);
+    j->ck_txnid = (uint64_t)info.me_last_txnid;
+    j->old_pin = j->pin;
+    j->pin = pin;
+    j->ck_pending = true;
+    pthread_cond_broadcast(&j->cond);
+    pthread_mutex_unlock(&j->lock);
+}
+
+/* --- opening and closing --- */
+
+bool lmdb_journal_owns(const char *name)
+{
+    return strcmp(name, "journal-0") == 0 || strcmp(name, "journal-1") == 0 || strcmp(name, BASE_FILE) == 0 ||
+           strcmp(name, BASE_FILE ".new") == 0;
+}
+
+int lmdb_journal_init(lmdb_store_t *s, const char *dir, char *err, size_t errlen)
+{
+    lmdb_journal_t *j = &s->journal;
+    for (int i = 0; i < 2; i++)
+        j->fd[i] = -1;
+    snprintf(j->dir, sizeof j->dir, "%s", dir);
+    snprintf(j->base_path, sizeof j->base_path, "%s/%s", dir, BASE_FILE);
+    for (int i = 0; i < 2; i++) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s/" JOURNAL_FILE, dir, i);
+        if ((j->fd[i] = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640)) < 0) {
+            snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+            return STORE_ERROR;
+        }
+    }
+    pthread_mutex_init(&j->lock, NULL);
+    pthread_cond_init(&j->cond, NULL);
+    j->locks_made = true;
+    return STORE_OK;
+}
+
+/* Before the environment is opened: the base's meta pages written back into data.mdb (synced), so
+ * that LMDB opens the base's tree. *base is its txn id, or 0 when there is no base (a new store, or
+ * one from before the journal: then every commit in data.mdb was synced, and no record is needed). */
+int lmdb_journal_restore(lmdb_store_t *s, uint64_t *base, char *err, size_t errlen)
+{
+    lmdb_journal_t *j = &s->journal;
+    uint8_t *metas = NULL;
+    uint32_t psize = 0;
+    *base = 0;
+    int rc = base_read(j, base, &metas, &psize);
+    if (rc == ENOENT)
+        return STORE_OK;
+    if (rc != 0) {
+        snprintf(err, errlen, "%s: %s", j->base_path,
+                 rc == EBADMSG ? "damaged (bad length or checksum)" : strerror(rc));
+        return STORE_ERROR;
+    }
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/data.mdb", j->dir);
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0) {
+        snprintf(err, errlen, "%s names a state of %s, which cannot be opened: %s", j->base_path, path,
+                 strerror(errno));
+        free(metas);
+        return STORE_ERROR;
+    }
+    rc = write_all(fd, metas, 2 * (size_t)psize, 0);
+    if (rc == 0 && fdatasync(fd) != 0)
+        rc = errno;
+    close(fd);
+    free(metas);
+    if (rc != 0) {
+        snprintf(err, errlen, "restoring the journal's base into %s: %s", path, strerror(rc));
+        return STORE_ERROR;
+    }
+    return STORE_OK;
+}
+
+typedef struct {
+    uint64_t txnid;
+    uint8_t *ops;
+    uint32_t len, nops;
+} record_t;
+
+static int record_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const record_t *)a)->txnid, y = ((const record_t *)b)->txnid;
+    return x < y ? -1 : x > y;
+}
+
+/* The valid records of one file after base, appended to *recs: a file is read from its start while
+ * each record is whole, its checksum right and its txn id above the one before (what follows is an
+ * older generation's, or a record cut short). */
+static int file_records(int fd, uint64_t base, record_t **recs, size_t *n, size_t *cap)
+{
+    off_t off = 0;
+    uint64_t prev = 0;
+    for (;;) {
+        uint8_t head[RECORD_HEADER_LEN];
+        if (read_all(fd, head, sizeof head, off) != 0)
+            return 0;
+        record_t r;
+        uint32_t magic, crc;
+        memcpy(&magic, head, 4);
+        memcpy(&r.len, head + 4, 4);
+        memcpy(&r.txnid, head + 8, 8);
+        memcpy(&crc, head + 16, 4);
+        memcpy(&r.nops, head + 20, 4);
+        if (magic != RECORD_MAGIC || r.txnid <= prev || r.len > RECORD_MAX)
+            return 0;
+        if (!(r.ops = malloc(r.len ? r.len : 1)))
+            return ENOMEM;
+        if (read_all(fd, r.ops, r.len, off + (off_t)sizeof head) != 0 || crc_of(r.txnid, r.ops, r.len) != crc) {
+            free(r.ops);
+            return 0;
+        }
+        prev = r.txnid;
+        off += (off_t)(sizeof head + r.len);
+        if (r.txnid <= base) {
+            free(r.ops);
+            continue;
+        }
+        if (*n == *cap) {
+            size_t c = *cap ? 2 * *cap : 64;
+            record_t *p = realloc(*recs, c * sizeof *p);
+            if (!p) {
+                free(r.ops);
+                return ENOMEM;
+            }
+            *recs = p;
+            *cap = c;
+        }
+        (*recs)[(*n)++] = r;
+    }
+}
+
+static int replay_one(lmdb_store_t *s, MDB_txn *txn, const record_t *r, uint64_t *ops)
+{
+    const uint8_t *p = r->ops, *end = r->ops + r->len;
+    for (uint32_t i = 0; i < r->nops; i++) {
+        if (end - p < OP_HEADER_LEN)
+            return EBADMSG;
+        uint32_t vlen;
+        uint16_t klen = lmdb_get_u16(p + 2);
+        memcpy(&vlen, p + 4, 4);
+        int op = p[0], idx = p[1];
+        if (idx >= s->journal.ndbs || (size_t)(end - p - OP_HEADER_LEN) < (size_t)klen + vlen)
+            return EBADMSG;
+        MDB_val k = {klen, (void *)(p + OP_HEADER_LEN)}, v = {vlen, (void *)(p + OP_HEADER_LEN + klen)};
+        MDB_dbi db = s->journal.dbs[idx];
+        int rc = op == OP_PUT     ? mdb_put(txn, db, &k, &v, 0)
+                 : op == OP_DEL   ? mdb_del(txn, db, &k, NULL)
+                 : op == OP_EMPTY ? mdb_drop(txn, db, 0)
+                                  : EBADMSG;
+        if (rc != MDB_SUCCESS)
+            return rc;
+        p += OP_HEADER_LEN + klen + vlen;
+        (*ops)++;
+    }
+    return p == end ? 0 : EBADMSG;
+}
+
+/* In the opening transaction, on the restored base (txn id base): every record after it, in order.
+ * They must follow on from the base (base + 1, base + 2, …): a gap means records were lost, and the
+ * store refuses to open rather than serve a past that skips acknowledged writes. */
+int lmdb_journal_replay(lmdb_store_t *s, MDB_txn *txn, uint64_t base, char *err, size_t errlen)
+{
+    lmdb_journal_t *j = &s->journal;
+    record_t *recs = NULL;
+    size_t n = 0, cap = 0;
+    uint64_t t0 = mono_ms(), ops = 0;
+    int rc = 0;
+    for (int i = 0; i < 2 && rc == 0; i++)
+        rc = file_records(j->fd[i], base, &recs, &n, &cap);
+    if (rc == 0 && n && !base) {
+        snprintf(err, errlen, "the journal holds records but %s is missing", j->base_path);
+        rc = -1;
+    }
+    if (n)
+        qsort(recs, n, sizeof *recs, record_cmp);
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        if (recs[i].txnid != base + 1 + i) {
+            snprintf(err, errlen,
+                     "the journal lacks transaction %llu (it goes on at %llu): refusing a store "
+                     "that would miss acknowledged writes",
+                     (unsigned long long)(base + 1 + i), (unsigned long long)recs[i].txnid);
+            rc = -1;
+        } else if ((rc = replay_one(s, txn, &recs[i], &ops)) != 0) {
+            snprintf(err, errlen, "replaying journal record %llu: %s", (unsigned long long)recs[i].txnid,
+                     rc == EBADMSG ? "malformed"
+                     : rc > 0      ? strerror(rc)
+                                   : mdb_strerror(rc));
+        }
+    }
+    for (size_t i = 0; i < n; i++)
+        free(recs[i].ops);
+    free(recs);
+    if (rc == 0 && n)
+        fprintf(stderr, "level=info event=journal-replayed records=%zu changes=%llu base=%llu ms=%llu\n", n,
+                (unsigned long long)ops, (unsigned long long)base, (unsigned long long)(mono_ms() - t0));
+    if (rc == ENOMEM)
+        snprintf(err, errlen, "reading the journal: out of memory");
+    return rc == 0 ? STORE_OK : STORE_ERROR;
+}
+
+/* After the opening transaction: the data file synced, its state made the base, both files emptied
+ * (their records are in the base; a replayed store's txn ids start again below theirs), and the
+ * checkpoint thread started. From here on every write transaction is recorded. */
+int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen)
+{
+    lmdb_journal_t *j = &s->journal;
+    MDB_stat st;
+    MDB_envinfo info;
+    int rc = mdb_env_stat(s->env, &st);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_env_info(s->env, &info);
+    if (rc == MDB_SUCCESS) {
+        j->psize = st.ms_psize;
+        j->ck_metas = malloc(2 * (size_t)j->psize);
+        rc = j->ck_metas ? mdb_env_sync(s->env, 1) : ENOMEM;
+    }
+    if (rc == MDB_SUCCESS)
+        rc = metas_read(s, j->ck_metas);
+    if (rc == MDB_SUCCESS)
+        rc = base_write(j, (uint64_t)info.me_last_txnid, j->ck_metas);
+    for (int i = 0; i < 2 && rc == MDB_SUCCESS; i++)
+        if (ftruncate(j->fd[i], 0) != 0 || fdatasync(j->fd[i]) != 0)
+            rc = errno;
+    if (rc == MDB_SUCCESS && mdb_txn_begin(s->env, NULL, MDB_RDONLY, &j->pin) != MDB_SUCCESS)
+        rc = EAGAIN;
+    if (rc != MDB_SUCCESS) {
+        snprintf(err, errlen, "starting the journal: %s", rc > 0 ? strerror(rc) : mdb_strerror(rc));
+        return STORE_ERROR;
+    }
+    j->cur = 0;
+    j->off = 0;
+    j->last_start_ms = mono_ms();
+    if (pthread_create(&j->thread, NULL, checkpoint_thread, s) != 0) {
+        snprintf(err, errlen, "starting the journal's checkpoint thread failed");
+        return STORE_ERROR;
+    }
+    j->thread_started = true;
+    j->recording = true;
+    return STORE_OK;
+}
+
+/* Closing: the checkpoint under way finished, then a last one in line, so that a clean stop leaves
+ * nothing to replay. Whatever fails here leaves the base and records as they were: still whole. */
+void lmdb_journal_close(lmdb_store_t *s)
+{
+    lmdb_journal_t *j = &s->journal;
+    if (j->thread_started) {
+        pthread_mutex_lock(&j->lock);
+        uint64_t failures = atomic_load(&j->checkpoint_failures);
+        while (j->ck_pending && atomic_load(&j->checkpoint_failures) == failures)
+            pthread_cond_wait(&j->cond, &j->lock);
+        j->stop = true;
+        pthread_cond_broadcast(&j->cond);
+        pthread_mutex_unlock(&j->lock);
+        pthread_join(j->thread, NULL);
+        /* Synced as a whole, the store needs neither base nor records: both go (records first), and
+         * the next opening restores nothing, so data.mdb stays what it is between two runs. */
+        bool done = !j->ck_pending && !j->broken && mdb_env_sync(s->env, 1) == MDB_SUCCESS;
+        for (int i = 0; i < 2 && done; i++)
+            done = ftruncate(j->fd[i], 0) == 0 && fdatasync(j->fd[i]) == 0;
+        if (done && unlink(j->base_path) == 0)
+            sync_dir(j->dir);
+    }
+    if (j->old_pin)
+        mdb_txn_abort(j->old_pin);
+    if (j->pin)
+        mdb_txn_abort(j->pin);
+    for (int i = 0; i < 2; i++)
+        if (j->fd[i] >= 0)
+            close(j->fd[i]);
+    if (j->locks_made) {
+        pthread_mutex_destroy(&j->lock);
+        pthread_cond_destroy(&j->cond);
+    }
+    free(j->ops);
+    free(j->ck_metas);
+}
