@@ -156,6 +156,18 @@ static void metrics_render(app_t *app, answer_t *a)
         gauge(&t, "tally_row_filter_ready", "1 when the row filter is filled and answers for missing rows.",
               st.row_filter_ready ? 1 : 0);
     }
+    if (have_store && st.journal) { /* the embedded store's journal */
+        counter(&t, "tally_journal_records_total", "Write transactions appended to the journal and synced.",
+                st.journal_records);
+        counter(&t, "tally_journal_bytes_total", "Bytes appended to the journal.", st.journal_bytes);
+        counter(&t, "tally_journal_checkpoints_total", "Syncs of the data file recorded as the journal's base.",
+                st.checkpoints);
+        counter(&t, "tally_journal_checkpoint_failures_total",
+                "Checkpoints that failed (tried again; the journal keeps every record since the last base).",
+                st.checkpoint_failures);
+        gauge(&t, "tally_journal_last_checkpoint_seconds", "Duration of the last checkpoint (the data file's sync).",
+              st.last_checkpoint_seconds);
+    }
     if (st.shared) { /* a database server's store */
         gauge(&t, "tally_db_connected", "1 while the database answers.", st.connected ? 1 : 0);
         gauge(&t, "tally_fold_leader", "1 while this node folds the log into the counts.",

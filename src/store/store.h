@@ -183,6 +183,11 @@ typedef struct {
     uint64_t round_trips, transactions;
     uint64_t writer_round_trips;       /* of round_trips, the writer's connection's */
     const histogram_t *commit_seconds; /* the COMMIT statement's duration (the server's sync) */
+    /* the embedded store's journal: records appended (one a write transaction), their bytes,
+     * checkpoints done and failed, the last checkpoint's duration */
+    bool journal;
+    uint64_t journal_records, journal_bytes, checkpoints, checkpoint_failures;
+    double last_checkpoint_seconds;
 } store_stats_t;
 int store_stats(store_t *store, store_stats_t *st);
 

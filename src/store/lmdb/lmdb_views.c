@@ -164,6 +164,12 @@ int lmdb_stats(store_t *s_, store_stats_t *st)
     if (rc == MDB_SUCCESS)
         rc = lmdb_txn_checkpoint_get(s, txn, &st->checkpoint) == STORE_OK ? MDB_SUCCESS : MDB_PANIC;
     st->row_filter_ready = atomic_load(&s->filter_ready);
+    st->journal = s->journal.recording;
+    st->journal_records = atomic_load(&s->journal.records);
+    st->journal_bytes = atomic_load(&s->journal.bytes);
+    st->checkpoints = atomic_load(&s->journal.checkpoints);
+    st->checkpoint_failures = atomic_load(&s->journal.checkpoint_failures);
+    st->last_checkpoint_seconds = (double)atomic_load(&s->journal.last_checkpoint_ms) / 1000.0;
     mdb_txn_abort(txn);
     return lmdb_rc(rc);
 }
