@@ -567,6 +567,8 @@ static int replay_one(lmdb_store_t *s, MDB_txn *txn, const record_t *r, uint64_t
                  : op == OP_DEL   ? mdb_del(txn, db, &k, NULL)
                  : op == OP_EMPTY ? mdb_drop(txn, db, 0)
                                   : EBADMSG;
+        if (rc == MDB_NOTFOUND && op == OP_DEL)
+            rc = MDB_SUCCESS; /* a record replayed twice (a crash in lmdb_journal_start): already gone */
         if (rc != MDB_SUCCESS)
             return rc;
         p += OP_HEADER_LEN + klen + vlen;
