@@ -252,7 +252,7 @@ bool lmdb_journal_owns(const char *name);
 /* The journal's life (lmdb_journal.c; lmdb_open and lmdb_close call them in this order). */
 int lmdb_journal_init(lmdb_store_t *s, const char *dir, char *err, size_t errlen);
 int lmdb_journal_restore(lmdb_store_t *s, uint64_t *base, char *err, size_t errlen);
-int lmdb_journal_replay(lmdb_store_t *s, MDB_txn *txn, uint64_t base, char *err, size_t errlen);
+int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen);
 int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen);
 void lmdb_journal_close(lmdb_store_t *s);
 /* The write path: changes forgotten (a new or aborted transaction), the record appended and synced
@@ -261,6 +261,7 @@ void lmdb_journal_txn_reset(lmdb_store_t *s);
 int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid);
 void lmdb_journal_committed(lmdb_store_t *s, bool ok);
 void lmdb_journal_maybe_checkpoint(lmdb_store_t *s);
+int lmdb_journal_checkpoint_wait(lmdb_store_t *s);
 extern const store_ops_t lmdb_store_ops;
 
 #endif

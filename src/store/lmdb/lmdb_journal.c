@@ -424,6 +424,37 @@ void lmdb_journal_maybe_checkpoint(lmdb_store_t *s)
     pthread_mutex_unlock(&j->lock);
 }
 
+/* A checkpoint started now and waited for (writer thread, no transaction open): for a commit the
+ * journal has no record of (lmdb_write_commit's guard), which only a base can make recoverable.
+ * Returns 0, or EIO when it could not be done (the journal is then marked broken). */
+int lmdb_journal_checkpoint_wait(lmdb_store_t *s)
+{
+    lmdb_journal_t *j = &s->journal;
+    pthread_mutex_lock(&j->lock);
+    uint64_t failures = atomic_load(&j->checkpoint_failures);
+    while (j->ck_pending && atomic_load(&j->checkpoint_failures) == failures)
+        pthread_cond_wait(&j->cond, &j->lock);
+    bool busy = j->ck_pending;
+    pthread_mutex_unlock(&j->lock);
+    if (!busy) {
+        j->last_start_ms = 0; /* due */
+        lmdb_journal_maybe_checkpoint(s);
+        pthread_mutex_lock(&j->lock);
+        failures = atomic_load(&j->checkpoint_failures);
+        while (j->ck_pending && atomic_load(&j->checkpoint_failures) == failures)
+            pthread_cond_wait(&j->cond, &j->lock);
+        busy = j->ck_pending || j->last_start_ms == 0;
+        pthread_mutex_unlock(&j->lock);
+    }
+    if (busy) {
+        j->broken = true;
+        fprintf(stderr, "level=error event=journal-broken reason=\"a checkpoint for a commit without a record "
+                        "failed\" (writes refused until a restart)\n");
+        return EIO;
+    }
+    return 0;
+}
+
 /* --- opening and closing --- */
 
 bool lmdb_journal_owns(const char *name)
@@ -567,8 +598,6 @@ static int replay_one(lmdb_store_t *s, MDB_txn *txn, const record_t *r, uint64_t
                  : op == OP_DEL   ? mdb_del(txn, db, &k, NULL)
                  : op == OP_EMPTY ? mdb_drop(txn, db, 0)
                                   : EBADMSG;
-        if (rc == MDB_NOTFOUND && op == OP_DEL)
-            rc = MDB_SUCCESS; /* a record replayed twice (a crash in lmdb_journal_start): already gone */
         if (rc != MDB_SUCCESS)
             return rc;
         p += OP_HEADER_LEN + klen + vlen;
@@ -577,16 +606,24 @@ static int replay_one(lmdb_store_t *s, MDB_txn *txn, const record_t *r, uint64_t
     return p == end ? 0 : EBADMSG;
 }
 
-/* In the opening transaction, on the restored base (txn id base): every record after it, in order.
- * They must follow on from the base (base + 1, base + 2, …): a gap means records were lost, and the
- * store refuses to open rather than serve a past that skips acknowledged writes. */
-int lmdb_journal_replay(lmdb_store_t *s, MDB_txn *txn, uint64_t base, char *err, size_t errlen)
+/* After the databases are opened, on the restored base (txn id base): every record after it, in
+ * order, each as a transaction of its own, which must commit as the id it was recorded with — so
+ * after a replay the store's ids go on from the last record's, and no record can ever be taken for
+ * a later one. They must follow on from the base (base + 1, base + 2, …): a gap means records were
+ * lost, and the store refuses to open rather than serve a past that skips acknowledged writes. The
+ * base's snapshot is held from here until the next base is written (lmdb_journal_start): a crash
+ * in between finds the base's pages as they were, and replays again. */
+int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen)
 {
     lmdb_journal_t *j = &s->journal;
     record_t *recs = NULL;
     size_t n = 0, cap = 0;
     uint64_t t0 = mono_ms(), ops = 0;
-    int rc = 0;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &j->pin);
+    if (rc != MDB_SUCCESS) {
+        snprintf(err, errlen, "reading the store before the journal's replay: %s", mdb_strerror(rc));
+        return STORE_ERROR;
+    }
     for (int i = 0; i < 2 && rc == 0; i++)
         rc = file_records(j->fd[i], base, &recs, &n, &cap);
     if (rc == 0 && n && !base) {
@@ -596,18 +633,30 @@ int lmdb_journal_replay(lmdb_store_t *s, MDB_txn *txn, uint64_t base, char *err,
     if (n)
         qsort(recs, n, sizeof *recs, record_cmp);
     for (size_t i = 0; i < n && rc == 0; i++) {
+        MDB_txn *txn = NULL;
         if (recs[i].txnid != base + 1 + i) {
             snprintf(err, errlen,
                      "the journal lacks transaction %llu (it goes on at %llu): refusing a store "
                      "that would miss acknowledged writes",
                      (unsigned long long)(base + 1 + i), (unsigned long long)recs[i].txnid);
             rc = -1;
-        } else if ((rc = replay_one(s, txn, &recs[i], &ops)) != 0) {
+        } else if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)) != MDB_SUCCESS) {
+            snprintf(err, errlen, "replaying the journal: %s", mdb_strerror(rc));
+        } else if ((uint64_t)mdb_txn_id(txn) != recs[i].txnid) {
+            snprintf(err, errlen, "the journal does not follow the store: record %llu, next transaction %llu",
+                     (unsigned long long)recs[i].txnid, (unsigned long long)mdb_txn_id(txn));
+            rc = -1;
+        } else if ((rc = replay_one(s, txn, &recs[i], &ops)) != 0 || (rc = mdb_txn_commit(txn)) != 0) {
+            txn = rc == 0 ? NULL : txn;
             snprintf(err, errlen, "replaying journal record %llu: %s", (unsigned long long)recs[i].txnid,
                      rc == EBADMSG ? "malformed"
                      : rc > 0      ? strerror(rc)
                                    : mdb_strerror(rc));
+        } else {
+            txn = NULL; /* committed */
         }
+        if (txn && rc != 0)
+            mdb_txn_abort(txn);
     }
     for (size_t i = 0; i < n; i++)
         free(recs[i].ops);
@@ -620,14 +669,16 @@ int lmdb_journal_replay(lmdb_store_t *s, MDB_txn *txn, uint64_t base, char *err,
     return rc == 0 ? STORE_OK : STORE_ERROR;
 }
 
-/* After the opening transaction: the data file synced, its state made the base, both files emptied
- * (their records are in the base; a replayed store's txn ids start again below theirs), and the
- * checkpoint thread started. From here on every write transaction is recorded. */
+/* After the opening transaction (every commit so far synced by LMDB itself): its state made the
+ * base, both files emptied (their records are in it), LMDB's syncs turned off, and the checkpoint
+ * thread started. From here on every write transaction is recorded. */
 int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen)
 {
     lmdb_journal_t *j = &s->journal;
     MDB_stat st;
     MDB_envinfo info;
+    MDB_txn *replayed = j->pin; /* the old base's snapshot, held by the replay */
+    j->pin = NULL;
     int rc = mdb_env_stat(s->env, &st);
     if (rc == MDB_SUCCESS)
         rc = mdb_env_info(s->env, &info);
@@ -645,6 +696,10 @@ int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen)
             rc = errno;
     if (rc == MDB_SUCCESS && mdb_txn_begin(s->env, NULL, MDB_RDONLY, &j->pin) != MDB_SUCCESS)
         rc = EAGAIN;
+    if (replayed)
+        mdb_txn_abort(replayed); /* the new base is on the disk: the old one's pages may go */
+    if (rc == MDB_SUCCESS)
+        rc = mdb_env_set_flags(s->env, MDB_NOSYNC, 1);
     if (rc != MDB_SUCCESS) {
         snprintf(err, errlen, "starting the journal: %s", rc > 0 ? strerror(rc) : mdb_strerror(rc));
         return STORE_ERROR;
@@ -675,9 +730,13 @@ void lmdb_journal_close(lmdb_store_t *s)
         pthread_cond_broadcast(&j->cond);
         pthread_mutex_unlock(&j->lock);
         pthread_join(j->thread, NULL);
-        /* Synced as a whole, the store needs neither base nor records: both go (records first), and
-         * the next opening restores nothing, so data.mdb stays what it is between two runs. */
-        bool done = !j->ck_pending && !j->broken && mdb_env_sync(s->env, 1) == MDB_SUCCESS;
+        /* Synced as a whole, the store needs neither base nor records: a last base names its final
+         * state (so that a crash while the rest goes loses nothing), then the records go, then the
+         * base, and the next opening restores nothing: data.mdb stays what it is between two runs. */
+        MDB_envinfo info;
+        bool done = !j->ck_pending && !j->broken && mdb_env_info(s->env, &info) == MDB_SUCCESS &&
+                    mdb_env_sync(s->env, 1) == MDB_SUCCESS && metas_read(s, j->ck_metas) == 0 &&
+                    base_write(j, (uint64_t)info.me_last_txnid, j->ck_metas) == 0;
         for (int i = 0; i < 2 && done; i++)
             done = ftruncate(j->fd[i], 0) == 0 && fdatasync(j->fd[i]) == 0;
         if (done && unlink(j->base_path) == 0)

@@ -455,14 +455,15 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         snprintf(err, errlen, "lmdb: %s", mdb_strerror(rc));
         goto fail;
     }
-    /* No sync at LMDB's commits: the journal makes each batch durable (lmdb_journal.c). NOTLS so a
+    /* LMDB syncs its own commits while the store opens (there may be no base yet for a power loss
+     * to fall back on); once the journal has one it turns them off (lmdb_journal_start). NOTLS so a
      * snapshot belongs to its handle, not its thread (the journal's are released by another). */
-    if ((rc = mdb_env_open(s->env, dir, MDB_NOTLS | MDB_NORDAHEAD | (s->visitor ? 0 : MDB_NOSYNC), 0640)) !=
-        MDB_SUCCESS) {
+    if ((rc = mdb_env_open(s->env, dir, MDB_NOTLS | MDB_NORDAHEAD, 0640)) != MDB_SUCCESS) {
         snprintf(err, errlen, "cannot open store in %s: %s", dir, mdb_strerror(rc));
         goto fail;
     }
-    if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)) != MDB_SUCCESS ||
+    /* A visitor writes nothing, not even while opening (an upgrade it would need fails instead). */
+    if ((rc = mdb_txn_begin(s->env, NULL, s->visitor ? MDB_RDONLY : 0, &txn)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "rows", MDB_CREATE, &s->rows)) != MDB_SUCCESS ||
         (rc = mdb_dbi_open(txn, "log", MDB_CREATE | MDB_INTEGERKEY, &s->log)) != MDB_SUCCESS ||
@@ -477,8 +478,20 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
     MDB_dbi journalled[] = {s->meta, s->rows, s->log, s->counts, s->idem, s->idem_exp, s->aux, s->litem};
     memcpy(s->journal.dbs, journalled, sizeof journalled);
     s->journal.ndbs = (int)(sizeof journalled / sizeof journalled[0]);
-    if (!s->visitor && lmdb_journal_replay(s, txn, base, err, errlen) != STORE_OK)
-        goto fail;
+    if (!s->visitor) { /* the journal's records, each its own transaction, before anything else */
+        rc = mdb_txn_commit(txn);
+        txn = NULL;
+        if (rc != MDB_SUCCESS) {
+            snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
+            goto fail;
+        }
+        if (lmdb_journal_replay(s, base, err, errlen) != STORE_OK)
+            goto fail;
+        if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)) != MDB_SUCCESS) {
+            snprintf(err, errlen, "initialising the store: %s", mdb_strerror(rc));
+            goto fail;
+        }
+    }
     bool build_lists;
     if (schema_check(s, txn, &build_lists, err, errlen) != STORE_OK ||
         kinds_reconcile(s, txn, kinds, err, errlen) != STORE_OK ||
@@ -759,9 +772,11 @@ int lmdb_write_commit(store_write_t *w_)
         lmdb_journal_committed(s, rc == MDB_SUCCESS);
     else if (rc == MDB_SUCCESS && mdb_env_info(s->env, &after) == MDB_SUCCESS &&
              after.me_last_txnid != before.me_last_txnid) {
-        /* a change that bypassed lmdb_put and its kin: made durable the slow way, and said loudly */
+        /* a change that bypassed lmdb_put and its kin (a defect): made recoverable by a base that
+         * holds it, at once, and said loudly */
         fprintf(stderr, "level=error event=journal-missed-change txn=%zu\n", after.me_last_txnid);
-        rc = mdb_env_sync(s->env, 1);
+        s->next_seq = w->next_seq;
+        return lmdb_rc(lmdb_journal_checkpoint_wait(s));
     }
     if (rc == MDB_SUCCESS) {
         s->next_seq = w->next_seq;
