@@ -632,6 +632,10 @@ int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen
     }
     if (n)
         qsort(recs, n, sizeof *recs, record_cmp);
+    /* Unsynced commits, one sync at the end: a crash before it restores the base again (its pages are
+     * pinned) and replays again. */
+    if (rc == 0 && n)
+        rc = mdb_env_set_flags(s->env, MDB_NOSYNC, 1);
     for (size_t i = 0; i < n && rc == 0; i++) {
         MDB_txn *txn = NULL;
         if (recs[i].txnid != base + 1 + i) {
@@ -658,6 +662,10 @@ int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen
         if (txn && rc != 0)
             mdb_txn_abort(txn);
     }
+    if (rc == 0 && n && (rc = mdb_env_sync(s->env, 1)) != 0)
+        snprintf(err, errlen, "syncing the replayed journal: %s", mdb_strerror(rc));
+    if (n)
+        mdb_env_set_flags(s->env, MDB_NOSYNC, 0); /* the rest of the opening: synced by LMDB */
     for (size_t i = 0; i < n; i++)
         free(recs[i].ops);
     free(recs);
