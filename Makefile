@@ -73,6 +73,11 @@ $(BUILD)/san/tallyd: $(call obj,san,$(TALLYD_SRC))
 $(BUILD)/corrupt_count: $(call obj,rel,$(LIB_SRC) tests/tools/corrupt_count.c)
 	$(CC) $(CFLAGS) -pthread -o $@ $^ $(LDLIBS)
 
+# Test-only: keeps a store's LMDB environment open, as a tool beside tallyd does.
+$(BUILD)/hold_env: tests/tools/hold_env.c
+	@mkdir -p $(BUILD)
+	$(CC) -std=c17 -O2 -Wall -Wextra -Werror -o $@ $< -llmdb
+
 # Test-only: an LD_PRELOAD shim that records the order of syncs and socket writes.
 $(BUILD)/syncorder.so: tests/tools/syncorder.c
 	$(CC) -std=c17 -O2 -Wall -Wextra -Werror -fPIC -shared -o $@ $< -ldl
@@ -89,7 +94,7 @@ run-pg: deps all
 
 # The whole suite: unit tests (sanitized), end-to-end against the release build and the sanitized
 # one, and against the release build on PostgreSQL (tests/run_all.sh).
-test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/syncorder.so fuzz-build
+test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/syncorder.so $(BUILD)/hold_env fuzz-build
 	@tests/run_all.sh
 
 # The JavaScript tests alone: OpenAPI (redocly lint, ajv), the client, the pages in headless Chromium.

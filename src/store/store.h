@@ -47,6 +47,9 @@ typedef struct {
      * exist, the usual case for a viewer, is then answered without searching the B-tree. It is
      * filled from the rows by a thread of its own after opening; until then every row is looked up. */
     uint64_t row_filter_bytes;
+    /* The embedded store's journal: how often the data file is synced and recorded as its base
+     * (0: every 250 ms, JOURNAL_CHECKPOINT_MS). Tests set it long, to choose the crash point. */
+    uint64_t checkpoint_interval_ms;
     /* Settings every process sharing the store must agree on (a shared store keeps them and
      * refuses a process with other values); 0 / NULL: not checked (tools). */
     uint64_t idem_ttl_ms;

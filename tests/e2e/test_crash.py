@@ -5,11 +5,12 @@ import os
 import random
 import re
 import struct
+import subprocess
 import threading
 import time
 import unittest
 
-from harness import Server, TallyTestCase, embedded_only, split_cursor, uid
+from harness import REPO_ROOT, Server, ServerExited, TallyTestCase, embedded_only, split_cursor, uid
 from keyed_load import FAST, LoadCase
 
 CYCLES = 3
@@ -226,6 +227,35 @@ class JournalRecoveryTest(LoadCase):
             self.assertTrue(m, "no journal replay logged after the damage:\n" + s.stderr()[-2000:])
             self.assertEqual(int(m.group(3)), seen["base"])
             self.assertGreater(int(m.group(1)), 0, "nothing replayed: the damage tested nothing")
+
+    def test_recovery_waits_for_a_tool_that_still_has_the_store_open(self):
+        """A tool started beside tallyd (read-only) still holds the environment when tallyd is
+        killed: the restart refuses to recover under it, naming why, and recovers once it is gone."""
+        hold = os.path.join(REPO_ROOT, "build", "hold_env")
+        if not os.path.exists(hold):
+            self.skipTest("needs build/hold_env")
+        with Server() as s:
+            acked = []
+            for i in range(30):
+                st, _, doc, _ = s.json("PUT", "/v1/items/hv%d/reaction" % (i % 3), {"reaction": "like"},
+                                       user="hu%d" % i)
+                self.assertEqual(st, 200)
+                acked.append(("hv%d" % (i % 3), "hu%d" % i, doc["version"]))
+            tool = subprocess.Popen([hold, s.data_dir], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            try:
+                self.assertEqual(tool.stdout.readline().strip(), b"ready")
+                s.kill9()
+                with self.assertRaises(ServerExited) as cm:
+                    s.start()
+                self.assertIn("another process still has it open", cm.exception.stderr)
+            finally:
+                tool.stdin.close()
+                tool.wait(10)
+            s.start()
+            for item, user, version in acked:
+                doc = s.reaction(item, user)
+                self.assertEqual((doc["reaction"], doc["version"]), ("like", version), (item, user))
+            self.assertCounts(s, "hv0", {"like": 10, "dislike": 0}, timeout=3)
 
     def test_damaged_journal_base_refuses_to_open(self):
         with Server() as s:

@@ -62,6 +62,7 @@ typedef struct {
     uint64_t ck_txnid;
     MDB_txn *pin, *old_pin; /* snapshots of the base being recorded and of the one before */
     uint64_t last_start_ms; /* writer thread only */
+    uint64_t interval_ms;   /* between checkpoints (store_options_t.checkpoint_interval_ms) */
     _Atomic uint64_t records, bytes, checkpoints, checkpoint_failures, last_checkpoint_ms;
 } lmdb_journal_t;
 
@@ -250,7 +251,7 @@ int lmdb_empty(MDB_txn *txn, MDB_dbi db);
 /* Whether a file of the data directory is one of the journal's (journal-0, journal-1, journal-base). */
 bool lmdb_journal_owns(const char *name);
 /* The journal's life (lmdb_journal.c; lmdb_open and lmdb_close call them in this order). */
-int lmdb_journal_init(lmdb_store_t *s, const char *dir, char *err, size_t errlen);
+int lmdb_journal_init(lmdb_store_t *s, const char *dir, uint64_t interval_ms, char *err, size_t errlen);
 int lmdb_journal_restore(lmdb_store_t *s, uint64_t *base, char *err, size_t errlen);
 int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen);
 int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen);

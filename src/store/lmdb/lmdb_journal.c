@@ -45,6 +45,7 @@
 #define BASE_HEADER_LEN 20
 #define BASE_FILE "journal-base"
 #define JOURNAL_FILE "journal-%d"
+#define CHECKPOINT_TRIES 5    /* lmdb_journal_checkpoint_wait */
 #define RECORD_MAX (1u << 30) /* a batch's changes are far below; longer is a damaged header */
 
 enum { OP_PUT = 1, OP_DEL = 2, OP_EMPTY = 3 };
@@ -400,7 +401,7 @@ void lmdb_journal_maybe_checkpoint(lmdb_store_t *s)
 {
     lmdb_journal_t *j = &s->journal;
     uint64_t now = mono_ms();
-    if (now - j->last_start_ms < JOURNAL_CHECKPOINT_MS && j->off < JOURNAL_SWITCH_BYTES)
+    if (now - j->last_start_ms < j->interval_ms && j->off < JOURNAL_SWITCH_BYTES)
         return;
     pthread_mutex_lock(&j->lock);
     bool busy = j->ck_pending;
@@ -430,9 +431,10 @@ void lmdb_journal_maybe_checkpoint(lmdb_store_t *s)
 int lmdb_journal_checkpoint_wait(lmdb_store_t *s)
 {
     lmdb_journal_t *j = &s->journal;
+    /* the checkpoint under way, if any, then one started now: each given five tries (one a second) */
     pthread_mutex_lock(&j->lock);
     uint64_t failures = atomic_load(&j->checkpoint_failures);
-    while (j->ck_pending && atomic_load(&j->checkpoint_failures) == failures)
+    while (j->ck_pending && atomic_load(&j->checkpoint_failures) < failures + CHECKPOINT_TRIES)
         pthread_cond_wait(&j->cond, &j->lock);
     bool busy = j->ck_pending;
     pthread_mutex_unlock(&j->lock);
@@ -441,7 +443,7 @@ int lmdb_journal_checkpoint_wait(lmdb_store_t *s)
         lmdb_journal_maybe_checkpoint(s);
         pthread_mutex_lock(&j->lock);
         failures = atomic_load(&j->checkpoint_failures);
-        while (j->ck_pending && atomic_load(&j->checkpoint_failures) == failures)
+        while (j->ck_pending && atomic_load(&j->checkpoint_failures) < failures + CHECKPOINT_TRIES)
             pthread_cond_wait(&j->cond, &j->lock);
         busy = j->ck_pending || j->last_start_ms == 0;
         pthread_mutex_unlock(&j->lock);
@@ -463,9 +465,10 @@ bool lmdb_journal_owns(const char *name)
            strcmp(name, BASE_FILE ".new") == 0;
 }
 
-int lmdb_journal_init(lmdb_store_t *s, const char *dir, char *err, size_t errlen)
+int lmdb_journal_init(lmdb_store_t *s, const char *dir, uint64_t interval_ms, char *err, size_t errlen)
 {
     lmdb_journal_t *j = &s->journal;
+    j->interval_ms = interval_ms ? interval_ms : JOURNAL_CHECKPOINT_MS;
     for (int i = 0; i < 2; i++)
         j->fd[i] = -1;
     snprintf(j->dir, sizeof j->dir, "%s", dir);
@@ -501,7 +504,26 @@ int lmdb_journal_restore(lmdb_store_t *s, uint64_t *base, char *err, size_t errl
                  rc == EBADMSG ? "damaged (bad length or checksum)" : strerror(rc));
         return STORE_ERROR;
     }
+    /* Nobody else may have the environment open (a tool started beside the tallyd that crashed):
+     * LMDB's lock file would keep the crashed process's transaction ids, and the tool's snapshot
+     * would see its pages rewritten. LMDB holds a shared lock on lock.mdb's first byte while an
+     * environment is open; taking it exclusively proves there is none (and is released at once:
+     * closing any descriptor of the file drops this process's locks on it). */
     char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/lock.mdb", j->dir);
+    int lfd = open(path, O_RDWR | O_CLOEXEC);
+    if (lfd >= 0) {
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+        bool busy = fcntl(lfd, F_SETLK, &fl) != 0;
+        close(lfd);
+        if (busy) {
+            snprintf(err, errlen,
+                     "the store must recover from a crash, but another process still has it open (a tally "
+                     "tool started beside the tallyd that stopped?): stop it, then start again");
+            free(metas);
+            return STORE_ERROR;
+        }
+    }
     snprintf(path, sizeof path, "%s/data.mdb", j->dir);
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {

@@ -445,8 +445,8 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         goto fail;
     /* A tool beside a running tallyd reads what that tallyd committed and must not touch its journal. */
     s->visitor = own == 0;
-    if (!s->visitor &&
-        (lmdb_journal_init(s, dir, err, errlen) != STORE_OK || lmdb_journal_restore(s, &base, err, errlen) != STORE_OK))
+    if (!s->visitor && (lmdb_journal_init(s, dir, opt->checkpoint_interval_ms, err, errlen) != STORE_OK ||
+                        lmdb_journal_restore(s, &base, err, errlen) != STORE_OK))
         goto fail;
     if ((rc = mdb_env_create(&s->env)) != MDB_SUCCESS || (rc = mdb_env_set_userctx(s->env, s)) != MDB_SUCCESS ||
         (rc = mdb_env_set_maxdbs(s->env, MAX_DBS)) != MDB_SUCCESS ||
