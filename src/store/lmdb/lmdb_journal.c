@@ -21,12 +21,11 @@
  * recovers; a tool beside a running tallyd opens the store read-only and leaves the journal alone.
  *
  * Records go to two files in turn: each checkpoint switches to the other, whose records the base
- * before it already holds. A record: [magic u32][payload length u32][txn id u64][crc32 u32][ops
- * u32] then its changes, each [op u8][database u8][key length u16][value length u32][key][value].
- * Host byte order: the journal never leaves the machine that wrote it. */
+ * before it already holds. A record's bytes: core/journalrec.h. */
 #include "store/lmdb/lmdb_internal.h"
 
 #include "core/clock.h"
+#include "core/journalrec.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -36,19 +35,12 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
-#define RECORD_MAGIC 0x4a524c54u /* "TLRJ" */
-#define BASE_MAGIC 0x42524c54u   /* "TLRB" */
-#define RECORD_HEADER_LEN 24
-#define OP_HEADER_LEN 8
+#define BASE_MAGIC 0x42524c54u /* "TLRB" */
 #define BASE_HEADER_LEN 20
 #define BASE_FILE "journal-base"
 #define JOURNAL_FILE "journal-%d"
-#define CHECKPOINT_TRIES 5    /* lmdb_journal_checkpoint_wait */
-#define RECORD_MAX (1u << 30) /* a batch's changes are far below; longer is a damaged header */
-
-enum { OP_PUT = 1, OP_DEL = 2, OP_EMPTY = 3 };
+#define CHECKPOINT_TRIES 5 /* lmdb_journal_checkpoint_wait */
 
 /* --- the changes of the open transaction --- */
 
@@ -86,20 +78,11 @@ static int note(MDB_txn *txn, int op, MDB_dbi db, const MDB_val *key, const MDB_
     size_t klen = key ? key->mv_size : 0, vlen = val ? val->mv_size : 0;
     if (idx < 0 || klen > UINT16_MAX)
         return EINVAL;
-    int rc = ops_reserve(j, OP_HEADER_LEN + klen + vlen);
+    int rc = ops_reserve(j, JOURNALREC_OP_HEADER_LEN + klen + vlen);
     if (rc != 0)
         return rc;
-    uint8_t *p = j->ops + j->ops_len;
-    p[0] = (uint8_t)op;
-    p[1] = (uint8_t)idx;
-    lmdb_put_u16(p + 2, (uint16_t)klen);
-    uint32_t v32 = (uint32_t)vlen;
-    memcpy(p + 4, &v32, 4);
-    if (klen)
-        memcpy(p + OP_HEADER_LEN, key->mv_data, klen);
-    if (vlen)
-        memcpy(p + OP_HEADER_LEN + klen, val->mv_data, vlen);
-    j->ops_len += OP_HEADER_LEN + klen + vlen;
+    j->ops_len += journalrec_op_put(j->ops + j->ops_len, op, idx, key ? key->mv_data : NULL, klen,
+                                    val ? val->mv_data : NULL, vlen);
     j->nops++;
     return MDB_SUCCESS;
 }
@@ -108,7 +91,7 @@ int lmdb_put(MDB_txn *txn, MDB_dbi db, MDB_val *key, MDB_val *val, unsigned flag
 {
     assert(!(flags & MDB_RESERVE)); /* lmdb_reserve, then lmdb_reserved once the value is written */
     int rc = mdb_put(txn, db, key, val, flags);
-    return rc == MDB_SUCCESS ? note(txn, OP_PUT, db, key, val) : rc;
+    return rc == MDB_SUCCESS ? note(txn, JOURNALREC_PUT, db, key, val) : rc;
 }
 
 int lmdb_reserve(MDB_txn *txn, MDB_dbi db, MDB_val *key, MDB_val *val)
@@ -118,13 +101,13 @@ int lmdb_reserve(MDB_txn *txn, MDB_dbi db, MDB_val *key, MDB_val *val)
 
 int lmdb_reserved(MDB_txn *txn, MDB_dbi db, const MDB_val *key, const MDB_val *val)
 {
-    return note(txn, OP_PUT, db, key, val);
+    return note(txn, JOURNALREC_PUT, db, key, val);
 }
 
 int lmdb_del(MDB_txn *txn, MDB_dbi db, MDB_val *key)
 {
     int rc = mdb_del(txn, db, key, NULL);
-    return rc == MDB_SUCCESS ? note(txn, OP_DEL, db, key, NULL) : rc;
+    return rc == MDB_SUCCESS ? note(txn, JOURNALREC_DEL, db, key, NULL) : rc;
 }
 
 int lmdb_cursor_put(MDB_cursor *cur, MDB_val *key, MDB_val *val, unsigned flags)
@@ -135,7 +118,7 @@ int lmdb_cursor_put(MDB_cursor *cur, MDB_val *key, MDB_val *val, unsigned flags)
     MDB_val k, v; /* with MDB_CURRENT the key given may be the caller's copy: the record's own */
     if ((rc = mdb_cursor_get(cur, &k, &v, MDB_GET_CURRENT)) != MDB_SUCCESS)
         return rc;
-    return note(mdb_cursor_txn(cur), OP_PUT, mdb_cursor_dbi(cur), &k, &v);
+    return note(mdb_cursor_txn(cur), JOURNALREC_PUT, mdb_cursor_dbi(cur), &k, &v);
 }
 
 int lmdb_cursor_del(MDB_cursor *cur)
@@ -147,7 +130,7 @@ int lmdb_cursor_del(MDB_cursor *cur)
     MDB_txn *txn = mdb_cursor_txn(cur);
     lmdb_journal_t *j = &((lmdb_store_t *)mdb_env_get_userctx(mdb_txn_env(txn)))->journal;
     size_t len = j->ops_len, n = j->nops;
-    if ((rc = note(txn, OP_DEL, mdb_cursor_dbi(cur), &k, NULL)) != MDB_SUCCESS) /* before: k dies with it */
+    if ((rc = note(txn, JOURNALREC_DEL, mdb_cursor_dbi(cur), &k, NULL)) != MDB_SUCCESS) /* before: k dies with it */
         return rc;
     if ((rc = mdb_cursor_del(cur, 0)) != MDB_SUCCESS) {
         j->ops_len = len;
@@ -159,7 +142,7 @@ int lmdb_cursor_del(MDB_cursor *cur)
 int lmdb_empty(MDB_txn *txn, MDB_dbi db)
 {
     int rc = mdb_drop(txn, db, 0);
-    return rc == MDB_SUCCESS ? note(txn, OP_EMPTY, db, NULL, NULL) : rc;
+    return rc == MDB_SUCCESS ? note(txn, JOURNALREC_EMPTY, db, NULL, NULL) : rc;
 }
 
 void lmdb_journal_txn_reset(lmdb_store_t *s)
@@ -212,12 +195,6 @@ static int read_all(int fd, void *buf, size_t len, off_t off)
     return 0;
 }
 
-static uint32_t crc_of(uint64_t txnid, const uint8_t *data, size_t len)
-{
-    uLong c = crc32(0L, (const Bytef *)&txnid, sizeof txnid);
-    return (uint32_t)crc32(c, data, (uInt)len);
-}
-
 /* The base: [magic u32][page size u32][txn id u64][crc32 u32] then the two meta pages. Written to
  * a new file, synced and renamed over the old one: a crash leaves one or the other, whole. */
 static int base_write(lmdb_journal_t *j, uint64_t txnid, const uint8_t *metas)
@@ -226,7 +203,7 @@ static int base_write(lmdb_journal_t *j, uint64_t txnid, const uint8_t *metas)
     snprintf(tmp, sizeof tmp, "%s.new", j->base_path);
     size_t mlen = 2 * (size_t)j->psize;
     uint8_t head[BASE_HEADER_LEN];
-    uint32_t magic = BASE_MAGIC, crc = crc_of(txnid, metas, mlen);
+    uint32_t magic = BASE_MAGIC, crc = journalrec_crc(txnid, metas, mlen);
     memcpy(head, &magic, 4);
     memcpy(head + 4, &j->psize, 4);
     memcpy(head + 8, &txnid, 8);
@@ -269,7 +246,7 @@ static int base_read(lmdb_journal_t *j, uint64_t *txnid, uint8_t **metas, uint32
         rc = ENOMEM;
     if (rc == 0)
         rc = read_all(fd, *metas, 2 * (size_t)*psize, sizeof head);
-    if (rc == 0 && crc_of(*txnid, *metas, 2 * (size_t)*psize) != crc)
+    if (rc == 0 && journalrec_crc(*txnid, *metas, 2 * (size_t)*psize) != crc)
         rc = EBADMSG;
     close(fd);
     if (rc != 0) {
@@ -302,16 +279,14 @@ int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid)
     lmdb_journal_t *j = &s->journal;
     if (j->broken)
         return EIO;
-    if (j->ops_len > RECORD_MAX)
+    if (j->ops_len > JOURNALREC_MAX)
         return EFBIG;
-    uint8_t head[RECORD_HEADER_LEN];
-    uint32_t magic = RECORD_MAGIC, len = (uint32_t)j->ops_len, crc = crc_of(txnid, j->ops, j->ops_len),
-             nops = (uint32_t)j->nops;
-    memcpy(head, &magic, 4);
-    memcpy(head + 4, &len, 4);
-    memcpy(head + 8, &txnid, 8);
-    memcpy(head + 16, &crc, 4);
-    memcpy(head + 20, &nops, 4);
+    uint8_t head[JOURNALREC_HEADER_LEN];
+    journalrec_head_t h = {.txnid = txnid,
+                           .len = (uint32_t)j->ops_len,
+                           .crc = journalrec_crc(txnid, j->ops, j->ops_len),
+                           .nops = (uint32_t)j->nops};
+    journalrec_head_put(head, &h);
     int fd = j->fd[j->cur];
     int rc = write_all(fd, head, sizeof head, (off_t)j->off);
     if (rc == 0)
@@ -564,21 +539,17 @@ static int file_records(int fd, uint64_t base, record_t **recs, size_t *n, size_
     off_t off = 0;
     uint64_t prev = 0;
     for (;;) {
-        uint8_t head[RECORD_HEADER_LEN];
+        uint8_t head[JOURNALREC_HEADER_LEN];
         if (read_all(fd, head, sizeof head, off) != 0)
             return 0;
-        record_t r;
-        uint32_t magic, crc;
-        memcpy(&magic, head, 4);
-        memcpy(&r.len, head + 4, 4);
-        memcpy(&r.txnid, head + 8, 8);
-        memcpy(&crc, head + 16, 4);
-        memcpy(&r.nops, head + 20, 4);
-        if (magic != RECORD_MAGIC || r.txnid <= prev || r.len > RECORD_MAX)
+        journalrec_head_t h;
+        if (!journalrec_head_get(head, &h) || h.txnid <= prev)
             return 0;
+        record_t r = {.txnid = h.txnid, .len = h.len, .nops = h.nops};
         if (!(r.ops = malloc(r.len ? r.len : 1)))
             return ENOMEM;
-        if (read_all(fd, r.ops, r.len, off + (off_t)sizeof head) != 0 || crc_of(r.txnid, r.ops, r.len) != crc) {
+        if (read_all(fd, r.ops, r.len, off + (off_t)sizeof head) != 0 ||
+            journalrec_crc(r.txnid, r.ops, r.len) != h.crc) {
             free(r.ops);
             return 0;
         }
@@ -605,27 +576,23 @@ static int file_records(int fd, uint64_t base, record_t **recs, size_t *n, size_
 static int replay_one(lmdb_store_t *s, MDB_txn *txn, const record_t *r, uint64_t *ops)
 {
     const uint8_t *p = r->ops, *end = r->ops + r->len;
-    for (uint32_t i = 0; i < r->nops; i++) {
-        if (end - p < OP_HEADER_LEN)
+    journalrec_op_t op;
+    uint32_t n = 0;
+    int more;
+    while ((more = journalrec_op_next(&p, end, &op)) == 1) {
+        if (op.db >= s->journal.ndbs)
             return EBADMSG;
-        uint32_t vlen;
-        uint16_t klen = lmdb_get_u16(p + 2);
-        memcpy(&vlen, p + 4, 4);
-        int op = p[0], idx = p[1];
-        if (idx >= s->journal.ndbs || (size_t)(end - p - OP_HEADER_LEN) < (size_t)klen + vlen)
-            return EBADMSG;
-        MDB_val k = {klen, (void *)(p + OP_HEADER_LEN)}, v = {vlen, (void *)(p + OP_HEADER_LEN + klen)};
-        MDB_dbi db = s->journal.dbs[idx];
-        int rc = op == OP_PUT     ? mdb_put(txn, db, &k, &v, 0)
-                 : op == OP_DEL   ? mdb_del(txn, db, &k, NULL)
-                 : op == OP_EMPTY ? mdb_drop(txn, db, 0)
-                                  : EBADMSG;
+        MDB_val k = {op.klen, (void *)op.key}, v = {op.vlen, (void *)op.val};
+        MDB_dbi db = s->journal.dbs[op.db];
+        int rc = op.op == JOURNALREC_PUT   ? mdb_put(txn, db, &k, &v, 0)
+                 : op.op == JOURNALREC_DEL ? mdb_del(txn, db, &k, NULL)
+                                           : mdb_drop(txn, db, 0);
         if (rc != MDB_SUCCESS)
             return rc;
-        p += OP_HEADER_LEN + klen + vlen;
-        (*ops)++;
+        n++;
     }
-    return p == end ? 0 : EBADMSG;
+    *ops += n;
+    return more == 0 && n == r->nops ? 0 : EBADMSG;
 }
 
 /* After the databases are opened, on the restored base (txn id base): every record after it, in

@@ -1,0 +1,43 @@
+/* journalrec.h — the bytes of one record of the embedded store's journal (store/lmdb/lmdb_journal.c):
+ * a header [magic u32][payload length u32][txn id u64][crc32 u32][changes u32], then the changes,
+ * each [op u8][database u8][key length u16][value length u32][key][value]. Host byte order (the
+ * journal never leaves the machine that wrote it). Pure: encoding, and decoding of bytes that may be
+ * damaged or cut short. */
+#ifndef TALLY_CORE_JOURNALREC_H
+#define TALLY_CORE_JOURNALREC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define JOURNALREC_HEADER_LEN 24
+#define JOURNALREC_OP_HEADER_LEN 8
+#define JOURNALREC_MAX (1u << 30) /* a batch's changes are far below; longer is a damaged header */
+
+enum { JOURNALREC_PUT = 1, JOURNALREC_DEL = 2, JOURNALREC_EMPTY = 3 };
+
+typedef struct {
+    uint64_t txnid;
+    uint32_t len;  /* of the payload (the changes) */
+    uint32_t crc;  /* crc32 of the txn id's 8 bytes, then the payload */
+    uint32_t nops; /* changes in the payload */
+} journalrec_head_t;
+
+typedef struct {
+    int op, db;
+    const uint8_t *key, *val;
+    size_t klen, vlen;
+} journalrec_op_t;
+
+void journalrec_head_put(uint8_t out[JOURNALREC_HEADER_LEN], const journalrec_head_t *h);
+/* False when the bytes are not a header (wrong magic, a length past JOURNALREC_MAX). */
+bool journalrec_head_get(const uint8_t in[JOURNALREC_HEADER_LEN], journalrec_head_t *h);
+uint32_t journalrec_crc(uint64_t txnid, const uint8_t *payload, size_t len);
+/* Encodes one change into out (JOURNALREC_OP_HEADER_LEN + klen + vlen bytes); returns that size.
+ * klen must fit in 16 bits and vlen in 32. */
+size_t journalrec_op_put(uint8_t *out, int op, int db, const void *key, size_t klen, const void *val, size_t vlen);
+/* The next change of [*p, end): 1 (*p moved past it), 0 at end, -1 when malformed (a length past the
+ * end, an unknown op). */
+int journalrec_op_next(const uint8_t **p, const uint8_t *end, journalrec_op_t *op);
+
+#endif
