@@ -181,7 +181,7 @@ static int schema_upgrade_from_1(MDB_txn *txn)
     MDB_dbi user_items;
     int rc = mdb_dbi_open(txn, "user_items", 0, &user_items);
     if (rc == MDB_SUCCESS)
-        rc = mdb_drop(txn, user_items, 1);
+        rc = mdb_drop(txn, user_items, 1); /* journal: opening only */
     return rc == MDB_NOTFOUND ? MDB_SUCCESS : rc;
 }
 
@@ -216,7 +216,7 @@ static int schema_upgrade_from_3(lmdb_store_t *s, MDB_txn *txn)
     }
     mdb_cursor_close(cur);
     if (rc == MDB_NOTFOUND)
-        rc = mdb_drop(txn, luser, 1);
+        rc = mdb_drop(txn, luser, 1); /* journal: opening only */
     return rc;
 }
 
