@@ -163,11 +163,13 @@ static int sync_dir(const char *dir)
     return rc;
 }
 
-static int write_all(int fd, const void *buf, size_t len, off_t off)
+/* All len bytes at off, written or read (pwrite and pread may do less, or be interrupted). Returns 0,
+ * or an errno (EIO: the file ended first). */
+static int transfer_all(int fd, void *buf, size_t len, off_t off, bool writing)
 {
-    const uint8_t *p = buf;
+    uint8_t *p = buf;
     while (len) {
-        ssize_t n = pwrite(fd, p, len, off);
+        ssize_t n = writing ? pwrite(fd, p, len, off) : pread(fd, p, len, off);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0)
@@ -179,20 +181,14 @@ static int write_all(int fd, const void *buf, size_t len, off_t off)
     return 0;
 }
 
+static int write_all(int fd, const void *buf, size_t len, off_t off)
+{
+    return transfer_all(fd, (void *)buf, len, off, true);
+}
+
 static int read_all(int fd, void *buf, size_t len, off_t off)
 {
-    uint8_t *p = buf;
-    while (len) {
-        ssize_t n = pread(fd, p, len, off);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return n < 0 ? errno : EIO;
-        p += n;
-        len -= (size_t)n;
-        off += n;
-    }
-    return 0;
+    return transfer_all(fd, buf, len, off, false);
 }
 
 /* The base: [magic u32][page size u32][txn id u64][crc32 u32] then the two meta pages. Written to
