@@ -396,6 +396,16 @@ void lmdb_journal_maybe_checkpoint(lmdb_store_t *s)
     pthread_mutex_unlock(&j->lock);
 }
 
+/* Waits (j->lock held) while a checkpoint is under way, through at most tries failed attempts of it
+ * (the thread tries again each second). Returns true when none is under way any more. */
+static bool checkpoint_settled(lmdb_journal_t *j, uint64_t tries)
+{
+    uint64_t failures = atomic_load(&j->checkpoint_failures);
+    while (j->ck_pending && atomic_load(&j->checkpoint_failures) < failures + tries)
+        pthread_cond_wait(&j->cond, &j->lock);
+    return !j->ck_pending;
+}
+
 /* A checkpoint started now and waited for (writer thread, no transaction open): for a commit the
  * journal has no record of (lmdb_write_commit's guard), which only a base can make recoverable.
  * Returns 0, or EIO when it could not be done (the journal is then marked broken). */
@@ -404,19 +414,13 @@ int lmdb_journal_checkpoint_wait(lmdb_store_t *s)
     lmdb_journal_t *j = &s->journal;
     /* the checkpoint under way, if any, then one started now: each given five tries (one a second) */
     pthread_mutex_lock(&j->lock);
-    uint64_t failures = atomic_load(&j->checkpoint_failures);
-    while (j->ck_pending && atomic_load(&j->checkpoint_failures) < failures + CHECKPOINT_TRIES)
-        pthread_cond_wait(&j->cond, &j->lock);
-    bool busy = j->ck_pending;
+    bool busy = !checkpoint_settled(j, CHECKPOINT_TRIES);
     pthread_mutex_unlock(&j->lock);
     if (!busy) {
         j->last_start_ms = 0; /* due */
         lmdb_journal_maybe_checkpoint(s);
         pthread_mutex_lock(&j->lock);
-        failures = atomic_load(&j->checkpoint_failures);
-        while (j->ck_pending && atomic_load(&j->checkpoint_failures) < failures + CHECKPOINT_TRIES)
-            pthread_cond_wait(&j->cond, &j->lock);
-        busy = j->ck_pending || j->last_start_ms == 0;
+        busy = !checkpoint_settled(j, CHECKPOINT_TRIES) || j->last_start_ms == 0;
         pthread_mutex_unlock(&j->lock);
     }
     if (busy) {
@@ -426,6 +430,26 @@ int lmdb_journal_checkpoint_wait(lmdb_store_t *s)
         return EIO;
     }
     return 0;
+}
+
+/* The store's state now made the base (no transaction open, no checkpoint under way): the data
+ * file synced, the base written, then both files emptied — their records are all in it. A crash at
+ * any point leaves the old base with its records, or the new one. Returns 0, or an error. */
+static int rebase(lmdb_store_t *s)
+{
+    lmdb_journal_t *j = &s->journal;
+    MDB_envinfo info;
+    int rc = mdb_env_info(s->env, &info);
+    if (rc == MDB_SUCCESS)
+        rc = mdb_env_sync(s->env, 1);
+    if (rc == MDB_SUCCESS)
+        rc = metas_read(s, j->ck_metas);
+    if (rc == MDB_SUCCESS)
+        rc = base_write(j, (uint64_t)info.me_last_txnid, j->ck_metas);
+    for (int i = 0; i < 2 && rc == MDB_SUCCESS; i++)
+        if (ftruncate(j->fd[i], 0) != 0 || fdatasync(j->fd[i]) != 0)
+            rc = errno;
+    return rc;
 }
 
 /* --- opening and closing --- */
@@ -669,24 +693,14 @@ int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen)
 {
     lmdb_journal_t *j = &s->journal;
     MDB_stat st;
-    MDB_envinfo info;
     MDB_txn *replayed = j->pin; /* the old base's snapshot, held by the replay */
     j->pin = NULL;
     int rc = mdb_env_stat(s->env, &st);
-    if (rc == MDB_SUCCESS)
-        rc = mdb_env_info(s->env, &info);
     if (rc == MDB_SUCCESS) {
         j->psize = st.ms_psize;
         j->ck_metas = malloc(2 * (size_t)j->psize);
-        rc = j->ck_metas ? mdb_env_sync(s->env, 1) : ENOMEM;
+        rc = j->ck_metas ? rebase(s) : ENOMEM;
     }
-    if (rc == MDB_SUCCESS)
-        rc = metas_read(s, j->ck_metas);
-    if (rc == MDB_SUCCESS)
-        rc = base_write(j, (uint64_t)info.me_last_txnid, j->ck_metas);
-    for (int i = 0; i < 2 && rc == MDB_SUCCESS; i++)
-        if (ftruncate(j->fd[i], 0) != 0 || fdatasync(j->fd[i]) != 0)
-            rc = errno;
     if (rc == MDB_SUCCESS && mdb_txn_begin(s->env, NULL, MDB_RDONLY, &j->pin) != MDB_SUCCESS)
         rc = EAGAIN;
     if (replayed)
@@ -716,9 +730,7 @@ void lmdb_journal_close(lmdb_store_t *s)
     lmdb_journal_t *j = &s->journal;
     if (j->thread_started) {
         pthread_mutex_lock(&j->lock);
-        uint64_t failures = atomic_load(&j->checkpoint_failures);
-        while (j->ck_pending && atomic_load(&j->checkpoint_failures) == failures)
-            pthread_cond_wait(&j->cond, &j->lock);
+        checkpoint_settled(j, 1);
         j->stop = true;
         pthread_cond_broadcast(&j->cond);
         pthread_mutex_unlock(&j->lock);
@@ -726,13 +738,7 @@ void lmdb_journal_close(lmdb_store_t *s)
         /* Synced as a whole, the store needs neither base nor records: a last base names its final
          * state (so that a crash while the rest goes loses nothing), then the records go, then the
          * base, and the next opening restores nothing: data.mdb stays what it is between two runs. */
-        MDB_envinfo info;
-        bool done = !j->ck_pending && !j->broken && mdb_env_info(s->env, &info) == MDB_SUCCESS &&
-                    mdb_env_sync(s->env, 1) == MDB_SUCCESS && metas_read(s, j->ck_metas) == 0 &&
-                    base_write(j, (uint64_t)info.me_last_txnid, j->ck_metas) == 0;
-        for (int i = 0; i < 2 && done; i++)
-            done = ftruncate(j->fd[i], 0) == 0 && fdatasync(j->fd[i]) == 0;
-        if (done && unlink(j->base_path) == 0)
+        if (!j->ck_pending && !j->broken && rebase(s) == 0 && unlink(j->base_path) == 0)
             sync_dir(j->dir);
     }
     if (j->old_pin)
