@@ -1087,14 +1087,17 @@ static void test_journal(const char *base)
         CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "late", "u1", 1 + round % 2, 9000) == STORE_OK &&
               store_write_commit(w) == STORE_OK);
     }
-    char c[700], d[700];
+    char c[700], d[700], h[700];
     snprintf(c, sizeof c, "%s/journal-c", base);
     snprintf(d, sizeof d, "%s/journal-d", base);
+    snprintf(h, sizeof h, "%s/journal-h", base);
     mkdir(c, 0750);
     mkdir(d, 0750);
+    mkdir(h, 0750);
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         file_copy(a, c, files[i]);
         file_copy(a, d, files[i]);
+        file_copy(a, h, files[i]);
     }
     store_close(s);
     size_t jlen;
@@ -1106,8 +1109,12 @@ static void test_journal(const char *base)
         uint32_t first_len;
         memcpy(&first_len, j + 4, 4);
         CHECK(24 + (size_t)first_len < jlen);
-        if (24 + (size_t)first_len < jlen)
+        if (24 + (size_t)first_len < jlen) {
             file_put(d, "journal-0", j + 24 + first_len, jlen - 24 - first_len);
+            /* the first record damaged in place, the two after it whole: not a crash's cut */
+            j[24 + first_len / 2] ^= 0x5a;
+            file_put(h, "journal-0", j, jlen);
+        }
     }
     free(j);
     r = open_mode(c, "like,love", 1ull << 30, REACTION_MODE_MANY);
@@ -1162,6 +1169,8 @@ static void test_journal(const char *base)
     kinds.mode = REACTION_MODE_MANY;
     store_options_t opt = {.map_size_bytes = 1ull << 30};
     CHECK(store_open(d, &kinds, &opt, &r, err, sizeof err) != STORE_OK && strstr(err, "lacks transaction"));
+    err[0] = 0;
+    CHECK(store_open(h, &kinds, &opt, &r, err, sizeof err) != STORE_OK && strstr(err, "journal-0 is damaged"));
 }
 
 void test_store(void)

@@ -551,27 +551,62 @@ static int record_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* Where a file's records stop at bytes that are not a whole record (at off), whether a whole record
+ * of a transaction after `after` still follows somewhere behind them. Each append is synced before
+ * the next is written, so a record cut short by a crash is the last of its generation, and what
+ * lies behind it is an older generation's (all at or before the base). A later record behind it
+ * means the bytes were damaged in place: replaying up to them would silently drop acknowledged
+ * writes. Returns 0 (*later: that record's txn id, or 0), or an errno. */
+static int damage_behind(int fd, off_t off, uint64_t after, uint64_t *later)
+{
+    struct stat st;
+    *later = 0;
+    if (fstat(fd, &st) != 0)
+        return errno;
+    if (st.st_size <= off + 1)
+        return 0;
+    size_t len = (size_t)(st.st_size - off - 1);
+    uint8_t *buf = malloc(len);
+    if (!buf)
+        return ENOMEM;
+    int rc = read_all(fd, buf, len, off + 1);
+    for (size_t i = 0; rc == 0 && i + JOURNALREC_HEADER_LEN <= len && !*later; i++) {
+        journalrec_head_t h;
+        if (journalrec_head_get(buf + i, &h) && h.txnid > after && h.len <= len - i - JOURNALREC_HEADER_LEN &&
+            journalrec_crc(h.txnid, buf + i + JOURNALREC_HEADER_LEN, h.len) == h.crc)
+            *later = h.txnid;
+    }
+    free(buf);
+    return rc;
+}
+
 /* The valid records of one file after base, appended to *recs: a file is read from its start while
  * each record is whole, its checksum right and its txn id above the one before (what follows is an
- * older generation's, or a record cut short). */
-static int file_records(int fd, uint64_t base, record_t **recs, size_t *n, size_t *cap)
+ * older generation's, or a record cut short). Bytes that end the records but hide a later whole
+ * record behind them are damage: EBADMSG, with where (*bad_off) and which record (*bad_later). */
+static int file_records(int fd, uint64_t base, record_t **recs, size_t *n, size_t *cap, off_t *bad_off,
+                        uint64_t *bad_later)
 {
     off_t off = 0;
     uint64_t prev = 0;
     for (;;) {
         uint8_t head[JOURNALREC_HEADER_LEN];
-        if (read_all(fd, head, sizeof head, off) != 0)
-            return 0;
         journalrec_head_t h;
-        if (!journalrec_head_get(head, &h) || h.txnid <= prev)
-            return 0;
-        record_t r = {.txnid = h.txnid, .len = h.len, .nops = h.nops};
-        if (!(r.ops = malloc(r.len ? r.len : 1)))
+        bool whole = read_all(fd, head, sizeof head, off) == 0 && journalrec_head_get(head, &h);
+        if (whole && h.txnid <= prev)
+            return 0; /* an older generation's record: the end */
+        record_t r = {.txnid = whole ? h.txnid : 0, .len = whole ? h.len : 0, .nops = whole ? h.nops : 0};
+        if (whole && !(r.ops = malloc(r.len ? r.len : 1)))
             return ENOMEM;
-        if (read_all(fd, r.ops, r.len, off + (off_t)sizeof head) != 0 ||
-            journalrec_crc(r.txnid, r.ops, r.len) != h.crc) {
+        if (whole && (read_all(fd, r.ops, r.len, off + (off_t)sizeof head) != 0 ||
+                      journalrec_crc(r.txnid, r.ops, r.len) != h.crc)) {
             free(r.ops);
-            return 0;
+            whole = false;
+        }
+        if (!whole) {
+            int rc = damage_behind(fd, off, prev > base ? prev : base, bad_later);
+            *bad_off = off;
+            return rc != 0 ? rc : *bad_later ? EBADMSG : 0;
         }
         prev = r.txnid;
         off += (off_t)(sizeof head + r.len);
@@ -633,8 +668,18 @@ int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen
         snprintf(err, errlen, "reading the store before the journal's replay: %s", mdb_strerror(rc));
         return STORE_ERROR;
     }
-    for (int i = 0; i < 2 && rc == 0; i++)
-        rc = file_records(j->fd[i], base, &recs, &n, &cap);
+    off_t bad_off = 0;
+    uint64_t bad_later = 0;
+    int i = 0;
+    for (; i < 2 && rc == 0; i++)
+        rc = file_records(j->fd[i], base, &recs, &n, &cap, &bad_off, &bad_later);
+    if (rc == EBADMSG) {
+        snprintf(err, errlen,
+                 "journal-%d is damaged at byte %lld, and the record of transaction %llu follows the damage: "
+                 "refusing a store that would miss acknowledged writes",
+                 i - 1, (long long)bad_off, (unsigned long long)bad_later);
+        rc = -1;
+    }
     if (rc == 0 && n && !base) {
         snprintf(err, errlen, "the journal holds records but %s is missing", j->base_path);
         rc = -1;
