@@ -1,4 +1,6 @@
-/* writer.c — the writer thread: group commit of reaction writes, with the fold and the sweep. */
+/* writer.c — the writer thread: group commit of reaction writes, with the fold and the sweep. On a
+ * store that folds apart (store_folds_apart: a database server's) the fold has a thread of its own,
+ * the fold thread, with transactions of its own beside the writer's batches. */
 #include "engine/writer.h"
 
 #include <assert.h>
@@ -29,9 +31,18 @@ struct writer {
     write_cmd_t *head, *tail; /* the queue, under lock */
     size_t queued;
     bool stopping;
+    /* the fold thread (apart), under lock */
+    bool apart; /* the fold runs on the fold thread (store_folds_apart), never in a batch */
+    pthread_t fold_thread;
+    pthread_cond_t fold_wake;
+    bool fold_nudged;   /* a batch with transitions committed since the fold last looked */
+    bool fold_stopping; /* the writer thread has ended: one last fold, then the fold thread ends */
+    /* the thread that folds (writer thread, or the fold thread when apart) only */
+    bool fold_backlog;        /* entries remain after the last fold (or unknown, at start) */
+    uint64_t last_fold_ms;    /* monotonic */
+    uint64_t fold_backoff_ms; /* the fold thread: after a failed fold, none before then */
+    bool fold_failing;        /* the fold thread: the last fold failed */
     /* writer thread only */
-    bool fold_backlog;     /* entries remain after the last fold (or unknown, at start) */
-    uint64_t last_fold_ms; /* monotonic */
     uint64_t last_sweep_ms;
     uint64_t backoff_until_ms; /* after a failed commit: no fold or sweep before then */
     bool shared;               /* other processes write to the store too */
@@ -442,7 +453,7 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
     int rc = store_write_begin(w->store, &tx);
     /* Whether this transaction folds is known before the batch is read, so that a shared store can
      * read the fold's checkpoint and log in the same round trip as the batch's rows. */
-    bool fold = rc == STORE_OK && (force_fold || fold_due(w, mono_now));
+    bool fold = rc == STORE_OK && !w->apart && (force_fold || fold_due(w, mono_now));
     bool may_fold = fold && store_write_may_fold(tx);
     if (rc == STORE_OK)
         rc = writer_prepare(w, tx, batch, may_fold ? pipeline_fold_scan(w->opt.fold_max) : 0);
@@ -531,7 +542,14 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         w->stop_failures += w->stopping;
     } else {
         w->failing = false;
-        if (w->opt.on_commit && atomic_load_explicit(&w->stats.transitions, memory_order_relaxed) != transitions_before)
+        bool logged = atomic_load_explicit(&w->stats.transitions, memory_order_relaxed) != transitions_before;
+        if (logged && w->apart) { /* the fold thread folds them next */
+            pthread_mutex_lock(&w->lock);
+            w->fold_nudged = true;
+            pthread_cond_signal(&w->fold_wake);
+            pthread_mutex_unlock(&w->lock);
+        }
+        if (w->opt.on_commit && logged)
             w->opt.on_commit(w->opt.on_commit_arg);
     }
     if (n)
@@ -570,8 +588,10 @@ static void *writer_main(void *arg)
         uint64_t mono_now = clock_ms(CLOCK_MONOTONIC);
         bool unfolded = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed) != 0;
         bool backing_off = mono_now < w->backoff_until_ms && !w->stopping;
-        bool poll_now = w->shared && mono_now - w->last_fold_ms >= SHARED_FOLD_POLL_MS; /* other nodes' entries */
-        bool fold_now = !backing_off && (w->fold_backlog || poll_now || (unfolded && fold_due(w, mono_now)));
+        /* other nodes' entries (a fold thread, when there is one, looks for them itself) */
+        bool poll_now = !w->apart && w->shared && mono_now - w->last_fold_ms >= SHARED_FOLD_POLL_MS;
+        bool fold_now =
+            !w->apart && !backing_off && (w->fold_backlog || poll_now || (unfolded && fold_due(w, mono_now)));
         bool sweep_now = !backing_off && !w->stopping && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
         if (w->stopping && !w->head && w->stop_failures >= STOP_FAILURES_MAX) {
             fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the "
@@ -584,9 +604,9 @@ static void *writer_main(void *arg)
             uint64_t wait_ms = IDLE_WAIT_MS;
             if (backing_off)
                 wait_ms = w->backoff_until_ms - mono_now;
-            else if (unfolded && w->opt.fold_window_ms)
+            else if (!w->apart && unfolded && w->opt.fold_window_ms)
                 wait_ms = w->last_fold_ms + w->opt.fold_window_ms - mono_now;
-            if (w->shared && wait_ms > SHARED_FOLD_POLL_MS)
+            if (w->shared && !w->apart && wait_ms > SHARED_FOLD_POLL_MS)
                 wait_ms = SHARED_FOLD_POLL_MS;
             struct timespec until = clock_deadline(CLOCK_MONOTONIC, wait_ms);
             pthread_cond_timedwait(&w->wake, &w->lock, &until);
@@ -615,6 +635,76 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* --- the fold thread (a store that folds apart) --- */
+
+/* One fold in a transaction of its own, run again after a conflict with another node. */
+static int fold_run(writer_t *w, uint64_t mono_now)
+{
+    uint64_t oldest_before = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed);
+    int rc = STORE_RETRY;
+    for (int attempt = 0; rc == STORE_RETRY && attempt < CONFLICT_RETRIES; attempt++) {
+        if (attempt)
+            atomic_fetch_add_explicit(&w->stats.conflict_retries, 1, memory_order_relaxed);
+        store_write_t *tx = NULL;
+        rc = store_fold_begin(w->store, &tx);
+        bool may_fold = rc == STORE_OK && store_write_may_fold(tx);
+        if (rc == STORE_OK && may_fold)
+            rc = store_write_prepare(tx, NULL, 0, NULL, 0, pipeline_fold_scan(w->opt.fold_max));
+        if (rc == STORE_OK)
+            rc = writer_fold(w, tx, mono_now, may_fold);
+        if (tx)
+            rc = rc == STORE_OK ? store_write_commit(tx) : (store_write_abort(tx), rc);
+    }
+    if (rc != STORE_OK) {
+        if (!w->fold_failing)
+            fprintf(stderr, "level=error event=fold-failed error=\"%s\"\n", store_error_detail(rc));
+        atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
+        w->fold_backlog = true;
+        w->fold_backoff_ms = mono_now + COMMIT_RETRY_MS;
+    }
+    w->fold_failing = rc != STORE_OK;
+    return rc;
+}
+
+/* Folds when a batch with transitions has committed (nudged), while a fold leaves entries behind,
+ * and every SHARED_FOLD_POLL_MS (other nodes' entries, and taking over as the leader) — never more
+ * often than --fold-window. Once the writer thread has ended: what is left, then it ends too. */
+static void *fold_main(void *arg)
+{
+    writer_t *w = arg;
+    thread_set_name("tally-fold");
+    unsigned last_failures = 0;
+    pthread_mutex_lock(&w->lock);
+    for (;;) {
+        uint64_t now = clock_ms(CLOCK_MONOTONIC);
+        bool last = w->fold_stopping;
+        bool backing_off = now < w->fold_backoff_ms;
+        bool looking = w->fold_backlog || w->fold_nudged || now - w->last_fold_ms >= SHARED_FOLD_POLL_MS;
+        if (!last && (backing_off || !looking || !fold_due(w, now))) {
+            uint64_t until_ms = backing_off ? w->fold_backoff_ms : w->last_fold_ms + SHARED_FOLD_POLL_MS;
+            if (!backing_off && looking) /* waiting out the fold window */
+                until_ms = w->last_fold_ms + w->opt.fold_window_ms;
+            uint64_t wait_ms = until_ms > now ? until_ms - now : 1;
+            struct timespec until = clock_deadline(CLOCK_MONOTONIC, wait_ms);
+            pthread_cond_timedwait(&w->fold_wake, &w->lock, &until);
+            continue;
+        }
+        w->fold_nudged = false;
+        pthread_mutex_unlock(&w->lock);
+        int rc = fold_run(w, now);
+        pthread_mutex_lock(&w->lock);
+        if (last && rc == STORE_OK && !w->fold_backlog)
+            break;
+        if (last && rc != STORE_OK && ++last_failures >= STOP_FAILURES_MAX) {
+            fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the "
+                            "next start folds what is left\"\n");
+            break;
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
 static void writer_free_buffers(writer_t *w)
 {
     free(w->prep_rows);
@@ -633,6 +723,7 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     w->opt = *opt;
     w->fold_backlog = true; /* fold whatever a previous run left behind the checkpoint */
     w->shared = store_shared(store);
+    w->apart = store_folds_apart(store);
     w->prep_rows = calloc(opt->batch_max, sizeof *w->prep_rows);
     w->prep_keys = calloc(opt->batch_max, sizeof *w->prep_keys);
     w->resume_saved = calloc(opt->batch_max, sizeof *w->resume_saved);
@@ -650,16 +741,23 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     histogram_init(&w->stats.write_seconds, write_bounds, sizeof write_bounds / sizeof write_bounds[0]);
     histogram_init(&w->stats.batch_commands, batch_bounds, sizeof batch_bounds / sizeof batch_bounds[0]);
     histogram_init(&w->stats.fold_entries, fold_bounds, sizeof fold_bounds / sizeof fold_bounds[0]);
+    clock_cond_init_monotonic(&w->fold_wake);
     atomic_store(&w->stats.running, true);
-    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
-        pthread_cond_destroy(&w->wake);
-        pthread_mutex_destroy(&w->lock);
-        writer_free_buffers(w);
-        free(w);
-        return -1;
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0)
+        goto fail;
+    if (w->apart && pthread_create(&w->fold_thread, NULL, fold_main, w) != 0) {
+        thread_stop_join(&w->lock, &w->wake, &w->stopping, w->thread);
+        goto fail;
     }
     *out = w;
     return 0;
+fail:
+    pthread_cond_destroy(&w->fold_wake);
+    pthread_cond_destroy(&w->wake);
+    pthread_mutex_destroy(&w->lock);
+    writer_free_buffers(w);
+    free(w);
+    return -1;
 }
 
 /* --- groups: commands submitted from a thread that may block, and waited for together --- */
@@ -741,7 +839,10 @@ void writer_stop(writer_t *w)
     if (!w)
         return;
     thread_stop_join(&w->lock, &w->wake, &w->stopping, w->thread);
+    if (w->apart) /* after the writer's last batch: the fold folds what is left */
+        thread_stop_join(&w->lock, &w->fold_wake, &w->fold_stopping, w->fold_thread);
     atomic_store(&w->stats.running, false);
+    pthread_cond_destroy(&w->fold_wake);
     pthread_cond_destroy(&w->wake);
     pthread_mutex_destroy(&w->lock);
     writer_free_buffers(w);

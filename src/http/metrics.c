@@ -173,15 +173,19 @@ static void metrics_render(app_t *app, answer_t *a)
         gauge(&t, "tally_fold_leader", "1 while this node folds the log into the counts.",
               atomic_load(&ws->fold_leader) ? 1 : 0);
         counter(&t, "tally_db_round_trips_total", "Statements sent to the database.", st.round_trips);
-        counter(&t, "tally_db_transactions_total", "Writer transactions committed in the database.", st.transactions);
+        counter(&t, "tally_db_transactions_total",
+                "Transactions committed in the database (the writer's batches and the fold's own).", st.transactions);
         counter(&t, "tally_db_writer_round_trips_total",
-                "Round trips of the writer's connection (its batches, fold and sweep), of tally_db_round_trips_total.",
+                "Round trips of the writer's connection (its batches and sweep), of tally_db_round_trips_total.",
                 st.writer_round_trips);
+        counter(&t, "tally_db_fold_round_trips_total",
+                "Round trips of the fold's connection (its folds and the leader lock), of tally_db_round_trips_total.",
+                st.fold_round_trips);
         counter(&t, "tally_writer_conflict_retries_total",
-                "Batches run again after a conflict with another node (deadlock, serialization).",
+                "Batches or folds run again after a conflict with another node (deadlock, serialization).",
                 atomic_load(&ws->conflict_retries));
-        histogram(&t, "tally_db_commit_seconds", "Duration of the writer's COMMIT (the server's durable sync).",
-                  st.commit_seconds);
+        histogram(&t, "tally_db_commit_seconds",
+                  "Duration of a COMMIT, the writer's or the fold's (the server's durable sync).", st.commit_seconds);
     }
     gauge(&t, "tally_store_file_bytes", "Disk space used by the store's data file.",
           (double)store_file_bytes(app->data_dir));

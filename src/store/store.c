@@ -93,6 +93,16 @@ int store_write_begin(store_t *store, store_write_t **out)
     return store->ops->write_begin(store, out);
 }
 
+bool store_folds_apart(const store_t *store)
+{
+    return store->ops->fold_begin != NULL;
+}
+
+int store_fold_begin(store_t *store, store_write_t **out)
+{
+    return store->ops->fold_begin ? store->ops->fold_begin(store, out) : STORE_ERROR;
+}
+
 int store_write_commit(store_write_t *w)
 {
     return w->ops->write_commit(w);

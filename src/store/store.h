@@ -98,6 +98,14 @@ int store_read_many(store_read_t *r, const span_t *items, size_t n, span_t user,
 
 /* --- the write transaction (writer thread only) --- */
 int store_write_begin(store_t *store, store_write_t **out);
+/* True when the store's fold runs in transactions of its own (store_fold_begin), on a thread of its
+ * own beside the writer's batches (a database server's store: a second session, so the fold's work
+ * runs on the server in parallel with the batches'); false when the writer's own transactions fold
+ * (the embedded store, one writer). */
+bool store_folds_apart(const store_t *store);
+/* A write transaction for the fold alone (fold thread only; store_folds_apart true): the same calls
+ * as a writer's transaction, on a connection of its own. Only it may fold (store_write_may_fold). */
+int store_fold_begin(store_t *store, store_write_t **out);
 int store_write_commit(store_write_t *w); /* durable on STORE_OK; w is gone either way */
 /* store_write_commit, and where the positions taken at commit begin: the transaction's k-th entry
  * appended with store_log_append (k from 1) that got *seq 0 is at *log_base + k. *log_base is 0
@@ -118,7 +126,7 @@ int store_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows
                         size_t nkeys, size_t fold_scan);
 
 /* True when this process may fold the log into the counts now (a shared store lets one process at a
- * time; the others leave it to that one). */
+ * time, the others leave it to that one; a store that folds apart lets only its fold transactions). */
 bool store_write_may_fold(store_write_t *w);
 
 int store_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
@@ -185,6 +193,7 @@ typedef struct {
     bool shared, connected;
     uint64_t round_trips, transactions;
     uint64_t writer_round_trips;       /* of round_trips, the writer's connection's */
+    uint64_t fold_round_trips;         /* of round_trips, the fold's connection's */
     const histogram_t *commit_seconds; /* the COMMIT statement's duration (the server's sync) */
     /* the embedded store's journal: records appended (one a write transaction), their bytes,
      * checkpoints done and failed, the last checkpoint's duration */

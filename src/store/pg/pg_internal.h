@@ -60,9 +60,19 @@ typedef struct {
     uint64_t seq; /* 0: taken at commit (log_append); else given (log_put) */
 } pg_logged_t;
 
+/* A connection of the store's own for writing, used by one thread: the writer's batches, or the
+ * fold (which holds the fold leader's session lock on it). */
+typedef struct {
+    PGconn *conn;
+    atomic_uintptr_t id;      /* conn as a number, for other threads to compare with */
+    bool leader;              /* holds the fold lock on conn (the fold's session) */
+    uint64_t leader_tried_ms; /* monotonic */
+} pg_session_t;
+
 struct pg_write {
     store_write_t base;
     pg_store_t *store;
+    pg_session_t *sess; /* the connection it runs on */
     bool active, began;
     bool piped; /* pg_wrun sends into a pipeline (at commit) instead of waiting for each result */
     size_t piped_count;
@@ -94,10 +104,10 @@ struct pg_store {
     int db_kinds;
     int cfg_to_db[KINDS_MAX + 1];
     int db_to_cfg[KINDS_MAX + 1];
-    PGconn *wconn; /* the writer's connection (writer thread only) */
-    struct pg_write write;
-    bool leader;               /* holds the fold lock on wconn */
-    uint64_t leader_tried_ms;  /* monotonic */
+    pg_session_t wsess;        /* the writer's batches (writer thread only; also the opening's) */
+    pg_session_t fsess;        /* the fold's (fold thread only) */
+    struct pg_write write;     /* on wsess */
+    struct pg_write fold;      /* on fsess */
     pthread_mutex_t pool_lock; /* idle reader connections */
     PGconn *pool[PG_POOL_MAX];
     uint64_t pool_epoch[PG_POOL_MAX]; /* the epoch each idle connection was made in */
@@ -105,8 +115,8 @@ struct pg_store {
     atomic_uint_fast64_t epoch; /* rises when the server was found gone: older connections are stale */
     atomic_bool up;             /* the last contact with the server succeeded */
     atomic_uint_fast64_t round_trips, statements, transactions;
-    atomic_uint_fast64_t writer_round_trips; /* of round_trips, on wconn */
-    atomic_uintptr_t wconn_id;               /* wconn as a number, for other threads to compare with */
+    atomic_uint_fast64_t writer_round_trips; /* of round_trips, on wsess's connection */
+    atomic_uint_fast64_t fold_round_trips;   /* of round_trips, on fsess's */
     histogram_t commit_seconds;
     atomic_uint_fast64_t down_since_ms; /* monotonic; 0 when up */
 };
@@ -127,9 +137,11 @@ PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql
 /* pg_exec for statements without rows: a STORE_ code. */
 int pg_run(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params);
 
-/* The writer's connection, reconnected (and the leadership dropped) when it was lost; NULL while
- * the server cannot be reached. */
-PGconn *pg_writer_conn(pg_store_t *s);
+/* A write session's connection, reconnected (and the leadership dropped) when it was lost; NULL
+ * while the server cannot be reached. */
+PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess);
+/* Drops a session's connection (and the fold lock with it): the next use connects again. */
+void pg_session_drop(pg_session_t *sess);
 
 /* A reader connection from the pool (or a new one), and its return. */
 /* *epoch: when the connection was made, to give back with it. */
@@ -201,6 +213,7 @@ int pg_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
 int pg_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
                  reaction_row_t *rows);
 int pg_write_begin(store_t *s, store_write_t **out);
+int pg_fold_begin(store_t *s, store_write_t **out);
 int pg_write_commit(store_write_t *w);
 int pg_write_commit_at(store_write_t *w, uint64_t *log_base);
 void pg_write_abort(store_write_t *w);

@@ -85,13 +85,15 @@ int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *w
     return state && strcmp(state, "53100") == 0 ? STORE_FULL : STORE_ERROR;
 }
 
-/* One round trip more on conn; the writer's connection's counted apart too (compared with wconn_id,
- * since other threads count their own connections' and s->wconn is the writer thread's). */
+/* One round trip more on conn; the writer's and the fold's connections' counted apart too (compared
+ * with the sessions' ids, since other threads count their own connections'). */
 void pg_count_round_trip(pg_store_t *s, const PGconn *conn)
 {
     atomic_fetch_add_explicit(&s->round_trips, 1, memory_order_relaxed);
-    if ((uintptr_t)conn == atomic_load_explicit(&s->wconn_id, memory_order_relaxed))
+    if ((uintptr_t)conn == atomic_load_explicit(&s->wsess.id, memory_order_relaxed))
         atomic_fetch_add_explicit(&s->writer_round_trips, 1, memory_order_relaxed);
+    else if ((uintptr_t)conn == atomic_load_explicit(&s->fsess.id, memory_order_relaxed))
+        atomic_fetch_add_explicit(&s->fold_round_trips, 1, memory_order_relaxed);
 }
 
 PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
@@ -189,24 +191,29 @@ static bool pg_may_try(pg_store_t *s)
     return since == 0 || clock_ms(CLOCK_MONOTONIC) - since >= PG_RECONNECT_MS;
 }
 
-PGconn *pg_writer_conn(pg_store_t *s)
+void pg_session_drop(pg_session_t *sess)
 {
-    if (s->wconn && PQstatus(s->wconn) == CONNECTION_OK)
-        return s->wconn;
-    if (s->wconn) {
-        PQfinish(s->wconn); /* its session, and the fold lock with it, is gone */
-        s->wconn = NULL;
-        atomic_store_explicit(&s->wconn_id, 0, memory_order_relaxed);
-        if (s->leader)
-            fprintf(stderr, "level=warn event=fold-leader-lost\n");
-        s->leader = false;
-    }
+    if (!sess->conn)
+        return;
+    PQfinish(sess->conn); /* its session, and the fold lock with it, is gone */
+    sess->conn = NULL;
+    atomic_store_explicit(&sess->id, 0, memory_order_relaxed);
+    if (sess->leader)
+        fprintf(stderr, "level=warn event=fold-leader-lost\n");
+    sess->leader = false;
+}
+
+PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
+{
+    if (sess->conn && PQstatus(sess->conn) == CONNECTION_OK)
+        return sess->conn;
+    pg_session_drop(sess);
     if (!pg_may_try(s))
         return NULL;
     char err[256];
-    s->wconn = pg_connect(s, err, sizeof err);
-    atomic_store_explicit(&s->wconn_id, (uintptr_t)s->wconn, memory_order_relaxed);
-    if (!s->wconn) {
+    sess->conn = pg_connect(s, err, sizeof err);
+    atomic_store_explicit(&sess->id, (uintptr_t)sess->conn, memory_order_relaxed);
+    if (!sess->conn) {
         pg_mark_down(s);
         atomic_store(&s->down_since_ms, clock_ms(CLOCK_MONOTONIC)); /* wait before the next try */
         fprintf(stderr, "level=warn event=pg-connect-failed error=\"%s\"\n", err);
@@ -214,7 +221,7 @@ PGconn *pg_writer_conn(pg_store_t *s)
     }
     fprintf(stderr, "level=info event=pg-connected\n");
     pg_mark_up(s);
-    return s->wconn;
+    return sess->conn;
 }
 
 /* Reads what a connection's last user left unread (a COMMIT's answer); false when it failed. */
@@ -485,7 +492,7 @@ static int settings_check(pg_store_t *s, pg_setting_t *set, size_t n, char *err,
         int rc;
         const char *p[] = {set[i].name, set[i].value};
         PGresult *res =
-            pg_exec(s, s->wconn, "settings",
+            pg_exec(s, s->wsess.conn, "settings",
                     "WITH ins AS (INSERT INTO tally_meta VALUES ($1, $2) ON CONFLICT DO NOTHING RETURNING value)"
                     " SELECT value FROM ins UNION ALL SELECT value FROM tally_meta WHERE name = $1",
                     2, p, &rc);
@@ -515,7 +522,7 @@ static int mode_setup(pg_store_t *s, char *err, size_t errlen)
 {
     int rc;
     PGresult *res =
-        pg_exec(s, s->wconn, "mode", "SELECT 1 FROM tally_meta WHERE name = 'reactors_counted'", 0, NULL, &rc);
+        pg_exec(s, s->wsess.conn, "mode", "SELECT 1 FROM tally_meta WHERE name = 'reactors_counted'", 0, NULL, &rc);
     if (!res)
         goto fail;
     bool counted = PQntuples(res) == 1;
@@ -529,12 +536,12 @@ static int mode_setup(pg_store_t *s, char *err, size_t errlen)
             "INSERT INTO tally_meta VALUES ('reactors_counted', '1')",
         };
         for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
-            if (pg_run(s, s->wconn, "mode", steps[i], 0, NULL) != STORE_OK)
+            if (pg_run(s, s->wsess.conn, "mode", steps[i], 0, NULL) != STORE_OK)
                 goto fail;
         fprintf(stderr, "level=info event=pg-reactors-counted\n");
     } else if (s->kinds.mode == REACTION_MODE_ONE && counted) {
-        if (!(res = pg_exec(s, s->wconn, "mode", "SELECT EXISTS (SELECT 1 FROM tally_rows WHERE kind < 0)", 0, NULL,
-                            &rc)))
+        if (!(res = pg_exec(s, s->wsess.conn, "mode", "SELECT EXISTS (SELECT 1 FROM tally_rows WHERE kind < 0)", 0,
+                            NULL, &rc)))
             goto fail;
         bool sets = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
         PQclear(res);
@@ -544,12 +551,13 @@ static int mode_setup(pg_store_t *s, char *err, size_t errlen)
                      "item: it cannot be used with --reaction-mode one");
             return STORE_ERROR;
         }
-        if (pg_run(s, s->wconn, "mode", "DELETE FROM tally_meta WHERE name = 'reactors_counted'", 0, NULL) != STORE_OK)
+        if (pg_run(s, s->wsess.conn, "mode", "DELETE FROM tally_meta WHERE name = 'reactors_counted'", 0, NULL) !=
+            STORE_OK)
             goto fail;
     }
     return STORE_OK;
 fail:
-    snprintf(err, errlen, "setting up the reaction mode failed: %s", PQerrorMessage(s->wconn));
+    snprintf(err, errlen, "setting up the reaction mode failed: %s", PQerrorMessage(s->wsess.conn));
     return STORE_ERROR;
 }
 
@@ -562,7 +570,8 @@ static int kinds_check(pg_store_t *s, const kinds_t *cfg, char *err, size_t errl
         snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", k > 1 ? "," : "", want->names[k]);
     int rc;
     const char *p[] = {list};
-    PGresult *res = pg_exec(s, s->wconn, "kinds", "SELECT value FROM tally_meta WHERE name = 'kinds'", 0, NULL, &rc);
+    PGresult *res =
+        pg_exec(s, s->wsess.conn, "kinds", "SELECT value FROM tally_meta WHERE name = 'kinds'", 0, NULL, &rc);
     if (!res) {
         snprintf(err, errlen, "reading the kinds failed");
         return STORE_ERROR;
@@ -572,7 +581,7 @@ static int kinds_check(pg_store_t *s, const kinds_t *cfg, char *err, size_t errl
     snprintf(stored, sizeof stored, "%s", have ? PQgetvalue(res, 0, 0) : list);
     PQclear(res);
     if (!have &&
-        (!cfg || pg_run(s, s->wconn, "kinds", "INSERT INTO tally_meta VALUES ('kinds', $1)", 1, p) != STORE_OK)) {
+        (!cfg || pg_run(s, s->wsess.conn, "kinds", "INSERT INTO tally_meta VALUES ('kinds', $1)", 1, p) != STORE_OK)) {
         snprintf(err, errlen, cfg ? "storing the kinds failed" : "the database holds no tally store");
         return STORE_ERROR;
     }
@@ -611,12 +620,12 @@ static int schema_upgrade_from_1(pg_store_t *s, const char *version)
 {
     uint64_t t0 = clock_ms(CLOCK_MONOTONIC);
     const char *p[] = {version};
-    PGresult *res = PQexec(s->wconn, PG_LISTS_SCHEMA_SQL);
+    PGresult *res = PQexec(s->wsess.conn, PG_LISTS_SCHEMA_SQL);
     bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
     PQclear(res);
     for (int i = 0; ok && i < PG_LISTS_BUILD_STEPS; i++)
-        ok = pg_run(s, s->wconn, "lists-build", PG_LISTS_BUILD_SQL[i], 0, NULL) == STORE_OK;
-    if (!ok || pg_run(s, s->wconn, "schema",
+        ok = pg_run(s, s->wsess.conn, "lists-build", PG_LISTS_BUILD_SQL[i], 0, NULL) == STORE_OK;
+    if (!ok || pg_run(s, s->wsess.conn, "schema",
                       "UPDATE tally_meta SET value = $1 WHERE name IN ('schema_version', 'schema_compatible_from')", 1,
                       p) != STORE_OK)
         return STORE_ERROR;
@@ -632,12 +641,13 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
     int rc;
     char version[16];
     snprintf(version, sizeof version, "%d", PG_SCHEMA_VERSION);
-    if (pg_run(s, s->wconn, "schema", "BEGIN", 0, NULL) != STORE_OK ||
-        pg_run(s, s->wconn, "schema", "SELECT pg_advisory_xact_lock(" PG_LOCK_SCHEMA_SQL ")", 0, NULL) != STORE_OK) {
-        snprintf(err, errlen, "cannot lock the schema: %s", PQerrorMessage(s->wconn));
+    if (pg_run(s, s->wsess.conn, "schema", "BEGIN", 0, NULL) != STORE_OK ||
+        pg_run(s, s->wsess.conn, "schema", "SELECT pg_advisory_xact_lock(" PG_LOCK_SCHEMA_SQL ")", 0, NULL) !=
+            STORE_OK) {
+        snprintf(err, errlen, "cannot lock the schema: %s", PQerrorMessage(s->wsess.conn));
         return STORE_ERROR;
     }
-    PGresult *res = pg_exec(s, s->wconn, "schema", "SELECT to_regclass('tally_meta') IS NOT NULL", 0, NULL, &rc);
+    PGresult *res = pg_exec(s, s->wsess.conn, "schema", "SELECT to_regclass('tally_meta') IS NOT NULL", 0, NULL, &rc);
     bool exists = res && strcmp(PQgetvalue(res, 0, 0), "t") == 0;
     PQclear(res);
     if (!res)
@@ -648,10 +658,10 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
             goto fail_quiet;
         }
         const char *p[] = {version};
-        res = PQexec(s->wconn, SCHEMA_SQL);
+        res = PQexec(s->wsess.conn, SCHEMA_SQL);
         bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
         PQclear(res);
-        if (!ok || pg_run(s, s->wconn, "schema",
+        if (!ok || pg_run(s, s->wsess.conn, "schema",
                           "INSERT INTO tally_meta VALUES ('schema_version', $1), ('schema_compatible_from', $1)", 1,
                           p) != STORE_OK)
             goto fail;
@@ -659,7 +669,7 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
     } else {
         /* A newer schema says down to which version its nodes can run beside it (a rolling upgrade:
          * old and new nodes share the database until the last old one is replaced). */
-        res = pg_exec(s, s->wconn, "schema",
+        res = pg_exec(s, s->wsess.conn, "schema",
                       "SELECT (SELECT value FROM tally_meta WHERE name = 'schema_version'),"
                       " coalesce((SELECT value FROM tally_meta WHERE name = 'schema_compatible_from'), '0')",
                       0, NULL, &rc);
@@ -697,15 +707,15 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
     if (kinds_check(s, kinds, err, errlen) != STORE_OK || settings_check(s, set, 3, err, errlen) != STORE_OK ||
         mode_setup(s, err, errlen) != STORE_OK)
         goto fail_quiet;
-    if (pg_run(s, s->wconn, "schema", "COMMIT", 0, NULL) != STORE_OK) {
-        snprintf(err, errlen, "cannot commit the schema: %s", PQerrorMessage(s->wconn));
+    if (pg_run(s, s->wsess.conn, "schema", "COMMIT", 0, NULL) != STORE_OK) {
+        snprintf(err, errlen, "cannot commit the schema: %s", PQerrorMessage(s->wsess.conn));
         return STORE_ERROR;
     }
     return STORE_OK;
 fail:
-    snprintf(err, errlen, "cannot set up the schema: %s", PQerrorMessage(s->wconn));
+    snprintf(err, errlen, "cannot set up the schema: %s", PQerrorMessage(s->wsess.conn));
 fail_quiet:
-    PQclear(PQexec(s->wconn, "ROLLBACK"));
+    PQclear(PQexec(s->wsess.conn, "ROLLBACK"));
     return STORE_ERROR;
 }
 
@@ -721,12 +731,12 @@ int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, s
     static const double commit_bounds[] = {0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1};
     histogram_init(&s->commit_seconds, commit_bounds, sizeof commit_bounds / sizeof commit_bounds[0]);
     s->base.ops = &pg_store_ops;
-    s->write.base.ops = &pg_store_ops;
-    s->write.store = s;
+    s->write = (pg_write_t){.base.ops = &pg_store_ops, .store = s, .sess = &s->wsess};
+    s->fold = (pg_write_t){.base.ops = &pg_store_ops, .store = s, .sess = &s->fsess};
     char cerr[256];
-    s->wconn = pg_connect(s, cerr, sizeof cerr);
-    atomic_store_explicit(&s->wconn_id, (uintptr_t)s->wconn, memory_order_relaxed);
-    if (!s->wconn) {
+    s->wsess.conn = pg_connect(s, cerr, sizeof cerr);
+    atomic_store_explicit(&s->wsess.id, (uintptr_t)s->wsess.conn, memory_order_relaxed);
+    if (!s->wsess.conn) {
         snprintf(err, errlen, "cannot connect to the database: %s", cerr);
         goto fail;
     }
@@ -736,25 +746,32 @@ int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, s
     *out = &s->base;
     return STORE_OK;
 fail:
-    PQfinish(s->wconn);
+    PQfinish(s->wsess.conn);
     pthread_mutex_destroy(&s->pool_lock);
     free(s->conninfo);
     free(s);
     return STORE_ERROR;
 }
 
+static void write_free(pg_write_t *w)
+{
+    pg_cache_free(&w->rows);
+    pg_cache_free(&w->idem);
+    itemmap_free(&w->counts);
+    listmap_free(&w->lists);
+    free(w->log);
+    PQclear(w->fold_log);
+}
+
 void pg_close(store_t *s_)
 {
     pg_store_t *s = (pg_store_t *)s_;
-    PQfinish(s->wconn);
+    PQfinish(s->wsess.conn);
+    PQfinish(s->fsess.conn);
     for (size_t i = 0; i < s->pool_count; i++)
         PQfinish(s->pool[i]);
-    pg_cache_free(&s->write.rows);
-    pg_cache_free(&s->write.idem);
-    itemmap_free(&s->write.counts);
-    listmap_free(&s->write.lists);
-    free(s->write.log);
-    PQclear(s->write.fold_log);
+    write_free(&s->write);
+    write_free(&s->fold);
     pthread_mutex_destroy(&s->pool_lock);
     free(s->conninfo);
     free(s);
@@ -999,6 +1016,7 @@ const store_ops_t pg_store_ops = {
     .read_row = pg_read_row,
     .read_many = pg_read_many,
     .write_begin = pg_write_begin,
+    .fold_begin = pg_fold_begin,
     .write_commit = pg_write_commit,
     .write_commit_at = pg_write_commit_at,
     .write_abort = pg_write_abort,

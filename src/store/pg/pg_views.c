@@ -240,6 +240,7 @@ int pg_stats(store_t *s_, store_stats_t *st)
     st->round_trips = atomic_load(&s->round_trips);
     st->transactions = atomic_load(&s->transactions);
     st->writer_round_trips = atomic_load(&s->writer_round_trips);
+    st->fold_round_trips = atomic_load(&s->fold_round_trips);
     st->commit_seconds = &s->commit_seconds;
     if (res) {
         PQclear(res);
@@ -359,12 +360,11 @@ int pg_aux_put(store_write_t *w_, span_t key, span_t value)
     PQclear(pg_wexec(w, "aux", "SELECT 1", 0, NULL, &rc)); /* begins the transaction */
     if (rc != STORE_OK)
         return rc;
-    PGresult *res = PQexecParams(w->store->wconn,
+    PGresult *res = PQexecParams(w->sess->conn,
                                  "INSERT INTO tally_aux VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = "
                                  "excluded.value",
                                  2, NULL, p, lengths, formats, 0);
-    rc =
-        res && PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_result_rc(w->store, w->store->wconn, res, "aux");
+    rc = res && PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_result_rc(w->store, w->sess->conn, res, "aux");
     PQclear(res);
     return rc;
 }
@@ -380,7 +380,7 @@ int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *
     int rc = pg_wrun(w, "aux-lock", "SELECT pg_advisory_xact_lock(" PG_LOCK_AUX_SQL ", hashtext($1))", 1, p);
     if (rc != STORE_OK)
         return rc;
-    return aux_rows(w->store, w->store->wconn, "aux-read", p, fn, arg);
+    return aux_rows(w->store, w->sess->conn, "aux-read", p, fn, arg);
 }
 
 int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)

@@ -1,5 +1,6 @@
 /* pg_write.c — the PostgreSQL store's write transaction: one database transaction per batch on the
- * writer's connection. The batch's rows and idempotency records that exist are locked in one key
+ * writer's connection, and the fold's own transactions on the fold's connection (the same calls; a
+ * pg_write_t per session). The batch's rows and idempotency records that exist are locked in one key
  * order up front (store_write_prepare), kept in a cache while the engine decides, and written back
  * at commit as a few multi-row statements. Those that did not exist are inserted at commit by a
  * plain INSERT: if another batch inserted one meanwhile, the INSERT waits for it and then fails
@@ -21,11 +22,11 @@ PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, cons
 {
     pg_store_t *s = w->store;
     if (!w->began) {
-        if ((*rc = pg_run(s, s->wconn, what, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
+        if ((*rc = pg_run(s, w->sess->conn, what, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
             return NULL;
         w->began = true;
     }
-    return pg_exec(s, s->wconn, what, sql, n, params, rc);
+    return pg_exec(s, w->sess->conn, what, sql, n, params, rc);
 }
 
 int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params)
@@ -34,12 +35,12 @@ int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char 
     if (w->piped) { /* results are read after the pipeline's sync (pg_write_commit) */
         pg_store_t *s = w->store;
         if (!w->began) {
-            if ((rc = pg_pipe_send(s, s->wconn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
+            if ((rc = pg_pipe_send(s, w->sess->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
                 return rc;
             w->began = true;
             w->piped_count++;
         }
-        rc = pg_pipe_send(s, s->wconn, sql, n, params);
+        rc = pg_pipe_send(s, w->sess->conn, sql, n, params);
         w->piped_count += rc == STORE_OK;
         return rc;
     }
@@ -47,11 +48,10 @@ int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char 
     return rc;
 }
 
-int pg_write_begin(store_t *s_, store_write_t **out)
+/* A transaction of w (the writer's batches, or the fold) on its session's connection. */
+static int write_begin(pg_write_t *w, store_write_t **out)
 {
-    pg_store_t *s = (pg_store_t *)s_;
-    pg_write_t *w = &s->write;
-    if (!pg_writer_conn(s))
+    if (!pg_session_conn(w->store, w->sess))
         return STORE_UNAVAILABLE;
     w->active = true;
     w->began = false;
@@ -71,13 +71,26 @@ int pg_write_begin(store_t *s_, store_write_t **out)
     return STORE_OK;
 }
 
+int pg_write_begin(store_t *s_, store_write_t **out)
+{
+    return write_begin(&((pg_store_t *)s_)->write, out);
+}
+
+/* The fold's transactions run on a connection of their own, beside the writer's batches: the fold
+ * leader's session lock is held on it, and its statements (the counts, the lists) run on the
+ * server in parallel with the next batch's instead of inside it. */
+int pg_fold_begin(store_t *s_, store_write_t **out)
+{
+    return write_begin(&((pg_store_t *)s_)->fold, out);
+}
+
 void pg_write_abort(store_write_t *w_)
 {
     pg_write_t *w = (pg_write_t *)w_;
     PQclear(w->fold_log);
     w->fold_log = NULL;
     if (w->began)
-        PQclear(PQexec(w->store->wconn, "ROLLBACK"));
+        PQclear(PQexec(w->sess->conn, "ROLLBACK"));
     w->active = w->began = false;
 }
 
@@ -211,7 +224,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
     /* only the leader locks the checkpoint (pg_checkpoint_get); a fold read before is not read again */
-    bool fold = fold_scan > 0 && s->leader && !w->checkpoint_dirty && !w->checkpoint_locked && !w->fold_log;
+    bool fold = fold_scan > 0 && w->sess->leader && !w->checkpoint_dirty && !w->checkpoint_locked && !w->fold_log;
     if (!nrows && !nkeys && !fold)
         return STORE_OK;
     /* One order for everything a batch locks: idempotency records, then rows, each in key order;
@@ -228,35 +241,35 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     snprintf(scan, sizeof scan, "%zu", fold_scan > INT64_MAX ? (size_t)INT64_MAX : fold_scan);
     const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf}, *fp[] = {scan};
     bool send_begin = !w->began;
-    int rc = pg_pipe_enter(s, s->wconn);
+    int rc = pg_pipe_enter(s, w->sess->conn);
     bool entered = rc == STORE_OK;
     if (rc == STORE_OK && send_begin)
-        rc = pg_pipe_send(s, s->wconn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL);
+        rc = pg_pipe_send(s, w->sess->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL);
     if (rc == STORE_OK && nkeys)
-        rc = pg_pipe_send(s, s->wconn, LOCK_IDEM_SQL, 2, kp);
+        rc = pg_pipe_send(s, w->sess->conn, LOCK_IDEM_SQL, 2, kp);
     if (rc == STORE_OK && nrows)
-        rc = pg_pipe_send(s, s->wconn, LOCK_ROWS_SQL, 2, rp);
+        rc = pg_pipe_send(s, w->sess->conn, LOCK_ROWS_SQL, 2, rp);
     if (rc == STORE_OK && fold)
-        rc = pg_pipe_send(s, s->wconn, FOLD_CHECKPOINT_SQL, 0, NULL);
+        rc = pg_pipe_send(s, w->sess->conn, FOLD_CHECKPOINT_SQL, 0, NULL);
     if (rc == STORE_OK && fold)
-        rc = pg_pipe_send(s, s->wconn, FOLD_SCAN_SQL, 1, fp);
+        rc = pg_pipe_send(s, w->sess->conn, FOLD_SCAN_SQL, 1, fp);
     pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
     if (rc == STORE_OK)
-        rc = pg_pipe_sync(s, s->wconn);
+        rc = pg_pipe_sync(s, w->sess->conn);
     if (rc == STORE_OK && send_begin) {
-        PQclear(pg_pipe_result(s, s->wconn, "begin", &rc));
+        PQclear(pg_pipe_result(s, w->sess->conn, "begin", &rc));
         w->began = rc == STORE_OK;
     }
     for (int part = 0; part < 2 && rc == STORE_OK; part++) {
         if (part == 0 ? !nkeys : !nrows)
             continue;
-        PGresult *res = pg_pipe_result(s, s->wconn, part == 0 ? "lock-keys" : "lock-rows", &rc);
+        PGresult *res = pg_pipe_result(s, w->sess->conn, part == 0 ? "lock-keys" : "lock-rows", &rc);
         if (res)
             rc = lock_read(w, res, part == 1);
         PQclear(res);
     }
     if (rc == STORE_OK && fold) {
-        PGresult *res = pg_pipe_result(s, s->wconn, "checkpoint", &rc);
+        PGresult *res = pg_pipe_result(s, w->sess->conn, "checkpoint", &rc);
         if (res) {
             w->checkpoint = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 0), NULL, 10) : 0;
             w->checkpoint_locked = true;
@@ -264,15 +277,15 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
         PQclear(res);
     }
     if (rc == STORE_OK && fold) {
-        w->fold_log = pg_pipe_result(s, s->wconn, "log-scan", &rc);
+        w->fold_log = pg_pipe_result(s, w->sess->conn, "log-scan", &rc);
         w->fold_scan = fold_scan;
     }
     if (entered) {
-        int left = pg_pipe_leave(s, s->wconn);
+        int left = pg_pipe_leave(s, w->sess->conn);
         if (rc == STORE_OK)
             rc = left;
     }
-    w->began = w->began || (send_begin && PQtransactionStatus(s->wconn) != PQTRANS_IDLE);
+    w->began = w->began || (send_begin && PQtransactionStatus(w->sess->conn) != PQTRANS_IDLE);
     /* what was not found does not exist yet: absent, inserted at commit if written */
     for (size_t i = 0; rc == STORE_OK && i < nkeys; i++)
         if (!pg_cache_put(&w->idem, keys[i].a, keys[i].b))
@@ -287,19 +300,21 @@ bool pg_write_may_fold(store_write_t *w_)
 {
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
+    if (w != &s->fold)
+        return false; /* the writer's batches never fold: the fold has a session of its own */
     uint64_t now = clock_ms(CLOCK_MONOTONIC);
-    if (s->leader || now - s->leader_tried_ms < PG_FOLD_TRY_MS)
-        return s->leader;
-    s->leader_tried_ms = now;
+    if (w->sess->leader || now - w->sess->leader_tried_ms < PG_FOLD_TRY_MS)
+        return w->sess->leader;
+    w->sess->leader_tried_ms = now;
     int rc;
     /* session-level: held while this connection lives, whatever becomes of the transaction */
     PGresult *res =
-        pg_exec(s, s->wconn, "fold-lock", "SELECT pg_try_advisory_lock(" PG_LOCK_FOLD_SQL ")", 0, NULL, &rc);
-    s->leader = res && PQgetvalue(res, 0, 0)[0] == 't';
+        pg_exec(s, w->sess->conn, "fold-lock", "SELECT pg_try_advisory_lock(" PG_LOCK_FOLD_SQL ")", 0, NULL, &rc);
+    w->sess->leader = res && PQgetvalue(res, 0, 0)[0] == 't';
     PQclear(res);
-    if (s->leader)
+    if (w->sess->leader)
         fprintf(stderr, "level=info event=fold-leader\n");
-    return s->leader;
+    return w->sess->leader;
 }
 
 /* --- rows --- */
@@ -423,7 +438,7 @@ int pg_checkpoint_get(store_write_t *w_, uint64_t *seq)
     int rc;
     /* The leader locks the checkpoint for its fold: even two nodes that both believed they lead
      * would fold one after the other, each from where the other stopped. */
-    bool lock = w->store->leader;
+    bool lock = w->sess->leader;
     PGresult *res =
         pg_wexec(w, "checkpoint", lock ? FOLD_CHECKPOINT_SQL : "SELECT checkpoint FROM tally_pipeline WHERE id = 1", 0,
                  NULL, &rc);
@@ -721,7 +736,7 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
         return STORE_OK;
     }
     /* Every write of the batch and the COMMIT in one round trip; the results are read in order. */
-    int rc = pg_pipe_enter(s, s->wconn);
+    int rc = pg_pipe_enter(s, w->sess->conn);
     if (rc != STORE_OK) {
         pg_write_abort(w_);
         return rc;
@@ -747,21 +762,21 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     uint64_t started = mono_ns();
     bool committing = rc == STORE_OK;
     if (committing)
-        rc = pg_pipe_send(s, s->wconn, "COMMIT", 0, NULL);
+        rc = pg_pipe_send(s, w->sess->conn, "COMMIT", 0, NULL);
     size_t expect = w->piped_count + (rc == STORE_OK);
     int sent = rc;
     if (w->piped_count || committing)
-        rc = pg_pipe_sync(s, s->wconn);
+        rc = pg_pipe_sync(s, w->sess->conn);
     uint64_t base = 0;
     /* The COMMIT's own result came back OK after every write's did. Decided from the results alone:
      * a flush that gave up waiting (the server not reading while a statement waits on a lock) does
      * not undo a COMMIT whose result then arrives OK. */
     bool committed = false;
     int results = STORE_OK;
-    for (size_t i = 0; i < expect && PQstatus(s->wconn) == CONNECTION_OK; i++) {
+    for (size_t i = 0; i < expect && PQstatus(w->sess->conn) == CONNECTION_OK; i++) {
         int one;
         bool is_commit = i + 1 == expect && sent == STORE_OK;
-        PGresult *res = pg_pipe_result(s, s->wconn, is_commit ? "commit" : "write", &one);
+        PGresult *res = pg_pipe_result(s, w->sess->conn, is_commit ? "commit" : "write", &one);
         if (one == STORE_OK && i + 1 == w->log_result && res && PQntuples(res) == 1)
             base = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
         PQclear(res);
@@ -773,15 +788,12 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
         rc = STORE_OK;
     else if (rc == STORE_OK)
         rc = results;
-    int left = pg_pipe_leave(s, s->wconn);
+    int left = pg_pipe_leave(s, w->sess->conn);
     if (committed && left != STORE_OK) {
         /* The commit is durable: what failed after it must not answer the batch as failed. The
          * connection is left in an unknown state: dropped, the next batch connects again. */
         fprintf(stderr, "level=warn event=pipeline-end-failed error=\"after a durable commit; reconnecting\"\n");
-        PQfinish(s->wconn); /* the fold lock goes with its session */
-        s->wconn = NULL;
-        atomic_store_explicit(&s->wconn_id, 0, memory_order_relaxed);
-        s->leader = false;
+        pg_session_drop(w->sess);
         left = STORE_OK;
     }
     if (rc == STORE_OK)
@@ -797,8 +809,8 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     if (rc == STORE_OK)
         rc = sent;
     /* A lost connection leaves the outcome of a sent COMMIT unknown: STORE_UNAVAILABLE says so. */
-    if (PQstatus(s->wconn) == CONNECTION_OK && PQtransactionStatus(s->wconn) != PQTRANS_IDLE)
-        PQclear(PQexec(s->wconn, "ROLLBACK"));
+    if (PQstatus(w->sess->conn) == CONNECTION_OK && PQtransactionStatus(w->sess->conn) != PQTRANS_IDLE)
+        PQclear(PQexec(w->sess->conn, "ROLLBACK"));
     w->active = w->began = false;
     return rc;
 }
