@@ -67,6 +67,7 @@ typedef struct {
     atomic_uintptr_t id;      /* conn as a number, for other threads to compare with */
     bool leader;              /* holds the fold lock on conn (the fold's session) */
     uint64_t leader_tried_ms; /* monotonic */
+    bool async_commit;        /* its commits do not wait for the WAL's flush (the fold's: see pg_fold_begin) */
 } pg_session_t;
 
 struct pg_write {

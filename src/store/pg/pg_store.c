@@ -212,6 +212,12 @@ PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
         return NULL;
     char err[256];
     sess->conn = pg_connect(s, err, sizeof err);
+    if (sess->conn && sess->async_commit &&
+        pg_run(s, sess->conn, "session", "SET synchronous_commit TO off", 0, NULL) != STORE_OK) {
+        snprintf(err, sizeof err, "setting synchronous_commit: %s", PQerrorMessage(sess->conn));
+        PQfinish(sess->conn);
+        sess->conn = NULL;
+    }
     atomic_store_explicit(&sess->id, (uintptr_t)sess->conn, memory_order_relaxed);
     if (!sess->conn) {
         pg_mark_down(s);
@@ -733,6 +739,7 @@ int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, s
     s->base.ops = &pg_store_ops;
     s->write = (pg_write_t){.base.ops = &pg_store_ops, .store = s, .sess = &s->wsess};
     s->fold = (pg_write_t){.base.ops = &pg_store_ops, .store = s, .sess = &s->fsess};
+    s->fsess.async_commit = true; /* pg_fold_begin says why that keeps every guarantee */
     char cerr[256];
     s->wsess.conn = pg_connect(s, cerr, sizeof cerr);
     atomic_store_explicit(&s->wsess.id, (uintptr_t)s->wsess.conn, memory_order_relaxed);

@@ -78,7 +78,13 @@ int pg_write_begin(store_t *s_, store_write_t **out)
 
 /* The fold's transactions run on a connection of their own, beside the writer's batches: the fold
  * leader's session lock is held on it, and its statements (the counts, the lists) run on the
- * server in parallel with the next batch's instead of inside it. */
+ * server in parallel with the next batch's instead of inside it. Its commits do not wait for the
+ * WAL's flush (synchronous_commit off): a fold is derived from committed log entries and commits
+ * its checkpoint with its counts, so a fold lost in a crash of the server is lost whole and is
+ * folded again from the log — never twice, never half. Whatever depends on it durably comes after
+ * it in the WAL (the sweep's pruning behind its checkpoint is a synchronous commit of the writer's,
+ * whose flush includes it), so nothing durable can outlive it. Each batch's own synchronous flush
+ * then carries the folds committed before it, instead of a second flush a batch. */
 int pg_fold_begin(store_t *s_, store_write_t **out)
 {
     return write_begin(&((pg_store_t *)s_)->fold, out);
