@@ -12,7 +12,8 @@
 # of the writer thread's sendto/recvfrom/poll for 2 s of a keyed load, summed by
 # bench/pg_rt_probe.py into round trips per commit and where a cycle's time goes; before it, the
 # writer's backend sampled every 10 ms (pg_stat_activity: its state, wait event and statement).
-# ONE_NODE=1: keyed-1 only; PROBE=0: no probes.
+# ONE_NODE=1: keyed-1 only; PROBE=0: no probes; RATE=N: the keyed figures paced at N a second (their
+# p50/p99 are then the latency at that rate).
 set -u
 cd "$(dirname "$0")/.."
 A=$1 B=$2 SECS=${3:-8} ROUNDS=${4:-2}
@@ -72,7 +73,9 @@ keyed() { # BIN N
   read -r c0 s0 n0 cs0 cc0 < <(writer_sums)
   local mt0 pt0 tt0 t0; mt0=$(machine_ticks) pt0=$(pg_ticks) tt0=$(tallyd_ticks) t0=$(date +%s.%N)
   for i in $(seq 1 $2); do
-    wrk -t1 -c$((64 / $2)) -d${SECS}s --latency --timeout 10s -s bench/load.lua ${U[$((i - 1))]} -- keyed tally $T/r$i $RANDOM$i >/dev/null 2>&1 &
+    # RATE=N: paced at N keyed writes a second in all (each node's wrk its share), for the latency
+    wrk -t1 -c$((64 / $2)) -d${SECS}s --latency --timeout 10s -s bench/load.lua ${U[$((i - 1))]} -- \
+      ${RATE:+paced_}keyed tally $T/r$i $RANDOM$i ${RATE:+$((RATE / $2))} >/dev/null 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait $p; done
