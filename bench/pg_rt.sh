@@ -105,8 +105,8 @@ probe() { # BIN: where the writer's backend spends a cycle (4 s of samples), the
   wrk -t1 -c64 -d10s --timeout 10s -s bench/load.lua ${U[0]} -- keyed tally $T/probe $RANDOM >/dev/null 2>&1 &
   local wp=$! tid wpid
   sleep 1.5
-  # the writer's backend: the session holding the fold leader's advisory lock
-  wpid=$(P -d t -c "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted LIMIT 1")
+  # the writer's backend (the fold has a session of its own, "tallyd fold")
+  wpid=$(P -d t -c "SELECT pid FROM pg_stat_activity WHERE application_name = 'tallyd writer' LIMIT 1")
   P -d t >/dev/null 2>&1 <<SQL
 CREATE TEMP TABLE samp (state text, ev text, q text);
 DO \$\$ BEGIN FOR i IN 1..400 LOOP PERFORM pg_stat_clear_snapshot();

@@ -50,3 +50,8 @@ class WriterRoundTripsTest(TallyTestCase):
             self.assertGreater(folds, 0, "nothing was folded")
             self.assertGreater(metric(srv, "tally_db_fold_round_trips_total") - f0, folds,
                                "the folds ran on the fold's connection")
+            # the two write sessions, named in pg_stat_activity
+            names = srv.db.sql("SELECT string_agg(application_name, ',' ORDER BY application_name) FROM "
+                               "pg_stat_activity WHERE datname = current_database() AND application_name "
+                               "LIKE 'tallyd %'")
+            self.assertEqual(names, "tallyd fold,tallyd writer")

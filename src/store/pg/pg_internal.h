@@ -24,6 +24,7 @@
 #define PG_POOL_MAX 64                     /* idle reader connections kept at most */
 #define PG_PIPE_WAIT_MS 30000              /* a pipeline waits this long at most for the socket */
 #define PG_PIPE_DRAIN_MAX 64               /* results read at most when leaving a pipeline */
+#define PG_APPLICATION_NAME "tallyd"       /* the readers'; the writer's and the fold's add their names */
 
 typedef struct pg_store pg_store_t;
 typedef struct pg_read pg_read_t;
@@ -68,6 +69,7 @@ typedef struct {
     bool leader;              /* holds the fold lock on conn (the fold's session) */
     uint64_t leader_tried_ms; /* monotonic */
     bool async_commit;        /* its commits do not wait for the WAL's flush (the fold's: see pg_fold_begin) */
+    const char *name;         /* "writer", "fold": its application_name is "tallyd NAME" */
 } pg_session_t;
 
 struct pg_write {

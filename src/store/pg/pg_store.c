@@ -28,11 +28,16 @@ PGconn *pg_connect(const pg_store_t *s, char *err, size_t errlen)
                           "application_name", "options",
                           "dbname",           NULL};
     const char *values[] = {
-        "3",         "1",
-        "5",         "2",
-        "2",         "5000",
-        "tallyd",    "-c idle_in_transaction_session_timeout=60000 -c lock_timeout=30000 -c statement_timeout=60000",
-        s->conninfo, NULL};
+        "3",
+        "1",
+        "5",
+        "2",
+        "2",
+        "5000",
+        PG_APPLICATION_NAME,
+        "-c idle_in_transaction_session_timeout=60000 -c lock_timeout=30000 -c statement_timeout=60000",
+        s->conninfo,
+        NULL};
     PGconn *conn = PQconnectdbParams(keys, values, 1);
     if (!conn || PQstatus(conn) != CONNECTION_OK) {
         if (err) {
@@ -203,6 +208,25 @@ void pg_session_drop(pg_session_t *sess)
     sess->leader = false;
 }
 
+/* A new session's settings: its name in pg_stat_activity ("tallyd writer", unless the URI named the
+ * application), and the fold's unsynced commits. One round trip. */
+static int session_setup(pg_store_t *s, pg_session_t *sess, char *err, size_t errlen)
+{
+    const char *app = PQparameterStatus(sess->conn, "application_name");
+    char name[64];
+    snprintf(name, sizeof name, "%s %s", PG_APPLICATION_NAME, sess->name);
+    const char *p[] = {app && strcmp(app, PG_APPLICATION_NAME) == 0 ? name
+                       : app                                        ? app
+                                                                    : "",
+                       sess->async_commit ? "off" : "on"};
+    int rc =
+        pg_run(s, sess->conn, "session",
+               "SELECT set_config('application_name', $1, false), set_config('synchronous_commit', $2, false)", 2, p);
+    if (rc != STORE_OK)
+        snprintf(err, errlen, "setting the session up: %s", PQerrorMessage(sess->conn));
+    return rc;
+}
+
 PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
 {
     if (sess->conn && PQstatus(sess->conn) == CONNECTION_OK)
@@ -212,9 +236,7 @@ PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
         return NULL;
     char err[256];
     sess->conn = pg_connect(s, err, sizeof err);
-    if (sess->conn && sess->async_commit &&
-        pg_run(s, sess->conn, "session", "SET synchronous_commit TO off", 0, NULL) != STORE_OK) {
-        snprintf(err, sizeof err, "setting synchronous_commit: %s", PQerrorMessage(sess->conn));
+    if (sess->conn && session_setup(s, sess, err, sizeof err) != STORE_OK) {
         PQfinish(sess->conn);
         sess->conn = NULL;
     }
@@ -737,6 +759,8 @@ int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, s
     static const double commit_bounds[] = {0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1};
     histogram_init(&s->commit_seconds, commit_bounds, sizeof commit_bounds / sizeof commit_bounds[0]);
     s->base.ops = &pg_store_ops;
+    s->wsess.name = "writer";
+    s->fsess.name = "fold";
     s->write = (pg_write_t){.base.ops = &pg_store_ops, .store = s, .sess = &s->wsess};
     s->fold = (pg_write_t){.base.ops = &pg_store_ops, .store = s, .sess = &s->fsess};
     s->fsess.async_commit = true; /* pg_fold_begin says why that keeps every guarantee */
@@ -747,7 +771,7 @@ int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, s
         snprintf(err, errlen, "cannot connect to the database: %s", cerr);
         goto fail;
     }
-    if (schema_setup(s, kinds, opt, err, errlen) != STORE_OK)
+    if (session_setup(s, &s->wsess, err, errlen) != STORE_OK || schema_setup(s, kinds, opt, err, errlen) != STORE_OK)
         goto fail;
     pg_mark_up(s);
     *out = &s->base;
