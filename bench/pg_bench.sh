@@ -238,7 +238,7 @@ run_tally() {
     done
     d() { awk -v a="$(metric "$W/m0" "$1")" -v b="$(metric "$W/m1" "$1")" 'BEGIN {print b - a}'; }
     local commits rts cmds cmdn csum ccnt retr
-    commits=$(d tally_db_transactions_total) rts=$(d tally_db_round_trips_total)
+    commits=$(d tally_writer_commits_total) rts=$(d tally_db_round_trips_total)
     cmds=$(d tally_writer_batch_commands_sum) cmdn=$(d tally_writer_batch_commands_count)
     csum=$(d tally_db_commit_seconds_sum) ccnt=$(d tally_db_commit_seconds_count) retr=$(d tally_writer_conflict_retries_total)
     local db_line

@@ -57,11 +57,11 @@ pg_ticks() { # the postmaster, its exited children and the living ones
   echo $t
 }
 tallyd_ticks() { local t=0 p; for p in "${PIDS[@]}"; do t=$((t + $(pid_ticks $p))); done; echo $t; }
-# the writer's counters summed over the nodes: transactions, batch commands sum and count, commit
+# the writer's counters summed over the nodes: its batches (tally_writer_commits_total: the folds' commits are not theirs), batch commands sum and count, commit
 # seconds sum and count (one line, in that order)
 writer_sums() {
   local u metric line=""
-  for metric in tally_db_transactions_total tally_writer_batch_commands_sum tally_writer_batch_commands_count \
+  for metric in tally_writer_commits_total tally_writer_batch_commands_sum tally_writer_batch_commands_count \
       tally_db_commit_seconds_sum tally_db_commit_seconds_count; do
     line="$line $(for u in "${U[@]}"; do m $u $metric; done | awk '{t += $1} END {print t + 0}')"
   done
@@ -119,9 +119,9 @@ SELECT count(*) * 100.0 / sum(count(*)) OVER (), state, CASE WHEN state = 'activ
 SQL
   awk -F'|' '{printf "  writer backend %s: %.0f%% %s %s %s\n", b, $1, $2, $3, $4}' b=${1#rt-} $T/samp.$1
   tid=$(grep -l writer /proc/${PIDS[0]}/task/*/comm | head -1 | awk -F/ '{print $5}')
-  local c0; c0=$(m ${U[0]} tally_db_transactions_total)
+  local c0; c0=$(m ${U[0]} tally_writer_commits_total)
   timeout 2 strace -q -tt -T -p $tid -s 96 -e trace=sendto,recvfrom,poll,ppoll -o $T/strace.$1 2>/dev/null
-  local c1; c1=$(m ${U[0]} tally_db_transactions_total)
+  local c1; c1=$(m ${U[0]} tally_writer_commits_total)
   wait $wp
   [ $1 = rt-after ] && P -d t -c "EXPLAIN ANALYZE SELECT seq, item, \"user\", from_kind, to_kind, version, at_ms FROM tally_log
       WHERE seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0) AND seq <= coalesce((SELECT checkpoint

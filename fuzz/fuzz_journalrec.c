@@ -35,6 +35,8 @@ static void check_payload(const uint8_t *payload, size_t len)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     check_payload(data, size);
+    for (size_t at = journalrec_find(data, size, 0); at < size; at = journalrec_find(data, size, at + 1))
+        FUZZ_ASSERT(size - at >= 4 && journalrec_find(data, size, at) == at);
     journalrec_head_t h;
     if (size < JOURNALREC_HEADER_LEN || !journalrec_head_get(data, &h))
         return 0;

@@ -27,6 +27,15 @@ bool journalrec_head_get(const uint8_t in[JOURNALREC_HEADER_LEN], journalrec_hea
     return magic == RECORD_MAGIC && h->len <= JOURNALREC_MAX;
 }
 
+size_t journalrec_find(const uint8_t *buf, size_t len, size_t from)
+{
+    uint32_t magic = RECORD_MAGIC;
+    if (from >= len)
+        return len;
+    const uint8_t *p = memmem(buf + from, len - from, &magic, sizeof magic);
+    return p ? (size_t)(p - buf) : len;
+}
+
 uint32_t journalrec_crc(uint64_t txnid, const uint8_t *payload, size_t len)
 {
     uLong c = crc32(0L, (const Bytef *)&txnid, sizeof txnid);

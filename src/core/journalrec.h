@@ -33,6 +33,9 @@ void journalrec_head_put(uint8_t out[JOURNALREC_HEADER_LEN], const journalrec_he
 /* False when the bytes are not a header (wrong magic, a length past JOURNALREC_MAX). */
 bool journalrec_head_get(const uint8_t in[JOURNALREC_HEADER_LEN], journalrec_head_t *h);
 uint32_t journalrec_crc(uint64_t txnid, const uint8_t *payload, size_t len);
+/* Where in buf[0, len) a header may begin (its magic's first byte), searching from `from`; len when
+ * nowhere. A match may still not be a header (journalrec_head_get says). */
+size_t journalrec_find(const uint8_t *buf, size_t len, size_t from);
 /* Encodes one change into out (JOURNALREC_OP_HEADER_LEN + klen + vlen bytes); returns that size.
  * klen must fit in 16 bits and vlen in 32. */
 size_t journalrec_op_put(uint8_t *out, int op, int db, const void *key, size_t klen, const void *val, size_t vlen);

@@ -523,7 +523,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
     for (int attempt = 1; rc == STORE_RETRY && attempt < CONFLICT_RETRIES; attempt++) {
         /* lost a conflict with another node (nothing of it was applied): the same batch again */
         atomic_fetch_add_explicit(&w->stats.conflict_retries, 1, memory_order_relaxed);
-        atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
+        if (!w->apart) /* else the fold thread's own */
+            atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
         atomic_store_explicit(&w->stats.transitions, transitions_before, memory_order_relaxed);
         writer_reset(w, batch);
         rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded, &log_base);
@@ -532,7 +533,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         if (n || !w->failing) /* an empty batch (a fold, a poll) failing again says nothing new */
             fprintf(stderr, "level=error event=commit-failed commands=%zu error=\"%s\"\n", n, store_error_detail(rc));
         w->failing = true;
-        atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
+        if (!w->apart)
+            atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
         if (folded)
             w->fold_backlog = true;
         atomic_fetch_add_explicit(&w->stats.failed_commands, n, memory_order_relaxed);
@@ -659,6 +661,8 @@ static int fold_run(writer_t *w, uint64_t mono_now)
         if (!w->fold_failing)
             fprintf(stderr, "level=error event=fold-failed error=\"%s\"\n", store_error_detail(rc));
         atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
+        /* not the leader until a fold says so again: its session (and the lock) may be gone */
+        atomic_store_explicit(&w->stats.fold_leader, false, memory_order_relaxed);
         w->fold_backlog = true;
         w->fold_backoff_ms = mono_now + COMMIT_RETRY_MS;
     }

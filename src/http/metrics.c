@@ -184,8 +184,8 @@ static void metrics_render(app_t *app, answer_t *a)
         counter(&t, "tally_writer_conflict_retries_total",
                 "Batches or folds run again after a conflict with another node (deadlock, serialization).",
                 atomic_load(&ws->conflict_retries));
-        histogram(&t, "tally_db_commit_seconds",
-                  "Duration of a COMMIT, the writer's or the fold's (the server's durable sync).", st.commit_seconds);
+        histogram(&t, "tally_db_commit_seconds", "Duration of the writer's COMMIT (the server's durable sync).",
+                  st.commit_seconds);
     }
     gauge(&t, "tally_store_file_bytes", "Disk space used by the store's data file.",
           (double)store_file_bytes(app->data_dir));

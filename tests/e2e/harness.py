@@ -671,6 +671,20 @@ class Server:
         return self.json("PUT", "/v1/items/%s/reaction" % item, {"reaction": reaction},
                          user=user, headers=headers)
 
+    def stable_counts(self, item, timeout=2.0):
+        """An item's counts once the fold has caught up with the writes made before the call: the
+        same on two reads 50 ms apart (on PostgreSQL the fold commits a few ms after a write's
+        answer). For a test that compares counts before and after something that must not change
+        them."""
+        deadline = time.monotonic() + timeout * SLOW
+        last = self.counts(item)
+        while True:
+            time.sleep(0.05)
+            now = self.counts(item)
+            if now == last or time.monotonic() >= deadline:
+                return now
+            last = now
+
     def wait_counts(self, item, expected, timeout=2.0):
         """Poll GET item until counts == expected (dict). Returns the last counts seen."""
         deadline = time.monotonic() + timeout * SLOW

@@ -7,6 +7,7 @@
 
 #include <lmdb.h> /* only to build a store of schema version 1 */
 
+#include "core/journalrec.h"
 #include "engine/pipeline.h"
 #include "engine/recount.h"
 #include "store/lmdb/lmdb_internal.h" /* the journal's guard: a change made behind its back */
@@ -1087,17 +1088,18 @@ static void test_journal(const char *base)
         CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "late", "u1", 1 + round % 2, 9000) == STORE_OK &&
               store_write_commit(w) == STORE_OK);
     }
-    char c[700], d[700], h[700];
+    char c[700], d[700], h[700], h2[700], k[700], m[700];
     snprintf(c, sizeof c, "%s/journal-c", base);
     snprintf(d, sizeof d, "%s/journal-d", base);
     snprintf(h, sizeof h, "%s/journal-h", base);
-    mkdir(c, 0750);
-    mkdir(d, 0750);
-    mkdir(h, 0750);
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        file_copy(a, c, files[i]);
-        file_copy(a, d, files[i]);
-        file_copy(a, h, files[i]);
+    snprintf(h2, sizeof h2, "%s/journal-h2", base);
+    snprintf(k, sizeof k, "%s/journal-k", base);
+    snprintf(m, sizeof m, "%s/journal-m", base);
+    const char *copies[] = {c, d, h, h2, k, m};
+    for (size_t x = 0; x < sizeof copies / sizeof copies[0]; x++) {
+        mkdir(copies[x], 0750);
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+            file_copy(a, copies[x], files[i]);
     }
     store_close(s);
     size_t jlen;
@@ -1111,7 +1113,42 @@ static void test_journal(const char *base)
         CHECK(24 + (size_t)first_len < jlen);
         if (24 + (size_t)first_len < jlen) {
             file_put(d, "journal-0", j + 24 + first_len, jlen - 24 - first_len);
-            /* the first record damaged in place, the two after it whole: not a crash's cut */
+            /* k: the last record cut short in a file reused from an older generation, whose record
+             * (at or before the base) lies behind it: a crash's cut, opens. m: a later whole record
+             * behind the cut instead: damage, refused. */
+            uint64_t last_txn = 0;
+            for (size_t at = 0; at + 24 <= jlen;) { /* the records' txn ids, in order */
+                uint32_t len;
+                memcpy(&len, j + at + 4, 4);
+                memcpy(&last_txn, j + at + 8, 8);
+                at += 24 + len;
+            }
+            uint8_t tail[24];
+            journalrec_head_t old = {.txnid = 1, .len = 0, .crc = journalrec_crc(1, NULL, 0), .nops = 0};
+            journalrec_head_put(tail, &old);
+            char *cut = malloc(jlen - 3 + sizeof tail);
+            CHECK(cut != NULL);
+            if (cut) {
+                memcpy(cut, j, jlen - 3);
+                memcpy(cut + jlen - 3, tail, sizeof tail);
+                file_put(k, "journal-0", cut, jlen - 3 + sizeof tail);
+                journalrec_head_t later = {.txnid = last_txn + 5, .crc = journalrec_crc(last_txn + 5, NULL, 0)};
+                journalrec_head_put(tail, &later);
+                memcpy(cut + jlen - 3, tail, sizeof tail);
+                file_put(m, "journal-0", cut, jlen - 3 + sizeof tail);
+                free(cut);
+            }
+            /* h: the first record damaged in place, the two after it whole; h2: the second one's
+             * txn id damaged to look older than the first's, the third whole: not a crash's cut */
+            char *j2 = malloc(jlen);
+            CHECK(j2 != NULL);
+            if (j2) {
+                memcpy(j2, j, jlen);
+                uint64_t lower = 1;
+                memcpy(j2 + 24 + first_len + 8, &lower, 8);
+                file_put(h2, "journal-0", j2, jlen);
+                free(j2);
+            }
             j[24 + first_len / 2] ^= 0x5a;
             file_put(h, "journal-0", j, jlen);
         }
@@ -1169,8 +1206,20 @@ static void test_journal(const char *base)
     kinds.mode = REACTION_MODE_MANY;
     store_options_t opt = {.map_size_bytes = 1ull << 30};
     CHECK(store_open(d, &kinds, &opt, &r, err, sizeof err) != STORE_OK && strstr(err, "lacks transaction"));
-    err[0] = 0;
-    CHECK(store_open(h, &kinds, &opt, &r, err, sizeof err) != STORE_OK && strstr(err, "journal-0 is damaged"));
+    const char *damaged[] = {h, h2, m};
+    for (size_t x = 0; x < sizeof damaged / sizeof damaged[0]; x++) {
+        err[0] = 0;
+        CHECK(store_open(damaged[x], &kinds, &opt, &r, err, sizeof err) != STORE_OK &&
+              strstr(err, "journal-0 is damaged"));
+    }
+    r = open_mode(k, "like,love", 1ull << 30, REACTION_MODE_MANY);
+    CHECK(r != NULL);
+    if (r) {
+        CHECK(store_read_begin(r, &snap) == STORE_OK &&
+              store_read_row(snap, SPAN_LIT("late"), SPAN_LIT("u1"), &row) == STORE_OK && row.version == 2);
+        store_read_end(snap);
+        store_close(r);
+    }
 }
 
 /* The base's pages are never reused while it is the base: after a checkpoint, a transaction that

@@ -40,7 +40,8 @@
 #define BASE_HEADER_LEN 20
 #define BASE_FILE "journal-base"
 #define JOURNAL_FILE "journal-%d"
-#define CHECKPOINT_TRIES 5 /* lmdb_journal_checkpoint_wait */
+#define CHECKPOINT_TRIES 5           /* lmdb_journal_checkpoint_wait */
+#define DAMAGE_SCAN_CHUNK (1u << 20) /* recovery reads what lies behind the records' end this much at a time */
 
 /* --- the changes of the open transaction --- */
 
@@ -551,30 +552,44 @@ static int record_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Where a file's records stop at bytes that are not a whole record (at off), whether a whole record
- * of a transaction after `after` still follows somewhere behind them. Each append is synced before
- * the next is written, so a record cut short by a crash is the last of its generation, and what
- * lies behind it is an older generation's (all at or before the base). A later record behind it
- * means the bytes were damaged in place: replaying up to them would silently drop acknowledged
- * writes. Returns 0 (*later: that record's txn id, or 0), or an errno. */
+/* Where a file's records end (at off, before the end of the file), whether a whole record of a
+ * transaction after `after` still follows somewhere behind. Each append is synced before the next is
+ * written, so a record cut short by a crash is the last of its generation, and what lies behind it
+ * is an older generation's (all at or before the base). A later record behind the end means the
+ * bytes there were damaged in place (a checksum, a length, a txn id): replaying up to them would
+ * silently drop acknowledged writes. Read in chunks, headers found by their magic. Returns 0
+ * (*later: that record's txn id, or 0), or an errno. */
 static int damage_behind(int fd, off_t off, uint64_t after, uint64_t *later)
 {
     struct stat st;
     *later = 0;
     if (fstat(fd, &st) != 0)
         return errno;
-    if (st.st_size <= off + 1)
-        return 0;
-    size_t len = (size_t)(st.st_size - off - 1);
-    uint8_t *buf = malloc(len);
+    uint8_t *buf = malloc(DAMAGE_SCAN_CHUNK);
     if (!buf)
         return ENOMEM;
-    int rc = read_all(fd, buf, len, off + 1);
-    for (size_t i = 0; rc == 0 && i + JOURNALREC_HEADER_LEN <= len && !*later; i++) {
-        journalrec_head_t h;
-        if (journalrec_head_get(buf + i, &h) && h.txnid > after && h.len <= len - i - JOURNALREC_HEADER_LEN &&
-            journalrec_crc(h.txnid, buf + i + JOURNALREC_HEADER_LEN, h.len) == h.crc)
-            *later = h.txnid;
+    int rc = 0;
+    /* chunks overlap by a header less one byte, so a header across two is seen whole in one */
+    for (off_t at = off + 1; rc == 0 && !*later && at + JOURNALREC_HEADER_LEN <= st.st_size;
+         at += DAMAGE_SCAN_CHUNK - (JOURNALREC_HEADER_LEN - 1)) {
+        size_t len = (size_t)(st.st_size - at < DAMAGE_SCAN_CHUNK ? st.st_size - at : DAMAGE_SCAN_CHUNK);
+        if ((rc = read_all(fd, buf, len, at)) != 0)
+            break;
+        for (size_t i = journalrec_find(buf, len, 0); i + JOURNALREC_HEADER_LEN <= len && !*later;
+             i = journalrec_find(buf, len, i + 1)) {
+            journalrec_head_t h;
+            off_t pay = at + (off_t)i + JOURNALREC_HEADER_LEN;
+            if (!journalrec_head_get(buf + i, &h) || h.txnid <= after || h.len > st.st_size - pay)
+                continue;
+            uint8_t *p = malloc(h.len ? h.len : 1);
+            if (!p) {
+                rc = ENOMEM;
+                break;
+            }
+            if ((rc = read_all(fd, p, h.len, pay)) == 0 && journalrec_crc(h.txnid, p, h.len) == h.crc)
+                *later = h.txnid;
+            free(p);
+        }
     }
     free(buf);
     return rc;
@@ -582,8 +597,8 @@ static int damage_behind(int fd, off_t off, uint64_t after, uint64_t *later)
 
 /* The valid records of one file after base, appended to *recs: a file is read from its start while
  * each record is whole, its checksum right and its txn id above the one before (what follows is an
- * older generation's, or a record cut short). Bytes that end the records but hide a later whole
- * record behind them are damage: EBADMSG, with where (*bad_off) and which record (*bad_later). */
+ * older generation's, or a record cut short). An end that hides a later whole record behind it is
+ * damage: EBADMSG, with where (*bad_off) and which record (*bad_later). */
 static int file_records(int fd, uint64_t base, record_t **recs, size_t *n, size_t *cap, off_t *bad_off,
                         uint64_t *bad_later)
 {
@@ -593,14 +608,12 @@ static int file_records(int fd, uint64_t base, record_t **recs, size_t *n, size_
         uint8_t head[JOURNALREC_HEADER_LEN];
         journalrec_head_t h;
         bool whole = read_all(fd, head, sizeof head, off) == 0 && journalrec_head_get(head, &h);
-        if (whole && h.txnid <= prev)
-            return 0; /* an older generation's record: the end */
         record_t r = {.txnid = whole ? h.txnid : 0, .len = whole ? h.len : 0, .nops = whole ? h.nops : 0};
         if (whole && !(r.ops = malloc(r.len ? r.len : 1)))
             return ENOMEM;
         if (whole && (read_all(fd, r.ops, r.len, off + (off_t)sizeof head) != 0 ||
-                      journalrec_crc(r.txnid, r.ops, r.len) != h.crc)) {
-            free(r.ops);
+                      journalrec_crc(r.txnid, r.ops, r.len) != h.crc || r.txnid <= prev)) {
+            free(r.ops); /* cut short, damaged, or an older generation's: the end */
             whole = false;
         }
         if (!whole) {
@@ -678,6 +691,9 @@ int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen
                  "journal-%d is damaged at byte %lld, and the record of transaction %llu follows the damage: "
                  "refusing a store that would miss acknowledged writes",
                  i - 1, (long long)bad_off, (unsigned long long)bad_later);
+        rc = -1;
+    } else if (rc > 0 && rc != ENOMEM) {
+        snprintf(err, errlen, "reading journal-%d: %s", i - 1, strerror(rc));
         rc = -1;
     }
     if (rc == 0 && n && !base) {

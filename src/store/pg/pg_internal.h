@@ -70,6 +70,7 @@ typedef struct {
     uint64_t leader_tried_ms; /* monotonic */
     bool async_commit;        /* its commits do not wait for the WAL's flush (the fold's: see pg_fold_begin) */
     const char *name;         /* "writer", "fold": its application_name is "tallyd NAME" */
+    uint64_t failed_ms;       /* monotonic: its last connection failed then (0: it did not) */
 } pg_session_t;
 
 struct pg_write {

@@ -215,13 +215,14 @@ static int session_setup(pg_store_t *s, pg_session_t *sess, char *err, size_t er
     const char *app = PQparameterStatus(sess->conn, "application_name");
     char name[64];
     snprintf(name, sizeof name, "%s %s", PG_APPLICATION_NAME, sess->name);
-    const char *p[] = {app && strcmp(app, PG_APPLICATION_NAME) == 0 ? name
-                       : app                                        ? app
-                                                                    : "",
-                       sess->async_commit ? "off" : "on"};
+    const char *p[] = {app && strcmp(app, PG_APPLICATION_NAME) == 0 ? name : app ? app : ""};
+    /* the writer's commits stay as the server, role or URI say (on, remote_apply, …) */
     int rc =
         pg_run(s, sess->conn, "session",
-               "SELECT set_config('application_name', $1, false), set_config('synchronous_commit', $2, false)", 2, p);
+               sess->async_commit
+                   ? "SELECT set_config('application_name', $1, false), set_config('synchronous_commit', 'off', false)"
+                   : "SELECT set_config('application_name', $1, false)",
+               1, p);
     if (rc != STORE_OK)
         snprintf(err, errlen, "setting the session up: %s", PQerrorMessage(sess->conn));
     return rc;
@@ -232,7 +233,9 @@ PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
     if (sess->conn && PQstatus(sess->conn) == CONNECTION_OK)
         return sess->conn;
     pg_session_drop(sess);
-    if (!pg_may_try(s))
+    bool writer = sess == &s->wsess;
+    uint64_t now = clock_ms(CLOCK_MONOTONIC);
+    if (!pg_may_try(s) || (sess->failed_ms && now - sess->failed_ms < PG_RECONNECT_MS))
         return NULL;
     char err[256];
     sess->conn = pg_connect(s, err, sizeof err);
@@ -242,12 +245,18 @@ PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
     }
     atomic_store_explicit(&sess->id, (uintptr_t)sess->conn, memory_order_relaxed);
     if (!sess->conn) {
-        pg_mark_down(s);
-        atomic_store(&s->down_since_ms, clock_ms(CLOCK_MONOTONIC)); /* wait before the next try */
-        fprintf(stderr, "level=warn event=pg-connect-failed error=\"%s\"\n", err);
+        sess->failed_ms = now; /* wait before this session's next try */
+        /* The writer's failure says the server cannot be reached; the fold's alone (a connection
+         * refused at max_connections) does not make the node unready, nor drop its readers' pool. */
+        if (writer) {
+            pg_mark_down(s);
+            atomic_store(&s->down_since_ms, now); /* every connection waits before the next try */
+        }
+        fprintf(stderr, "level=warn event=pg-connect-failed session=%s error=\"%s\"\n", sess->name, err);
         return NULL;
     }
-    fprintf(stderr, "level=info event=pg-connected\n");
+    sess->failed_ms = 0;
+    fprintf(stderr, "level=info event=pg-connected session=%s\n", sess->name);
     pg_mark_up(s);
     return sess->conn;
 }
