@@ -38,10 +38,11 @@ struct writer {
     bool fold_nudged;   /* a batch with transitions committed since the fold last looked */
     bool fold_stopping; /* the writer thread has ended: one last fold, then the fold thread ends */
     /* the thread that folds (writer thread, or the fold thread when apart) only */
-    bool fold_backlog;        /* entries remain after the last fold (or unknown, at start) */
-    uint64_t last_fold_ms;    /* monotonic */
-    uint64_t fold_backoff_ms; /* the fold thread: after a failed fold, none before then */
-    bool fold_failing;        /* the fold thread: the last fold failed */
+    bool fold_backlog;                      /* entries remain after the last fold (or unknown, at start) */
+    uint64_t last_fold_ms;                  /* monotonic */
+    uint64_t fold_backoff_ms;               /* the fold thread: after a failed fold, none before then */
+    uint64_t pending_folded, pending_items; /* folded in the open transaction: counted once it commits */
+    bool fold_failing;                      /* the fold thread: the last fold failed */
     /* writer thread only */
     uint64_t last_sweep_ms;
     uint64_t backoff_until_ms; /* after a failed commit: no fold or sweep before then */
@@ -380,13 +381,22 @@ static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms, boo
     w->last_fold_ms = mono_now_ms;
     w->fold_backlog = res.more;
     atomic_store_explicit(&w->stats.oldest_unfolded_ms, res.more ? res.oldest_unfolded_ms : 0, memory_order_relaxed);
-    if (res.folded) {
-        histogram_observe(&w->stats.fold_entries, (double)res.folded);
-        atomic_fetch_add_explicit(&w->stats.folds, 1, memory_order_relaxed);
-        atomic_fetch_add_explicit(&w->stats.folded, res.folded, memory_order_relaxed);
-        atomic_fetch_add_explicit(&w->stats.fold_items, res.items, memory_order_relaxed);
-    }
+    w->pending_folded += res.folded;
+    w->pending_items += res.items;
     return STORE_OK;
+}
+
+/* After the transaction that folded (the thread that folds): what it folded counted when it
+ * committed, forgotten when it did not (a rerun folds it again). */
+static void fold_publish(writer_t *w, bool committed)
+{
+    if (committed && w->pending_folded) {
+        histogram_observe(&w->stats.fold_entries, (double)w->pending_folded);
+        atomic_fetch_add_explicit(&w->stats.folds, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->stats.folded, w->pending_folded, memory_order_relaxed);
+        atomic_fetch_add_explicit(&w->stats.fold_items, w->pending_items, memory_order_relaxed);
+    }
+    w->pending_folded = w->pending_items = 0;
 }
 
 /* Expired idempotency records, and log entries behind the checkpoint past their retention or
@@ -450,6 +460,8 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
     store_write_t *tx = NULL;
     w->tx_appends = 0;
     *log_base = 0;
+    if (!w->apart) /* else the fold thread's */
+        fold_publish(w, false);
     int rc = store_write_begin(w->store, &tx);
     /* Whether this transaction folds is known before the batch is read, so that a shared store can
      * read the fold's checkpoint and log in the same round trip as the batch's rows. */
@@ -529,6 +541,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         writer_reset(w, batch);
         rc = writer_attempt(w, batch, force_fold, now_ms, mono_now, &folded, &log_base);
     }
+    if (!w->apart)
+        fold_publish(w, rc == STORE_OK);
     if (rc != STORE_OK) {
         if (n || !w->failing) /* an empty batch (a fold, a poll) failing again says nothing new */
             fprintf(stderr, "level=error event=commit-failed commands=%zu error=\"%s\"\n", n, store_error_detail(rc));
@@ -648,6 +662,7 @@ static int fold_run(writer_t *w, uint64_t mono_now)
         if (attempt)
             atomic_fetch_add_explicit(&w->stats.conflict_retries, 1, memory_order_relaxed);
         store_write_t *tx = NULL;
+        fold_publish(w, false);
         rc = store_fold_begin(w->store, &tx);
         bool may_fold = rc == STORE_OK && store_write_may_fold(tx);
         if (rc == STORE_OK && may_fold)
@@ -657,6 +672,7 @@ static int fold_run(writer_t *w, uint64_t mono_now)
         if (tx)
             rc = rc == STORE_OK ? store_write_commit(tx) : (store_write_abort(tx), rc);
     }
+    fold_publish(w, rc == STORE_OK);
     if (rc != STORE_OK) {
         if (!w->fold_failing)
             fprintf(stderr, "level=error event=fold-failed error=\"%s\"\n", store_error_detail(rc));

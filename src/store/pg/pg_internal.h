@@ -282,7 +282,7 @@ int pg_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn expec
 /* The lists' changes of the transaction into the commit's pipeline. */
 int pg_lists_flush(pg_write_t *w);
 /* The statements that build the lists from tally_rows and tally_log (a rebuild, the upgrade from 1). */
-#define PG_LISTS_BUILD_STEPS 4
+#define PG_LISTS_BUILD_STEPS 5
 extern const char *const PG_LISTS_BUILD_SQL[PG_LISTS_BUILD_STEPS];
 #define PG_LISTS_SCHEMA_SQL                                                                                            \
     "CREATE TABLE tally_lists (item text COLLATE \"C\" NOT NULL, \"user\" text COLLATE \"C\" NOT NULL,"                \

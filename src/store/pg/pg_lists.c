@@ -122,6 +122,8 @@ int pg_lists_flush(pg_write_t *w)
 #define PG_SET_HAS(k, d) "(CASE WHEN " k " >= 0 THEN " k " = " d " ELSE ((-(" k ")::bigint) >> " d ") & 1 = 1 END)"
 
 const char *const PG_LISTS_BUILD_SQL[PG_LISTS_BUILD_STEPS] = {
+    /* whole tables, on a write session (which otherwise runs without sequential scans): allowed here */
+    "SET LOCAL enable_seqscan TO on",
     "DELETE FROM tally_lists",
     /* every pair and each kind of its set at position 0, with the oldest retained entry's time */
     "WITH t AS (SELECT coalesce((SELECT at_ms FROM tally_log ORDER BY seq LIMIT 1),"

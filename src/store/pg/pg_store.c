@@ -64,10 +64,18 @@ static void pg_mark_down(pg_store_t *s)
     atomic_compare_exchange_strong(&s->down_since_ms, &zero, clock_ms(CLOCK_MONOTONIC));
 }
 
+/* A connection found gone or refused: the store is marked down (/readyz 503, the readers' pool
+ * dropped), unless it is the fold's session, whose loss alone says nothing of the others. */
+static void conn_lost(pg_store_t *s, const PGconn *conn)
+{
+    if ((uintptr_t)conn != atomic_load_explicit(&s->fsess.id, memory_order_relaxed))
+        pg_mark_down(s);
+}
+
 int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *what)
 {
     if (PQstatus(conn) == CONNECTION_BAD) {
-        pg_mark_down(s);
+        conn_lost(s, conn);
         return STORE_UNAVAILABLE;
     }
     const char *state = res ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
@@ -76,12 +84,12 @@ int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *w
         return STORE_RETRY; /* deadlock, serialization failure, a row or key inserted by another batch meanwhile, lock
                                timeout */
     if (state && strncmp(state, "08", 2) == 0) {
-        pg_mark_down(s);
+        conn_lost(s, conn);
         return STORE_UNAVAILABLE;
     }
     if (state && (strcmp(state, "25006") == 0 || strncmp(state, "57P", 3) == 0)) {
         /* read-only transaction (a standby), or the server shutting down: not this node's fault */
-        pg_mark_down(s);
+        conn_lost(s, conn);
         return STORE_UNAVAILABLE;
     }
     const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
