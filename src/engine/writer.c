@@ -46,7 +46,6 @@ struct writer {
     /* writer thread only */
     uint64_t last_sweep_ms;
     uint64_t backoff_until_ms; /* after a failed commit: no fold or sweep before then */
-    bool shared;               /* other processes write to the store too */
     unsigned stop_failures;
     bool failing; /* the last commit failed */ /* commits failed while stopping: past STOP_FAILURES_MAX, stop anyway */
     store_pair_t *prep_rows, *prep_keys;       /* batch_max each: what a batch names to store_write_prepare */
@@ -604,10 +603,8 @@ static void *writer_main(void *arg)
         uint64_t mono_now = clock_ms(CLOCK_MONOTONIC);
         bool unfolded = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed) != 0;
         bool backing_off = mono_now < w->backoff_until_ms && !w->stopping;
-        /* other nodes' entries (a fold thread, when there is one, looks for them itself) */
-        bool poll_now = !w->apart && w->shared && mono_now - w->last_fold_ms >= SHARED_FOLD_POLL_MS;
-        bool fold_now =
-            !w->apart && !backing_off && (w->fold_backlog || poll_now || (unfolded && fold_due(w, mono_now)));
+        /* a shared store folds apart: its fold thread also looks for other nodes' entries */
+        bool fold_now = !w->apart && !backing_off && (w->fold_backlog || (unfolded && fold_due(w, mono_now)));
         bool sweep_now = !backing_off && !w->stopping && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
         if (w->stopping && !w->head && w->stop_failures >= STOP_FAILURES_MAX) {
             fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the "
@@ -622,8 +619,6 @@ static void *writer_main(void *arg)
                 wait_ms = w->backoff_until_ms - mono_now;
             else if (!w->apart && unfolded && w->opt.fold_window_ms)
                 wait_ms = w->last_fold_ms + w->opt.fold_window_ms - mono_now;
-            if (w->shared && !w->apart && wait_ms > SHARED_FOLD_POLL_MS)
-                wait_ms = SHARED_FOLD_POLL_MS;
             struct timespec until = clock_deadline(CLOCK_MONOTONIC, wait_ms);
             pthread_cond_timedwait(&w->wake, &w->lock, &until);
             continue;
@@ -742,8 +737,8 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     w->kinds = kinds;
     w->opt = *opt;
     w->fold_backlog = true; /* fold whatever a previous run left behind the checkpoint */
-    w->shared = store_shared(store);
     w->apart = store_folds_apart(store);
+    assert(w->apart || !store_shared(store)); /* store_folds_apart: required of a shared store */
     w->prep_rows = calloc(opt->batch_max, sizeof *w->prep_rows);
     w->prep_keys = calloc(opt->batch_max, sizeof *w->prep_keys);
     w->resume_saved = calloc(opt->batch_max, sizeof *w->resume_saved);

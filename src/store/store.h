@@ -101,7 +101,7 @@ int store_write_begin(store_t *store, store_write_t **out);
 /* True when the store's fold runs in transactions of its own (store_fold_begin), on a thread of its
  * own beside the writer's batches (a database server's store: a second session, so the fold's work
  * runs on the server in parallel with the batches'); false when the writer's own transactions fold
- * (the embedded store, one writer). */
+ * (the embedded store, one writer). A shared store folds apart. */
 bool store_folds_apart(const store_t *store);
 /* A write transaction for the fold alone (fold thread only; store_folds_apart true): the same calls
  * as a writer's transaction, on a connection of its own. Only it may fold (store_write_may_fold). */

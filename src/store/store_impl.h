@@ -23,7 +23,8 @@ typedef struct store_ops {
                      reaction_row_t *rows);
     int (*read_row)(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
     int (*write_begin)(store_t *store, store_write_t **out);
-    /* optional: NULL means the fold runs in the writer's transactions (store_folds_apart false) */
+    /* optional: NULL means the fold runs in the writer's transactions (store_folds_apart false); a
+     * shared store must provide it (only its fold thread looks for other processes' entries) */
     int (*fold_begin)(store_t *store, store_write_t **out);
     int (*write_commit)(store_write_t *w);
     /* optional: NULL means write_commit, every position given at append */
