@@ -1108,22 +1108,20 @@ static void test_journal(const char *base)
     if (j) {
         file_put(c, "journal-0", j, jlen - 3); /* the last record, cut short */
         /* the first record gone: the others follow a transaction the journal lacks */
-        uint32_t first_len;
-        memcpy(&first_len, j + 4, 4);
-        CHECK(24 + (size_t)first_len < jlen);
-        if (24 + (size_t)first_len < jlen) {
-            file_put(d, "journal-0", j + 24 + first_len, jlen - 24 - first_len);
+        const size_t hl = JOURNALREC_HEADER_LEN;
+        journalrec_head_t first = {0}, second = {0}, rec;
+        bool parsed = journalrec_head_get((const uint8_t *)j, &first) && hl + first.len < jlen;
+        CHECK(parsed);
+        if (parsed) {
+            file_put(d, "journal-0", j + hl + first.len, jlen - hl - first.len);
             /* k: the last record cut short in a file reused from an older generation, whose record
              * (at or before the base) lies behind it: a crash's cut, opens. m: a later whole record
              * behind the cut instead: damage, refused. */
             uint64_t last_txn = 0;
-            for (size_t at = 0; at + 24 <= jlen;) { /* the records' txn ids, in order */
-                uint32_t len;
-                memcpy(&len, j + at + 4, 4);
-                memcpy(&last_txn, j + at + 8, 8);
-                at += 24 + len;
-            }
-            uint8_t tail[24];
+            for (size_t at = 0; at + hl <= jlen && journalrec_head_get((const uint8_t *)j + at, &rec);
+                 at += hl + rec.len) /* the records' txn ids, in order */
+                last_txn = rec.txnid;
+            uint8_t tail[JOURNALREC_HEADER_LEN];
             journalrec_head_t old = {.txnid = 1, .len = 0, .crc = journalrec_crc(1, NULL, 0), .nops = 0};
             journalrec_head_put(tail, &old);
             char *cut = malloc(jlen - 3 + sizeof tail);
@@ -1143,13 +1141,15 @@ static void test_journal(const char *base)
             char *j2 = malloc(jlen);
             CHECK(j2 != NULL);
             if (j2) {
+                uint8_t *at2 = (uint8_t *)j2 + hl + first.len;
                 memcpy(j2, j, jlen);
-                uint64_t lower = 1;
-                memcpy(j2 + 24 + first_len + 8, &lower, 8);
+                CHECK(journalrec_head_get(at2, &second));
+                second.txnid = 1; /* its checksum left as it was */
+                journalrec_head_put(at2, &second);
                 file_put(h2, "journal-0", j2, jlen);
                 free(j2);
             }
-            j[24 + first_len / 2] ^= 0x5a;
+            j[hl + first.len / 2] ^= 0x5a;
             file_put(h, "journal-0", j, jlen);
         }
     }
