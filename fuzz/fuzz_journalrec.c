@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     journalrec_head_put(again, &h);
     FUZZ_ASSERT(memcmp(again, data, JOURNALREC_HEADER_LEN) == 0);
     size_t len = size - JOURNALREC_HEADER_LEN < h.len ? size - JOURNALREC_HEADER_LEN : h.len;
-    (void)journalrec_crc(h.txnid, data + JOURNALREC_HEADER_LEN, len);
+    (void)journalrec_crc(&h, data + JOURNALREC_HEADER_LEN, len);
     check_payload(data + JOURNALREC_HEADER_LEN, len);
     return 0;
 }

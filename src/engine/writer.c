@@ -47,6 +47,7 @@ struct writer {
     uint64_t last_sweep_ms;
     uint64_t backoff_until_ms; /* after a failed commit: no fold or sweep before then */
     unsigned stop_failures;
+    bool unannounced; /* batches with transitions committed that readers may not see yet (store_pending) */
     bool failing; /* the last commit failed */ /* commits failed while stopping: past STOP_FAILURES_MAX, stop anyway */
     store_pair_t *prep_rows, *prep_keys;       /* batch_max each: what a batch names to store_write_prepare */
     uint32_t tx_appends;                       /* log entries appended in the current transaction */
@@ -452,16 +453,41 @@ static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch, si
     return store_write_prepare(tx, w->prep_rows, nrows, w->prep_keys, nkeys, fold_scan);
 }
 
-/* One attempt at the batch's transaction: the commands, then the fold and the sweep when due. */
+/* Whether the batch is reactions only. */
+static bool only_reactions(const write_cmd_t *batch)
+{
+    for (const write_cmd_t *c = batch; c; c = c->next)
+        if (c->type != WRITE_REACT)
+            return false;
+    return batch != NULL;
+}
+
+/* Whether more commands wait behind this batch (store_write_defer): then the store may show this
+ * one to readers with the next ones. Only for reactions, whose rows readers see at once anyway. */
+static bool more_waiting(writer_t *w)
+{
+    pthread_mutex_lock(&w->lock);
+    bool more = w->head != NULL && !w->stopping;
+    pthread_mutex_unlock(&w->lock);
+    return more;
+}
+
+/* One attempt at the batch's transaction: the commands, then the fold and the sweep when due. Any
+ * other command than a reaction begins from what readers see (store_flush). */
 static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint64_t now_ms, uint64_t mono_now,
                           bool *folded, uint64_t *log_base)
 {
     store_write_t *tx = NULL;
     w->tx_appends = 0;
     *log_base = 0;
+    *folded = false;
     if (!w->apart) /* else the fold thread's */
         fold_publish(w, false);
-    int rc = store_write_begin(w->store, &tx);
+    bool reactions = only_reactions(batch);
+    int rc = !reactions && store_pending(w->store) ? store_flush(w->store) : STORE_OK;
+    if (rc != STORE_OK)
+        return rc;
+    rc = store_write_begin(w->store, &tx);
     /* Whether this transaction folds is known before the batch is read, so that a shared store can
      * read the fold's checkpoint and log in the same round trip as the batch's rows. */
     bool fold = rc == STORE_OK && !w->apart && (force_fold || fold_due(w, mono_now));
@@ -470,13 +496,14 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
         rc = writer_prepare(w, tx, batch, may_fold ? pipeline_fold_scan(w->opt.fold_max) : 0);
     for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
         rc = writer_apply(w, tx, c, now_ms);
-    *folded = false;
     if (rc == STORE_OK && fold) {
         rc = writer_fold(w, tx, mono_now, may_fold);
         *folded = true;
     }
     if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS)
         rc = writer_sweep(w, tx, now_ms, mono_now);
+    if (rc == STORE_OK && reactions && more_waiting(w))
+        store_write_defer(tx);
     if (tx)
         rc = rc == STORE_OK ? store_write_commit_at(tx, log_base) : (store_write_abort(tx), rc);
     return rc;
@@ -518,6 +545,17 @@ static void writer_reset(writer_t *w, write_cmd_t *batch)
             break;
         }
     }
+}
+
+/* Tells the change feed's waiters (on_commit) of batches with transitions, once readers can see
+ * them. */
+static void writer_announce(writer_t *w)
+{
+    if (!w->unannounced || store_pending(w->store))
+        return;
+    w->unannounced = false;
+    if (w->opt.on_commit)
+        w->opt.on_commit(w->opt.on_commit_arg);
 }
 
 /* Runs one transaction over batch (may be empty). Every command of the batch is answered: with its
@@ -564,8 +602,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
             pthread_cond_signal(&w->fold_wake);
             pthread_mutex_unlock(&w->lock);
         }
-        if (w->opt.on_commit && logged)
-            w->opt.on_commit(w->opt.on_commit_arg);
+        w->unannounced |= logged;
+        writer_announce(w);
     }
     if (n)
         histogram_observe(&w->stats.batch_commands, (double)n);
@@ -610,6 +648,15 @@ static void *writer_main(void *arg)
             fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the "
                             "next start folds what is left\"\n");
             break;
+        }
+        if (!w->head && !fold_now && !sweep_now && store_pending(w->store)) {
+            /* nothing waits: what the last batches left unseen is shown now */
+            pthread_mutex_unlock(&w->lock);
+            if (store_flush(w->store) != STORE_OK)
+                fprintf(stderr, "level=error event=flush-failed\n");
+            writer_announce(w);
+            pthread_mutex_lock(&w->lock);
+            continue;
         }
         if (!w->head && !fold_now && !sweep_now) {
             if (w->stopping)

@@ -157,8 +157,10 @@ static void metrics_render(app_t *app, answer_t *a)
               st.row_filter_ready ? 1 : 0);
     }
     if (have_store && st.journal) { /* the embedded store's journal */
-        counter(&t, "tally_journal_records_total", "Write transactions appended to the journal and synced.",
+        counter(&t, "tally_journal_records_total", "Batches appended to the journal and synced, a record each.",
                 st.journal_records);
+        counter(&t, "tally_store_commits_total",
+                "Commits of the B-tree; under load an epoch's batches share one (records per commit).", st.commits);
         counter(&t, "tally_journal_bytes_total", "Bytes appended to the journal.", st.journal_bytes);
         counter(&t, "tally_journal_checkpoints_total", "Syncs of the data file recorded as the journal's base.",
                 st.checkpoints);

@@ -119,6 +119,22 @@ void store_write_abort(store_write_t *w)
     w->ops->write_abort(w);
 }
 
+void store_write_defer(store_write_t *w)
+{
+    if (w->ops->write_defer)
+        w->ops->write_defer(w);
+}
+
+bool store_pending(const store_t *store)
+{
+    return store->ops->pending && store->ops->pending(store);
+}
+
+int store_flush(store_t *store)
+{
+    return store->ops->flush ? store->ops->flush(store) : STORE_OK;
+}
+
 int store_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row)
 {
     return w->ops->row_get(w, item, user, row);

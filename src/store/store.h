@@ -112,6 +112,15 @@ int store_write_commit(store_write_t *w); /* durable on STORE_OK; w is gone eith
  * when the store gave every position at append (or nothing was appended). */
 int store_write_commit_at(store_write_t *w, uint64_t *log_base);
 void store_write_abort(store_write_t *w);
+/* Before store_write_commit: more commands wait behind this transaction. The store may then leave
+ * its effects on everything but the rows (store_read_row sees a committed row at once) unseen by
+ * readers for a moment, to show them with the next transactions' at once (the embedded store's
+ * epochs: one B-tree commit for many batches). Durable on commit all the same. */
+void store_write_defer(store_write_t *w);
+/* Whether committed transactions are not yet seen by readers (after store_write_defer), and making
+ * them seen (writer thread, no transaction open): STORE_OK, or an error when the store could not. */
+bool store_pending(const store_t *store);
+int store_flush(store_t *store);
 
 /* Names the rows and idempotency records the batch's commands will read, before any is read: a
  * shared store locks the ones that exist in one order (so two processes' batches cannot deadlock) and
@@ -199,6 +208,7 @@ typedef struct {
      * checkpoints done and failed, the last checkpoint's duration */
     bool journal;
     uint64_t journal_records, journal_bytes, checkpoints, checkpoint_failures;
+    uint64_t commits; /* the B-tree's commits of batches that changed something (an epoch's share one) */
     double last_checkpoint_seconds;
 } store_stats_t;
 int store_stats(store_t *store, store_stats_t *st);

@@ -30,6 +30,10 @@ typedef struct store_ops {
     /* optional: NULL means write_commit, every position given at append */
     int (*write_commit_at)(store_write_t *w, uint64_t *log_base);
     void (*write_abort)(store_write_t *w);
+    /* optional: NULL means every commit is seen by readers at once (pending false, flush a no-op) */
+    void (*write_defer)(store_write_t *w);
+    bool (*pending)(const store_t *store);
+    int (*flush)(store_t *store);
     /* optional: NULL means nothing to prepare */
     int (*write_prepare)(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
                          size_t nkeys, size_t fold_scan);

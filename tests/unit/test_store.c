@@ -1122,7 +1122,8 @@ static void test_journal(const char *base)
                  at += hl + rec.len) /* the records' txn ids, in order */
                 last_txn = rec.txnid;
             uint8_t tail[JOURNALREC_HEADER_LEN];
-            journalrec_head_t old = {.txnid = 1, .len = 0, .crc = journalrec_crc(1, NULL, 0), .nops = 0};
+            journalrec_head_t old = {.txnid = 1, .len = 0, .nops = 0};
+            old.crc = journalrec_crc(&old, NULL, 0);
             journalrec_head_put(tail, &old);
             char *cut = malloc(jlen - 3 + sizeof tail);
             CHECK(cut != NULL);
@@ -1130,7 +1131,8 @@ static void test_journal(const char *base)
                 memcpy(cut, j, jlen - 3);
                 memcpy(cut + jlen - 3, tail, sizeof tail);
                 file_put(k, "journal-0", cut, jlen - 3 + sizeof tail);
-                journalrec_head_t later = {.txnid = last_txn + 5, .crc = journalrec_crc(last_txn + 5, NULL, 0)};
+                journalrec_head_t later = {.txnid = last_txn + 5};
+                later.crc = journalrec_crc(&later, NULL, 0);
                 journalrec_head_put(tail, &later);
                 memcpy(cut + jlen - 3, tail, sizeof tail);
                 file_put(m, "journal-0", cut, jlen - 3 + sizeof tail);
@@ -1279,6 +1281,156 @@ static void test_journal_keeps_the_base(const char *base)
     free(db);
 }
 
+/* The offsets of journal-0's records in j (at most max), and their headers. */
+static size_t journal_records(const char *j, size_t jlen, size_t *at, journalrec_head_t *h, size_t max)
+{
+    size_t n = 0;
+    for (size_t off = 0;
+         n < max && off + JOURNALREC_HEADER_LEN <= jlen && journalrec_head_get((const uint8_t *)j + off, &h[n]) &&
+         off + JOURNALREC_HEADER_LEN + h[n].len <= jlen;
+         off += JOURNALREC_HEADER_LEN + h[n].len, n++)
+        at[n] = off;
+    return n;
+}
+
+static int row_version(store_t *s, const char *item, const char *user)
+{
+    store_read_t *snap;
+    reaction_row_t row = {0};
+    if (store_read_begin(s, &snap) != STORE_OK)
+        return -1;
+    int rc = store_read_row(snap, span_of(item), span_of(user), &row);
+    store_read_end(snap);
+    return rc == STORE_OK ? (int)row.version : -1;
+}
+
+static size_t log_entries(store_read_t *snap)
+{
+    uint64_t first = 0, last = 0;
+    return store_read_log_bounds(snap, &first, &last) == STORE_OK && last ? (size_t)(last - first + 1) : 0;
+}
+
+/* Epochs: batches the writer deferred (more waiting) are committed into one LMDB transaction, each
+ * durable by its record (one part each) and its rows seen by readers at once through the overlay,
+ * while the rest (the log here) is seen when the epoch commits: at a batch not deferred, an aborted
+ * one, or store_flush. A crash with an epoch open replays its parts as one transaction; a part
+ * damaged in place with a later one behind it, or one missing, refuses the store; a last part cut
+ * short (the crash during its write) is not replayed. A map near full never holds an epoch. */
+static void test_epochs(const char *base)
+{
+    char a[700], b[700], c[700], d[700], e[700], f[700];
+    snprintf(a, sizeof a, "%s/epoch-a", base);
+    snprintf(b, sizeof b, "%s/epoch-b", base);
+    snprintf(c, sizeof c, "%s/epoch-c", base);
+    snprintf(d, sizeof d, "%s/epoch-d", base);
+    snprintf(e, sizeof e, "%s/epoch-e", base);
+    snprintf(f, sizeof f, "%s/epoch-f", base);
+    store_t *s = open_with(a, "like,love", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    store_read_t *old, *snap;
+    reaction_row_t row;
+    CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "i1", "u1", 1, 1000) == STORE_OK &&
+          apply(w, "i2", "u2", 1, 1000) == STORE_OK);
+    store_write_defer(w);
+    CHECK(store_write_commit(w) == STORE_OK && store_pending(s));
+    CHECK(store_read_begin(s, &old) == STORE_OK);
+    CHECK(store_read_row(old, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.version == 1);
+    CHECK(log_entries(old) == 0); /* the log is seen with the epoch's commit */
+    CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "i1", "u1", 2, 1001) == STORE_OK &&
+          apply(w, "i3", "u3", 1, 1001) == STORE_OK);
+    store_write_defer(w);
+    CHECK(store_write_commit(w) == STORE_OK && store_pending(s));
+    CHECK(store_read_row(old, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.version == 2 &&
+          row.set == kindset_of(2)); /* a snapshot begun before the batch sees its row too */
+    CHECK(row_version(s, "i3", "u3") == 1);
+    CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "i4", "u4", 1, 1002) == STORE_OK);
+    store_write_abort(w); /* the epoch before it is committed: seen whole */
+    CHECK(!store_pending(s));
+    CHECK(store_read_row(old, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.version == 2);
+    store_read_end(old);
+    CHECK(store_read_begin(s, &snap) == STORE_OK);
+    CHECK(log_entries(snap) == 4);
+    CHECK(store_read_row(snap, SPAN_LIT("i4"), SPAN_LIT("u4"), &row) == STORE_OK && row.version == 0);
+    store_read_end(snap);
+    /* a second epoch of three batches, left open: the crash */
+    const char *users[] = {"u5", "u6", "u7"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "i5", users[i], 1, 2000) == STORE_OK);
+        store_write_defer(w);
+        CHECK(store_write_commit(w) == STORE_OK && store_pending(s));
+    }
+    CHECK(row_version(s, "i5", "u7") == 1);
+    const char *files[] = {"data.mdb", "journal-0", "journal-1", "journal-base", "TALLY_STORE"};
+    const char *copies[] = {b, c, d, e};
+    for (size_t x = 0; x < sizeof copies / sizeof copies[0]; x++) {
+        mkdir(copies[x], 0750);
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+            file_copy(a, copies[x], files[i]);
+    }
+    CHECK(store_flush(s) == STORE_OK && !store_pending(s));
+    CHECK(store_read_begin(s, &snap) == STORE_OK && log_entries(snap) == 7);
+    store_read_end(snap);
+    store_close(s);
+    size_t jlen;
+    char *j = file_get(b, "journal-0", &jlen);
+    size_t at[16];
+    journalrec_head_t h[16];
+    size_t n = j ? journal_records(j, jlen, at, h, 16) : 0;
+    /* the first epoch's two parts, then the second's three (the aborted batch has none) */
+    CHECK(n == 5 && h[0].part == 0 && h[1].part == 1 && h[1].txnid == h[0].txnid && h[2].part == 0 &&
+          h[2].txnid == h[0].txnid + 1 && h[4].part == 2 && h[4].txnid == h[2].txnid);
+    if (n == 5) {
+        char *x = malloc(jlen);
+        CHECK(x != NULL);
+        if (x) {
+            memcpy(x, j, jlen);
+            x[at[3] + JOURNALREC_HEADER_LEN + 2] ^= 0x5a; /* c: the middle part damaged in place */
+            file_put(c, "journal-0", x, jlen);
+            file_put(d, "journal-0", j, jlen - 3); /* d: the last part cut short */
+            memcpy(x, j, at[3]);                   /* e: the middle part missing */
+            memcpy(x + at[3], j + at[4], jlen - at[4]);
+            file_put(e, "journal-0", x, at[3] + jlen - at[4]);
+            free(x);
+        }
+    }
+    free(j);
+    damage_like_power_loss(b);
+    store_t *r = open_with(b, "like,love", 1ull << 30);
+    CHECK(r != NULL);
+    if (r) {
+        CHECK(row_version(r, "i5", "u5") == 1 && row_version(r, "i5", "u7") == 1 && row_version(r, "i1", "u1") == 2 &&
+              row_version(r, "i4", "u4") == 0 && !store_pending(r));
+        CHECK(store_read_begin(r, &snap) == STORE_OK && log_entries(snap) == 7);
+        store_read_end(snap);
+        store_close(r);
+    }
+    r = open_with(d, "like,love", 1ull << 30);
+    CHECK(r != NULL);
+    if (r) {
+        CHECK(row_version(r, "i5", "u6") == 1 && row_version(r, "i5", "u7") == 0);
+        store_close(r);
+    }
+    char err[512] = "";
+    kinds_t kinds;
+    kinds_parse(&kinds, "like,love", err, sizeof err);
+    store_options_t opt = {.map_size_bytes = 1ull << 30};
+    CHECK(store_open(c, &kinds, &opt, &r, err, sizeof err) != STORE_OK && strstr(err, "journal-0 is damaged"));
+    err[0] = 0;
+    CHECK(store_open(e, &kinds, &opt, &r, err, sizeof err) != STORE_OK && strstr(err, "lacks part 1"));
+    /* a map with less than EPOCH_MAP_HEADROOM left: every batch commits */
+    s = open_with(f, "like,love", 1ull << 24);
+    CHECK(s != NULL);
+    if (s) {
+        CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "i1", "u1", 1, 1000) == STORE_OK);
+        store_write_defer(w);
+        CHECK(store_write_commit(w) == STORE_OK && !store_pending(s));
+        store_close(s);
+    }
+}
+
 void test_store(void)
 {
     char base[] = "/tmp/tally-unit-XXXXXX";
@@ -1310,5 +1462,6 @@ void test_store(void)
     test_aux_read_locked(dir);
     test_journal(base);
     test_journal_keeps_the_base(base);
+    test_epochs(base);
     rm_dir(base);
 }

@@ -66,6 +66,42 @@ typedef struct {
     _Atomic uint64_t records, bytes, checkpoints, checkpoint_failures, last_checkpoint_ms;
 } lmdb_journal_t;
 
+/* Epochs (lmdb_store.c): while more batches wait, the writer's batches are committed into one LMDB
+ * transaction, each as a child of it, each durable by its own journal record and answered at once;
+ * LMDB commits the epoch when nothing more waits, or after this long or this many record bytes, so
+ * that a page the batches share is copied and written once for all of them. Only with this much of
+ * the map left (a store about to fill commits every batch, so a full map fails one batch, never an
+ * epoch's acknowledged ones). */
+#define EPOCH_MAX_MS 100
+#define EPOCH_MAX_BYTES (2u << 20)
+#define EPOCH_MAP_HEADROOM (256ull << 20)
+
+/* The overlay (lmdb_overlay.c): the rows an open epoch's batches wrote, for readers. */
+typedef struct {
+    uint64_t hash;
+    uint16_t klen;
+    uint8_t vlen; /* the row value's reaction part */
+    bool gone;    /* the row was deleted */
+    uint8_t key[KEY_BUF_LEN];
+    uint8_t val[ROW_VALUE_SET_LEN];
+} lmdb_overlay_entry_t;
+
+typedef struct {
+    lmdb_overlay_entry_t *entries;
+    size_t n, cap;
+    uint32_t *slots; /* entry index + 1, or 0: open addressing */
+    size_t nslots;
+    uint64_t txnid; /* the epoch (LMDB transaction) its rows belong to */
+} lmdb_overlay_gen_t;
+
+typedef struct {
+    pthread_rwlock_t lock;
+    lmdb_overlay_gen_t gen[2]; /* [cur]: the open epoch's; the other: the epoch committed before it */
+    int cur;
+    uint64_t dropped; /* the newest epoch whose rows were dropped: an older snapshot must begin again */
+    bool made;
+} lmdb_overlay_t;
+
 typedef struct lmdb_store lmdb_store_t;
 typedef struct lmdb_read lmdb_read_t;
 typedef struct lmdb_write lmdb_write_t;
@@ -103,8 +139,15 @@ struct lmdb_store {
     pthread_t filter_thread;
     bool filter_thread_started;
     lmdb_journal_t journal;
-    bool visitor;    /* another process owns the directory (lmdb_dir_owner): read-only here */
-    int dir_lock_fd; /* the directory lock this store took for itself, or -1 */
+    /* the open epoch (writer thread): NULL, or the transaction the batches are committed into */
+    MDB_txn *epoch;
+    uint64_t epoch_started_ms, epoch_bytes;
+    uint32_t epoch_parts; /* journal records written for it */
+    bool defer;           /* the open batch may leave the epoch open (store_write_defer) */
+    lmdb_overlay_t overlay;
+    _Atomic uint64_t commits; /* LMDB's own commits (an epoch's batches share one) */
+    bool visitor;             /* another process owns the directory (lmdb_dir_owner): read-only here */
+    int dir_lock_fd;          /* the directory lock this store took for itself, or -1 */
 };
 
 static inline void lmdb_put_u64(uint8_t *p, uint64_t v)
@@ -259,10 +302,21 @@ void lmdb_journal_close(lmdb_store_t *s);
 /* The write path: changes forgotten (a new or aborted transaction), the record appended and synced
  * before LMDB's commit, then told how that commit went; a checkpoint started when one is due. */
 void lmdb_journal_txn_reset(lmdb_store_t *s);
-int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid);
+int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid, uint32_t part);
 void lmdb_journal_committed(lmdb_store_t *s, bool ok);
 void lmdb_journal_maybe_checkpoint(lmdb_store_t *s);
 int lmdb_journal_checkpoint_wait(lmdb_store_t *s);
+/* The overlay's life and use (lmdb_overlay.c). add: the rows among a batch's changes (the journal's
+ * encoding), into the open epoch txnid's generation (writer thread); an error means the epoch must
+ * commit now. committed: epoch txnid is LMDB's now. get: 1 (a row of an epoch newer than the
+ * snapshot snap: *gone, or its value's reaction part), 0 (none: the snapshot's is current), -1
+ * (the snapshot is older than rows already dropped: begin it again). */
+int lmdb_overlay_init(lmdb_overlay_t *o);
+void lmdb_overlay_free(lmdb_overlay_t *o);
+int lmdb_overlay_add(lmdb_store_t *s, uint64_t txnid, const uint8_t *ops, size_t len);
+void lmdb_overlay_committed(lmdb_overlay_t *o, uint64_t txnid);
+int lmdb_overlay_get(lmdb_overlay_t *o, uint64_t snap, const MDB_val *key, uint8_t val[ROW_VALUE_SET_LEN], size_t *vlen,
+                     bool *gone);
 extern const store_ops_t lmdb_store_ops;
 
 #endif

@@ -192,6 +192,13 @@ static int read_all(int fd, void *buf, size_t len, off_t off)
     return transfer_all(fd, buf, len, off, false);
 }
 
+/* The base's checksum: the txn id's 8 bytes, then the meta pages (as a record of the first format's). */
+static uint32_t base_crc(uint64_t txnid, const uint8_t *metas, size_t len)
+{
+    journalrec_head_t h = {.txnid = txnid, .first_format = true};
+    return journalrec_crc(&h, metas, len);
+}
+
 /* The base: [magic u32][page size u32][txn id u64][crc32 u32] then the two meta pages. Written to
  * a new file, synced and renamed over the old one: a crash leaves one or the other, whole. */
 static int base_write(lmdb_journal_t *j, uint64_t txnid, const uint8_t *metas)
@@ -200,7 +207,7 @@ static int base_write(lmdb_journal_t *j, uint64_t txnid, const uint8_t *metas)
     snprintf(tmp, sizeof tmp, "%s.new", j->base_path);
     size_t mlen = 2 * (size_t)j->psize;
     uint8_t head[BASE_HEADER_LEN];
-    uint32_t magic = BASE_MAGIC, crc = journalrec_crc(txnid, metas, mlen);
+    uint32_t magic = BASE_MAGIC, crc = base_crc(txnid, metas, mlen);
     memcpy(head, &magic, 4);
     memcpy(head + 4, &j->psize, 4);
     memcpy(head + 8, &txnid, 8);
@@ -243,7 +250,7 @@ static int base_read(lmdb_journal_t *j, uint64_t *txnid, uint8_t **metas, uint32
         rc = ENOMEM;
     if (rc == 0)
         rc = read_all(fd, *metas, 2 * (size_t)*psize, sizeof head);
-    if (rc == 0 && journalrec_crc(*txnid, *metas, 2 * (size_t)*psize) != crc)
+    if (rc == 0 && base_crc(*txnid, *metas, 2 * (size_t)*psize) != crc)
         rc = EBADMSG;
     close(fd);
     if (rc != 0) {
@@ -269,9 +276,10 @@ static void cut_back(lmdb_journal_t *j)
     }
 }
 
-/* The open transaction's changes as one record, synced, before LMDB commits it (txnid: the id it
- * commits as). Returns 0, or an errno (the transaction must then be aborted). */
-int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid)
+/* The batch's changes as one record, synced, before LMDB commits it (txnid: the id its transaction
+ * commits as; part: the batch's place among that transaction's records). Returns 0, or an errno (the
+ * batch must then be aborted). */
+int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid, uint32_t part)
 {
     lmdb_journal_t *j = &s->journal;
     if (j->broken)
@@ -279,10 +287,10 @@ int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid)
     if (j->ops_len > JOURNALREC_MAX)
         return EFBIG;
     uint8_t head[JOURNALREC_HEADER_LEN];
-    journalrec_head_t h = {.txnid = txnid,
-                           .len = (uint32_t)j->ops_len,
-                           .crc = journalrec_crc(txnid, j->ops, j->ops_len),
-                           .nops = (uint32_t)j->nops};
+    if (txnid > JOURNALREC_TXNID_MAX || part >= JOURNALREC_PARTS_MAX)
+        return EOVERFLOW;
+    journalrec_head_t h = {.txnid = txnid, .part = part, .len = (uint32_t)j->ops_len, .nops = (uint32_t)j->nops};
+    h.crc = journalrec_crc(&h, j->ops, j->ops_len);
     journalrec_head_put(head, &h);
     int fd = j->fd[j->cur];
     int rc = write_all(fd, head, sizeof head, (off_t)j->off);
@@ -541,23 +549,31 @@ int lmdb_journal_restore(lmdb_store_t *s, uint64_t *base, char *err, size_t errl
 }
 
 typedef struct {
-    uint64_t txnid;
+    uint64_t txnid, order; /* order: journalrec_order */
+    uint32_t part;
     uint8_t *ops;
     uint32_t len, nops;
 } record_t;
 
 static int record_cmp(const void *a, const void *b)
 {
-    uint64_t x = ((const record_t *)a)->txnid, y = ((const record_t *)b)->txnid;
+    uint64_t x = ((const record_t *)a)->order, y = ((const record_t *)b)->order;
     return x < y ? -1 : x > y;
 }
 
-/* Where a file's records end (at off, before the end of the file), whether a whole record of a
- * transaction after `after` still follows somewhere behind. Each append is synced before the next is
- * written, so a record cut short by a crash is the last of its generation, and what lies behind it
- * is an older generation's (all at or before the base). A later record behind the end means the
- * bytes there were damaged in place (a checksum, a length, a txn id): replaying up to them would
- * silently drop acknowledged writes. Read in chunks, headers found by their magic. Returns 0
+/* The order of the last record a transaction can have: every record of it, or of one before it, is
+ * at or below. */
+static uint64_t order_after(uint64_t txnid)
+{
+    return txnid << 16 | (JOURNALREC_PARTS_MAX - 1);
+}
+
+/* Where a file's records end (at off, before the end of the file), whether a whole record later in
+ * the journal's order than `after` (journalrec_order) still follows somewhere behind. Each append is synced before the
+ * next is written, so a record cut short by a crash is the last of its generation, and what lies behind it is an older
+ * generation's (all at or before the base). A later record behind the end means the bytes there were damaged in place
+ * (a checksum, a length, a txn id): replaying up to them would silently drop acknowledged writes. Read in chunks,
+ * headers found by their magic. Returns 0
  * (*later: that record's txn id, or 0), or an errno. */
 static int damage_behind(int fd, off_t off, uint64_t after, uint64_t *later)
 {
@@ -579,14 +595,14 @@ static int damage_behind(int fd, off_t off, uint64_t after, uint64_t *later)
              i = journalrec_find(buf, len, i + 1)) {
             journalrec_head_t h;
             off_t pay = at + (off_t)i + JOURNALREC_HEADER_LEN;
-            if (!journalrec_head_get(buf + i, &h) || h.txnid <= after || h.len > st.st_size - pay)
+            if (!journalrec_head_get(buf + i, &h) || journalrec_order(&h) <= after || h.len > st.st_size - pay)
                 continue;
             uint8_t *p = malloc(h.len ? h.len : 1);
             if (!p) {
                 rc = ENOMEM;
                 break;
             }
-            if ((rc = read_all(fd, p, h.len, pay)) == 0 && journalrec_crc(h.txnid, p, h.len) == h.crc)
+            if ((rc = read_all(fd, p, h.len, pay)) == 0 && journalrec_crc(&h, p, h.len) == h.crc)
                 *later = h.txnid;
             free(p);
         }
@@ -596,7 +612,7 @@ static int damage_behind(int fd, off_t off, uint64_t after, uint64_t *later)
 }
 
 /* The valid records of one file after base, appended to *recs: a file is read from its start while
- * each record is whole, its checksum right and its txn id above the one before (what follows is an
+ * each record is whole, its checksum right and its id above the one before (what follows is an
  * older generation's, or a record cut short). An end that hides a later whole record behind it is
  * damage: EBADMSG, with where (*bad_off) and which record (*bad_later). */
 static int file_records(int fd, uint64_t base, record_t **recs, size_t *n, size_t *cap, off_t *bad_off,
@@ -608,20 +624,23 @@ static int file_records(int fd, uint64_t base, record_t **recs, size_t *n, size_
         uint8_t head[JOURNALREC_HEADER_LEN];
         journalrec_head_t h;
         bool whole = read_all(fd, head, sizeof head, off) == 0 && journalrec_head_get(head, &h);
-        record_t r = {.txnid = whole ? h.txnid : 0, .len = whole ? h.len : 0, .nops = whole ? h.nops : 0};
+        record_t r = {0};
+        if (whole)
+            r = (record_t){
+                .txnid = h.txnid, .order = journalrec_order(&h), .part = h.part, .len = h.len, .nops = h.nops};
         if (whole && !(r.ops = malloc(r.len ? r.len : 1)))
             return ENOMEM;
         if (whole && (read_all(fd, r.ops, r.len, off + (off_t)sizeof head) != 0 ||
-                      journalrec_crc(r.txnid, r.ops, r.len) != h.crc || r.txnid <= prev)) {
+                      journalrec_crc(&h, r.ops, r.len) != h.crc || r.order <= prev)) {
             free(r.ops); /* cut short, damaged, or an older generation's: the end */
             whole = false;
         }
         if (!whole) {
-            int rc = damage_behind(fd, off, prev > base ? prev : base, bad_later);
+            int rc = damage_behind(fd, off, prev > order_after(base) ? prev : order_after(base), bad_later);
             *bad_off = off;
             return rc != 0 ? rc : *bad_later ? EBADMSG : 0;
         }
-        prev = r.txnid;
+        prev = r.order;
         off += (off_t)(sizeof head + r.len);
         if (r.txnid <= base) {
             free(r.ops);
@@ -664,10 +683,11 @@ static int replay_one(lmdb_store_t *s, MDB_txn *txn, const record_t *r, uint64_t
 }
 
 /* After the databases are opened, on the restored base (txn id base): every record after it, in
- * order, each as a transaction of its own, which must commit as the id it was recorded with — so
- * after a replay the store's ids go on from the last record's, and no record can ever be taken for
- * a later one. They must follow on from the base (base + 1, base + 2, …): a gap means records were
- * lost, and the store refuses to open rather than serve a past that skips acknowledged writes. The
+ * order, the records of one transaction (its batches: parts 0, 1, …) replayed as one transaction,
+ * which must commit as the id they were recorded with — so after a replay the store's ids go on
+ * from the last record's, and no record can ever be taken for a later one. They must follow on from
+ * the base (base + 1, base + 2, …, each from part 0 without a gap): a gap means records were lost,
+ * and the store refuses to open rather than serve a past that skips acknowledged writes. The
  * base's snapshot is held from here until the next base is written (lmdb_journal_start): a crash
  * in between finds the base's pages as they were, and replays again. */
 int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen)
@@ -706,28 +726,44 @@ int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen
      * pinned) and replays again. */
     if (rc == 0 && n)
         rc = mdb_env_set_flags(s->env, MDB_NOSYNC, 1);
-    for (size_t i = 0; i < n && rc == 0; i++) {
+    size_t txns = 0;
+    for (size_t i = 0, end; i < n && rc == 0; i = end, txns++) {
+        uint64_t want = base + 1 + txns;
+        for (end = i; end < n && recs[end].txnid == recs[i].txnid && recs[end].part == end - i; end++)
+            ;
         MDB_txn *txn = NULL;
-        if (recs[i].txnid != base + 1 + i) {
+        if (recs[i].txnid != want || recs[i].part != 0) {
             snprintf(err, errlen,
-                     "the journal lacks transaction %llu (it goes on at %llu): refusing a store "
+                     "the journal lacks transaction %llu (it goes on at %llu, part %u): refusing a store "
                      "that would miss acknowledged writes",
-                     (unsigned long long)(base + 1 + i), (unsigned long long)recs[i].txnid);
+                     (unsigned long long)want, (unsigned long long)recs[i].txnid, recs[i].part);
+            rc = -1;
+        } else if (end < n && recs[end].txnid == recs[i].txnid) {
+            snprintf(err, errlen,
+                     "the journal lacks part %zu of transaction %llu (it goes on at part %u): refusing a store "
+                     "that would miss acknowledged writes",
+                     end - i, (unsigned long long)want, recs[end].part);
             rc = -1;
         } else if ((rc = mdb_txn_begin(s->env, NULL, 0, &txn)) != MDB_SUCCESS) {
             snprintf(err, errlen, "replaying the journal: %s", mdb_strerror(rc));
-        } else if ((uint64_t)mdb_txn_id(txn) != recs[i].txnid) {
+        } else if ((uint64_t)mdb_txn_id(txn) != want) {
             snprintf(err, errlen, "the journal does not follow the store: record %llu, next transaction %llu",
-                     (unsigned long long)recs[i].txnid, (unsigned long long)mdb_txn_id(txn));
+                     (unsigned long long)want, (unsigned long long)mdb_txn_id(txn));
             rc = -1;
-        } else if ((rc = replay_one(s, txn, &recs[i], &ops)) != 0 || (rc = mdb_txn_commit(txn)) != 0) {
-            txn = rc == 0 ? NULL : txn;
-            snprintf(err, errlen, "replaying journal record %llu: %s", (unsigned long long)recs[i].txnid,
-                     rc == EBADMSG ? "malformed"
-                     : rc > 0      ? strerror(rc)
-                                   : mdb_strerror(rc));
         } else {
-            txn = NULL; /* committed */
+            size_t k = i;
+            while (k < end && (rc = replay_one(s, txn, &recs[k], &ops)) == 0)
+                k++;
+            if (rc == 0) {
+                rc = mdb_txn_commit(txn);
+                txn = NULL; /* committed, or ended by its failed commit */
+            }
+            if (rc != 0)
+                snprintf(err, errlen, "replaying journal record %llu part %u: %s", (unsigned long long)want,
+                         k < end ? recs[k].part : 0,
+                         rc == EBADMSG ? "malformed"
+                         : rc > 0      ? strerror(rc)
+                                       : mdb_strerror(rc));
         }
         if (txn && rc != 0)
             mdb_txn_abort(txn);
@@ -740,8 +776,9 @@ int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen
         free(recs[i].ops);
     free(recs);
     if (rc == 0 && n)
-        fprintf(stderr, "level=info event=journal-replayed records=%zu changes=%llu base=%llu ms=%llu\n", n,
-                (unsigned long long)ops, (unsigned long long)base, (unsigned long long)(mono_ms() - t0));
+        fprintf(stderr,
+                "level=info event=journal-replayed records=%zu changes=%llu base=%llu ms=%llu transactions=%zu\n", n,
+                (unsigned long long)ops, (unsigned long long)base, (unsigned long long)(mono_ms() - t0), txns);
     if (rc == ENOMEM)
         snprintf(err, errlen, "reading the journal: out of memory");
     return rc == 0 ? STORE_OK : STORE_ERROR;

@@ -20,6 +20,7 @@
 #include "store/lmdb/lmdb_internal.h"
 
 #include "core/clock.h"
+#include "core/journalrec.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -435,6 +436,11 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
     }
     s->journal.fd[0] = s->journal.fd[1] = -1;
     s->dir_lock_fd = -1;
+    if (lmdb_overlay_init(&s->overlay) != 0) {
+        free(s);
+        snprintf(err, errlen, "out of memory");
+        return STORE_ERROR;
+    }
     if (mkdir(dir, 0750) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot create %s: %s", dir, strerror(errno));
         goto fail;
@@ -531,6 +537,7 @@ fail:
         mdb_env_close(s->env);
     if (s->dir_lock_fd >= 0)
         close(s->dir_lock_fd);
+    lmdb_overlay_free(&s->overlay);
     free(s);
     return STORE_ERROR;
 }
@@ -540,6 +547,8 @@ const kinds_t *lmdb_kinds(const store_t *s_)
     const lmdb_store_t *s = (const lmdb_store_t *)s_;
     return &s->kinds;
 }
+
+static int epoch_commit(lmdb_store_t *s);
 
 void lmdb_close(store_t *s_)
 {
@@ -552,10 +561,12 @@ void lmdb_close(store_t *s_)
         pthread_join(s->filter_thread, NULL);
     }
     pairfilter_free(&s->filter);
+    epoch_commit(s); /* what the last batches left open (a failure leaves their records to replay) */
     lmdb_journal_close(s);
     mdb_env_close(s->env);
     if (s->dir_lock_fd >= 0)
         close(s->dir_lock_fd); /* last: the next owner finds the store closed */
+    lmdb_overlay_free(&s->overlay);
     free(s);
 }
 
@@ -720,13 +731,102 @@ int lmdb_read_counts(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX + 1
     return lmdb_counts_get(r->store, r->txn, item, counts);
 }
 
+/* The overlay first: a row an open epoch's batch wrote is not in any snapshot yet. */
 int lmdb_read_row(store_read_t *r_, span_t item, span_t user, reaction_row_t *row)
 {
     lmdb_read_t *r = (lmdb_read_t *)r_;
-    return row_get(r->store, r->txn, item, user, row);
+    char kbuf[KEY_BUF_LEN];
+    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf};
+    for (;;) {
+        uint8_t vbuf[ROW_VALUE_SET_LEN];
+        size_t vlen = 0;
+        bool gone = false;
+        int found = lmdb_overlay_get(&r->store->overlay, (uint64_t)mdb_txn_id(r->txn), &key, vbuf, &vlen, &gone);
+        if (found == 0)
+            return row_get(r->store, r->txn, item, user, row);
+        if (found > 0) {
+            MDB_val val = {vlen, vbuf};
+            *row = (reaction_row_t){KIND_NONE, 0};
+            if (!gone)
+                lmdb_row_decode(r->store, &val, row);
+            return STORE_OK;
+        }
+        /* a snapshot older than the rows the overlay still holds: a newer one (rare) */
+        mdb_txn_reset(r->txn);
+        int rc = mdb_txn_renew(r->txn);
+        if (rc != MDB_SUCCESS)
+            return lmdb_rc(rc);
+    }
 }
 
 /* --- the write transaction --- */
+
+/* --- epochs (EPOCH_MAX_MS in lmdb_internal.h) ---
+ *
+ * A batch is its own LMDB transaction, or a child of the open epoch's. Committing a batch appends
+ * its record (the epoch's txn id and the batch's part) and syncs it: the batch is durable, and its
+ * commands are answered. When the writer said more is waiting (store_write_defer) and the epoch is
+ * young and small, the epoch stays open: the next batch is its child, and the pages the batches
+ * share are copied once, written once. Otherwise LMDB commits it (without a sync: the journal made
+ * it durable), and readers see it all. Meanwhile the rows are served from the overlay. */
+
+/* Whether the epoch may stay open after this batch. */
+static bool epoch_may_grow(lmdb_store_t *s)
+{
+    if (!s->journal.recording || s->journal.broken)
+        return false;
+    if (s->epoch)
+        return mono_ms() - s->epoch_started_ms < EPOCH_MAX_MS && s->epoch_bytes < EPOCH_MAX_BYTES &&
+               s->epoch_parts + 1 < JOURNALREC_PARTS_MAX;
+    MDB_envinfo info; /* a new epoch: only with the map far from full */
+    MDB_stat st;
+    return mdb_env_info(s->env, &info) == MDB_SUCCESS && mdb_env_stat(s->env, &st) == MDB_SUCCESS &&
+           (uint64_t)info.me_mapsize > (uint64_t)(info.me_last_pgno + 1) * st.ms_psize + EPOCH_MAP_HEADROOM;
+}
+
+/* LMDB's commit of the open epoch (writer thread, no batch open): readers see its batches. A
+ * failure leaves them in the journal only, acknowledged: nothing more is committed until a restart
+ * replays them. */
+static int epoch_commit(lmdb_store_t *s)
+{
+    if (!s->epoch)
+        return MDB_SUCCESS;
+    uint64_t txnid = (uint64_t)mdb_txn_id(s->epoch);
+    bool changed = s->epoch_parts > 0;
+    int rc = mdb_txn_commit(s->epoch);
+    s->epoch = NULL;
+    s->epoch_parts = 0;
+    s->epoch_bytes = 0;
+    if (rc != MDB_SUCCESS) {
+        s->journal.broken = true;
+        fprintf(stderr,
+                "level=error event=journal-broken reason=\"the commit of an epoch failed: %s\" (its batches are in "
+                "the journal; writes refused until a restart replays them)\n",
+                mdb_strerror(rc));
+        return rc;
+    }
+    atomic_fetch_add(&s->commits, changed);
+    lmdb_overlay_committed(&s->overlay, txnid);
+    lmdb_journal_maybe_checkpoint(s);
+    return MDB_SUCCESS;
+}
+
+static void lmdb_write_defer(store_write_t *w_)
+{
+    ((lmdb_write_t *)w_)->store->defer = true;
+}
+
+static bool lmdb_pending(const store_t *s_)
+{
+    return ((const lmdb_store_t *)s_)->epoch != NULL;
+}
+
+static int lmdb_flush(store_t *s_)
+{
+    lmdb_store_t *s = (lmdb_store_t *)s_;
+    assert(!s->write.active);
+    return lmdb_rc(epoch_commit(s));
+}
 
 int lmdb_write_begin(store_t *s_, store_write_t **out)
 {
@@ -737,9 +837,12 @@ int lmdb_write_begin(store_t *s_, store_write_t **out)
         fprintf(stderr, "level=error event=write-refused reason=\"another process owns the store\"\n");
         return STORE_ERROR;
     }
-    int rc = mdb_txn_begin(s->env, NULL, 0, &w->txn);
-    if (rc != MDB_SUCCESS)
+    s->defer = false;
+    int rc = mdb_txn_begin(s->env, s->epoch, 0, &w->txn); /* a child of the open epoch's, if any */
+    if (rc != MDB_SUCCESS) {
+        epoch_commit(s); /* what the epoch holds is acknowledged: seen now, whatever this batch does */
         return lmdb_rc(rc);
+    }
     w->active = true;
     w->next_seq = s->next_seq;
     lmdb_journal_txn_reset(s);
@@ -754,23 +857,44 @@ int lmdb_write_commit(store_write_t *w_)
     assert(w->active);
     atomic_thread_fence(memory_order_release); /* the row filter's adds before the rows they stand for */
     lmdb_store_t *s = w->store;
-    bool changed = s->journal.nops > 0;
+    bool changed = s->journal.nops > 0, child = s->epoch != NULL;
+    uint64_t txnid = (uint64_t)mdb_txn_id(w->txn); /* a child's is its epoch's */
     /* Durable first (the record, synced), visible after: a reader never sees what a crash could undo. */
-    int rc = changed ? lmdb_journal_append(s, (uint64_t)mdb_txn_id(w->txn)) : MDB_SUCCESS;
+    int rc = changed ? lmdb_journal_append(s, txnid, s->epoch_parts) : MDB_SUCCESS;
     if (rc != 0) {
         mdb_txn_abort(w->txn);
         lmdb_journal_txn_reset(s);
         w->active = false;
+        epoch_commit(s);
         return lmdb_rc(rc);
     }
     MDB_envinfo before = {0}, after = {0};
-    if (!changed)
+    if (!changed && !child)
         mdb_env_info(s->env, &before);
-    rc = mdb_txn_commit(w->txn);
+    bool hold = s->defer && epoch_may_grow(s);
+    s->defer = false;
+    if (!child && hold) { /* the batch's transaction becomes the epoch's */
+        s->epoch = w->txn;
+        s->epoch_started_ms = mono_ms();
+        rc = MDB_SUCCESS;
+    } else {
+        rc = mdb_txn_commit(w->txn);
+    }
     w->active = false;
+    if (rc == MDB_SUCCESS && s->epoch && changed) {
+        s->epoch_parts++;
+        s->epoch_bytes += s->journal.pending_len;
+        /* its rows for readers (also when the epoch commits now: should that commit fail, the batch is
+         * still durable and answered, and its rows must be seen); an overlay that cannot hold them
+         * makes the epoch commit now */
+        if (lmdb_overlay_add(s, txnid, s->journal.ops, s->journal.ops_len) != 0)
+            hold = false;
+    }
+    if (changed && rc == MDB_SUCCESS && !child && !s->epoch)
+        atomic_fetch_add(&s->commits, 1);
     if (changed)
         lmdb_journal_committed(s, rc == MDB_SUCCESS);
-    else if (rc == MDB_SUCCESS && mdb_env_info(s->env, &after) == MDB_SUCCESS &&
+    else if (rc == MDB_SUCCESS && !child && !s->epoch && mdb_env_info(s->env, &after) == MDB_SUCCESS &&
              after.me_last_txnid != before.me_last_txnid) {
         /* a change that bypassed lmdb_put and its kin (a defect): made recoverable by a base that
          * holds it, at once, and said loudly */
@@ -778,10 +902,14 @@ int lmdb_write_commit(store_write_t *w_)
         s->next_seq = w->next_seq;
         return lmdb_rc(lmdb_journal_checkpoint_wait(s));
     }
-    if (rc == MDB_SUCCESS) {
+    if (rc == MDB_SUCCESS)
         s->next_seq = w->next_seq;
+    /* A failure of the epoch's commit leaves this batch durable (its record), so it is still answered
+     * as done; the journal is then broken, and a restart replays the epoch. */
+    if (s->epoch && (rc != MDB_SUCCESS || !hold))
+        epoch_commit(s);
+    else if (rc == MDB_SUCCESS && !s->epoch)
         lmdb_journal_maybe_checkpoint(s);
-    }
     return lmdb_rc(rc);
 }
 
@@ -792,6 +920,8 @@ void lmdb_write_abort(store_write_t *w_)
     mdb_txn_abort(w->txn);
     lmdb_journal_txn_reset(w->store);
     w->active = false;
+    w->store->defer = false;
+    epoch_commit(w->store); /* the batches before this one are acknowledged: seen now */
 }
 
 int lmdb_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *row)
@@ -979,6 +1109,9 @@ const store_ops_t lmdb_store_ops = {
     .write_begin = lmdb_write_begin,
     .write_commit = lmdb_write_commit,
     .write_abort = lmdb_write_abort,
+    .write_defer = lmdb_write_defer,
+    .pending = lmdb_pending,
+    .flush = lmdb_flush,
     .row_get = lmdb_row_get,
     .row_put = lmdb_row_put,
     .log_append = lmdb_log_append,

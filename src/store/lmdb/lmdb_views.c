@@ -168,6 +168,7 @@ int lmdb_stats(store_t *s_, store_stats_t *st)
     st->journal_records = atomic_load(&s->journal.records);
     st->journal_bytes = atomic_load(&s->journal.bytes);
     st->checkpoints = atomic_load(&s->journal.checkpoints);
+    st->commits = atomic_load(&s->commits);
     st->checkpoint_failures = atomic_load(&s->journal.checkpoint_failures);
     st->last_checkpoint_seconds = (double)atomic_load(&s->journal.last_checkpoint_ms) / 1000.0;
     mdb_txn_abort(txn);
