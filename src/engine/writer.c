@@ -462,10 +462,13 @@ static bool only_reactions(const write_cmd_t *batch)
     return batch != NULL;
 }
 
-/* Whether more commands wait behind this batch (store_write_defer): then the store may show this
- * one to readers with the next ones. Only for reactions, whose rows readers see at once anyway. */
-static bool more_waiting(writer_t *w)
+/* Whether more commands wait behind this batch (store_write_defer asks once the batch is durable):
+ * then the store may show it to readers with the next ones. When nothing waits, everything is seen
+ * at once, as before: a client that reads after its write's answer sees it in the counts, the lists
+ * and the change feed, unless others keep the writer busy. */
+static bool more_waiting(void *arg)
 {
+    writer_t *w = arg;
     pthread_mutex_lock(&w->lock);
     bool more = w->head != NULL && !w->stopping;
     pthread_mutex_unlock(&w->lock);
@@ -502,8 +505,8 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
     }
     if (rc == STORE_OK && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS)
         rc = writer_sweep(w, tx, now_ms, mono_now);
-    if (rc == STORE_OK && reactions && more_waiting(w))
-        store_write_defer(tx);
+    if (rc == STORE_OK && reactions) /* their rows are seen at once; the rest with the next batches' */
+        store_write_defer(tx, more_waiting, w);
     if (tx)
         rc = rc == STORE_OK ? store_write_commit_at(tx, log_base) : (store_write_abort(tx), rc);
     return rc;
@@ -650,7 +653,7 @@ static void *writer_main(void *arg)
             break;
         }
         if (!w->head && !fold_now && !sweep_now && store_pending(w->store)) {
-            /* nothing waits: what the last batches left unseen is shown now */
+            /* nothing waits (a batch after a deferred one failed): what they left unseen is shown */
             pthread_mutex_unlock(&w->lock);
             if (store_flush(w->store) != STORE_OK)
                 fprintf(stderr, "level=error event=flush-failed\n");

@@ -119,10 +119,10 @@ void store_write_abort(store_write_t *w)
     w->ops->write_abort(w);
 }
 
-void store_write_defer(store_write_t *w)
+void store_write_defer(store_write_t *w, bool (*more)(void *arg), void *arg)
 {
     if (w->ops->write_defer)
-        w->ops->write_defer(w);
+        w->ops->write_defer(w, more, arg);
 }
 
 bool store_pending(const store_t *store)

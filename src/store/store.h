@@ -112,11 +112,12 @@ int store_write_commit(store_write_t *w); /* durable on STORE_OK; w is gone eith
  * when the store gave every position at append (or nothing was appended). */
 int store_write_commit_at(store_write_t *w, uint64_t *log_base);
 void store_write_abort(store_write_t *w);
-/* Before store_write_commit: more commands wait behind this transaction. The store may then leave
- * its effects on everything but the rows (store_read_row sees a committed row at once) unseen by
- * readers for a moment, to show them with the next transactions' at once (the embedded store's
- * epochs: one B-tree commit for many batches). Durable on commit all the same. */
-void store_write_defer(store_write_t *w);
+/* Before store_write_commit: if more(arg) says, once the transaction is durable, that more commands
+ * wait behind it, the store may leave its effects on everything but the rows (store_read_row sees a
+ * committed row at once) unseen by readers for a moment, to show them with the next transactions'
+ * (the embedded store's epochs: one B-tree commit for many batches), or at store_flush. Durable on
+ * commit all the same. more is asked after the sync, when what came in meanwhile is queued. */
+void store_write_defer(store_write_t *w, bool (*more)(void *arg), void *arg);
 /* Whether committed transactions are not yet seen by readers (after store_write_defer), and making
  * them seen (writer thread, no transaction open): STORE_OK, or an error when the store could not. */
 bool store_pending(const store_t *store);

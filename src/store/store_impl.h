@@ -31,7 +31,7 @@ typedef struct store_ops {
     int (*write_commit_at)(store_write_t *w, uint64_t *log_base);
     void (*write_abort)(store_write_t *w);
     /* optional: NULL means every commit is seen by readers at once (pending false, flush a no-op) */
-    void (*write_defer)(store_write_t *w);
+    void (*write_defer)(store_write_t *w, bool (*more)(void *arg), void *arg);
     bool (*pending)(const store_t *store);
     int (*flush)(store_t *store);
     /* optional: NULL means nothing to prepare */

@@ -1281,6 +1281,12 @@ static void test_journal_keeps_the_base(const char *base)
     free(db);
 }
 
+static bool always(void *arg)
+{
+    (void)arg;
+    return true;
+}
+
 /* The offsets of journal-0's records in j (at most max), and their headers. */
 static size_t journal_records(const char *j, size_t jlen, size_t *at, journalrec_head_t *h, size_t max)
 {
@@ -1334,14 +1340,14 @@ static void test_epochs(const char *base)
     reaction_row_t row;
     CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "i1", "u1", 1, 1000) == STORE_OK &&
           apply(w, "i2", "u2", 1, 1000) == STORE_OK);
-    store_write_defer(w);
+    store_write_defer(w, always, NULL);
     CHECK(store_write_commit(w) == STORE_OK && store_pending(s));
     CHECK(store_read_begin(s, &old) == STORE_OK);
     CHECK(store_read_row(old, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.version == 1);
     CHECK(log_entries(old) == 0); /* the log is seen with the epoch's commit */
     CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "i1", "u1", 2, 1001) == STORE_OK &&
           apply(w, "i3", "u3", 1, 1001) == STORE_OK);
-    store_write_defer(w);
+    store_write_defer(w, always, NULL);
     CHECK(store_write_commit(w) == STORE_OK && store_pending(s));
     CHECK(store_read_row(old, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.version == 2 &&
           row.set == kindset_of(2)); /* a snapshot begun before the batch sees its row too */
@@ -1359,7 +1365,7 @@ static void test_epochs(const char *base)
     const char *users[] = {"u5", "u6", "u7"};
     for (int i = 0; i < 3; i++) {
         CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "i5", users[i], 1, 2000) == STORE_OK);
-        store_write_defer(w);
+        store_write_defer(w, always, NULL);
         CHECK(store_write_commit(w) == STORE_OK && store_pending(s));
     }
     CHECK(row_version(s, "i5", "u7") == 1);
@@ -1425,7 +1431,7 @@ static void test_epochs(const char *base)
     CHECK(s != NULL);
     if (s) {
         CHECK(store_write_begin(s, &w) == STORE_OK && apply(w, "i1", "u1", 1, 1000) == STORE_OK);
-        store_write_defer(w);
+        store_write_defer(w, always, NULL);
         CHECK(store_write_commit(w) == STORE_OK && !store_pending(s));
         store_close(s);
     }

@@ -142,8 +142,9 @@ struct lmdb_store {
     /* the open epoch (writer thread): NULL, or the transaction the batches are committed into */
     MDB_txn *epoch;
     uint64_t epoch_started_ms, epoch_bytes;
-    uint32_t epoch_parts; /* journal records written for it */
-    bool defer;           /* the open batch may leave the epoch open (store_write_defer) */
+    uint32_t epoch_parts;     /* journal records written for it */
+    bool (*defer)(void *arg); /* the open batch may leave the epoch open if this says so (store_write_defer) */
+    void *defer_arg;
     lmdb_overlay_t overlay;
     _Atomic uint64_t commits; /* LMDB's own commits (an epoch's batches share one) */
     bool visitor;             /* another process owns the directory (lmdb_dir_owner): read-only here */

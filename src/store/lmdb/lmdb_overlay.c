@@ -165,8 +165,8 @@ void lmdb_overlay_committed(lmdb_overlay_t *o, uint64_t txnid)
     pthread_rwlock_unlock(&o->lock);
 }
 
-int lmdb_overlay_get(lmdb_overlay_t *o, uint64_t snap, const MDB_val *key, uint8_t val[ROW_VALUE_SET_LEN],
-                     size_t *vlen, bool *gone)
+int lmdb_overlay_get(lmdb_overlay_t *o, uint64_t snap, const MDB_val *key, uint8_t val[ROW_VALUE_SET_LEN], size_t *vlen,
+                     bool *gone)
 {
     uint64_t h = key_hash(key->mv_data, key->mv_size);
     int found = 0;

@@ -811,9 +811,11 @@ static int epoch_commit(lmdb_store_t *s)
     return MDB_SUCCESS;
 }
 
-static void lmdb_write_defer(store_write_t *w_)
+static void lmdb_write_defer(store_write_t *w_, bool (*more)(void *arg), void *arg)
 {
-    ((lmdb_write_t *)w_)->store->defer = true;
+    lmdb_store_t *s = ((lmdb_write_t *)w_)->store;
+    s->defer = more;
+    s->defer_arg = arg;
 }
 
 static bool lmdb_pending(const store_t *s_)
@@ -837,7 +839,7 @@ int lmdb_write_begin(store_t *s_, store_write_t **out)
         fprintf(stderr, "level=error event=write-refused reason=\"another process owns the store\"\n");
         return STORE_ERROR;
     }
-    s->defer = false;
+    s->defer = NULL;
     int rc = mdb_txn_begin(s->env, s->epoch, 0, &w->txn); /* a child of the open epoch's, if any */
     if (rc != MDB_SUCCESS) {
         epoch_commit(s); /* what the epoch holds is acknowledged: seen now, whatever this batch does */
@@ -871,8 +873,8 @@ int lmdb_write_commit(store_write_t *w_)
     MDB_envinfo before = {0}, after = {0};
     if (!changed && !child)
         mdb_env_info(s->env, &before);
-    bool hold = s->defer && epoch_may_grow(s);
-    s->defer = false;
+    bool hold = s->defer && epoch_may_grow(s) && s->defer(s->defer_arg); /* asked once durable */
+    s->defer = NULL;
     if (!child && hold) { /* the batch's transaction becomes the epoch's */
         s->epoch = w->txn;
         s->epoch_started_ms = mono_ms();
@@ -920,7 +922,7 @@ void lmdb_write_abort(store_write_t *w_)
     mdb_txn_abort(w->txn);
     lmdb_journal_txn_reset(w->store);
     w->active = false;
-    w->store->defer = false;
+    w->store->defer = NULL;
     epoch_commit(w->store); /* the batches before this one are acknowledged: seen now */
 }
 
