@@ -178,6 +178,9 @@ int whstore_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest)
         return rc;
     *newest = last > checkpoint ? last : checkpoint; /* pruning never passes the checkpoint */
     *oldest = first ? first : *newest + 1;
+    uint64_t acked = store_read_acknowledged(r); /* answered, not yet in the snapshot */
+    if (acked > *newest)
+        *newest = acked;
     return STORE_OK;
 }
 

@@ -633,6 +633,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
     }
     if (w->opt.release_end)
         w->opt.release_end(w->opt.release_arg);
+    if (rc != STORE_OK)
+        writer_announce(w); /* a failed batch shows the batches deferred before it (the store flushed) */
 }
 
 static void *writer_main(void *arg)

@@ -56,6 +56,9 @@ static int changes_page(changes_query_t *q)
     uint64_t newest = last > checkpoint ? last : checkpoint; /* pruning never passes the checkpoint */
     uint64_t oldest = first ? first : newest + 1;
     uint64_t after = q->has_after ? q->after : oldest - 1;
+    uint64_t acked = store_read_acknowledged(snap); /* a cursor answered, not yet in the snapshot */
+    if (acked > newest)
+        newest = acked;
     if (rc == STORE_OK && after + 1 < oldest) {
         store_read_end(snap);
         answer_problem(&q->answer, 410, "cursor-expired", "the log no longer holds the changes after that cursor");

@@ -205,6 +205,11 @@ int store_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn f
     return r->ops->read_log(r, after, limit, fn, arg);
 }
 
+uint64_t store_read_acknowledged(store_read_t *r)
+{
+    return r->ops->read_acknowledged ? r->ops->read_acknowledged(r) : 0;
+}
+
 int store_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last)
 {
     return r->ops->read_log_bounds(r, first, last);

@@ -88,7 +88,9 @@ int store_read_begin(store_t *store, store_read_t **out);
 void store_read_end(store_read_t *r);
 /* counts[code] for codes 1..kinds->count; zeros for an item nobody reacted to. */
 int store_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
-/* The row, or {KIND_NONE, 0} when there is none. */
+/* The row, or {KIND_NONE, 0} when there is none: every row a write was answered for, even one the
+ * snapshot does not have yet (store_write_defer). A snapshot that outlived two of the embedded
+ * store's epochs is moved forward by it (rare): hold no cursor or value of r across this call. */
 int store_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
 
 /* counts and, when user is not empty, the user's row for each of n items (a feed page) from the
@@ -188,6 +190,10 @@ int store_read_checkpoint(store_read_t *r, uint64_t *seq);
 int store_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg);
 /* The oldest and newest retained log seq (0, 0 when the log is empty). */
 int store_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last);
+/* The newest log position a write answer has named: past this snapshot's newest entry while the
+ * store shows batches later than it answers them (store_write_defer); a cursor up to it is one this
+ * server gave. 0 when the store does not keep it (its snapshots show every answered write). */
+uint64_t store_read_acknowledged(store_read_t *r);
 /* Counts item's rows per kind (the truth the counts are checked against). */
 int store_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
 /* Calls fn for each item that has rows or a counts record, in key order, starting after `after`

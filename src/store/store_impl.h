@@ -53,6 +53,8 @@ typedef struct store_ops {
     int (*read_checkpoint)(store_read_t *r, uint64_t *seq);
     int (*read_log)(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg);
     int (*read_log_bounds)(store_read_t *r, uint64_t *first, uint64_t *last);
+    /* optional: NULL means 0 (every answered write is in the snapshots) */
+    uint64_t (*read_acknowledged)(store_read_t *r);
     int (*read_tally_item)(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
     int (*read_items)(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited);
     int (*stats)(store_t *store, store_stats_t *st);

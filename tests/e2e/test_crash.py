@@ -93,7 +93,7 @@ def damage_like_power_loss(data_dir):
         head = f.read(20)
         magic, psize, txnid, _crc = struct.unpack("=IIQI", head)
         metas = f.read(2 * psize)
-    assert magic == 0x42524C54 and len(metas) == 2 * psize, "no journal base in %s" % data_dir
+    assert magic in (0x45524C54, 0x42524C54) and len(metas) == 2 * psize, "no journal base in %s" % data_dir  # "TLRE", "TLRB"
     last_pg = None
     for i in range(2):
         page = metas[i * psize:(i + 1) * psize]

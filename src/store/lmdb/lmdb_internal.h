@@ -74,7 +74,8 @@ typedef struct {
  * epoch's acknowledged ones). */
 #define EPOCH_MAX_MS 100
 #define EPOCH_MAX_BYTES (2u << 20)
-#define EPOCH_MAP_HEADROOM (256ull << 20)
+#define EPOCH_MAX_OPS 16384u              /* changes: bounds the pages the epoch holds dirty (LMDB allows 131071) */
+#define EPOCH_MAP_HEADROOM (256ull << 20) /* of the map, and of the disk's free space */
 
 /* The overlay (lmdb_overlay.c): the rows an open epoch's batches wrote, for readers. */
 typedef struct {
@@ -141,14 +142,15 @@ struct lmdb_store {
     lmdb_journal_t journal;
     /* the open epoch (writer thread): NULL, or the transaction the batches are committed into */
     MDB_txn *epoch;
-    uint64_t epoch_started_ms, epoch_bytes;
+    uint64_t epoch_started_ms, epoch_bytes, epoch_ops;
     uint32_t epoch_parts;     /* journal records written for it */
     bool (*defer)(void *arg); /* the open batch may leave the epoch open if this says so (store_write_defer) */
     void *defer_arg;
     lmdb_overlay_t overlay;
-    _Atomic uint64_t commits; /* LMDB's own commits (an epoch's batches share one) */
-    bool visitor;             /* another process owns the directory (lmdb_dir_owner): read-only here */
-    int dir_lock_fd;          /* the directory lock this store took for itself, or -1 */
+    _Atomic uint64_t commits;   /* LMDB's own commits (an epoch's batches share one) */
+    _Atomic uint64_t acked_seq; /* the newest log position a durable batch took (store_read_acknowledged) */
+    bool visitor;               /* another process owns the directory (lmdb_dir_owner): read-only here */
+    int dir_lock_fd;            /* the directory lock this store took for itself, or -1 */
 };
 
 static inline void lmdb_put_u64(uint8_t *p, uint64_t v)

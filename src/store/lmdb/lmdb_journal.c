@@ -36,7 +36,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define BASE_MAGIC 0x42524c54u /* "TLRB" */
+/* A base is written as "TLRE" since the records may be of several parts a transaction: a build from
+ * before them finds it damaged and refuses the store rather than replay none of its records (which
+ * it could not read) after a crash. "TLRB", the first format's, is still read. */
+#define BASE_MAGIC 0x45524c54u       /* "TLRE" */
+#define BASE_MAGIC_FIRST 0x42524c54u /* "TLRB" */
 #define BASE_HEADER_LEN 20
 #define BASE_FILE "journal-base"
 #define JOURNAL_FILE "journal-%d"
@@ -243,7 +247,7 @@ static int base_read(lmdb_journal_t *j, uint64_t *txnid, uint8_t **metas, uint32
     memcpy(psize, head + 4, 4);
     memcpy(txnid, head + 8, 8);
     memcpy(&crc, head + 16, 4);
-    if (rc == 0 && (magic != BASE_MAGIC || *psize < 512 || *psize > 65536))
+    if (rc == 0 && ((magic != BASE_MAGIC && magic != BASE_MAGIC_FIRST) || *psize < 512 || *psize > 65536))
         rc = EBADMSG;
     *metas = NULL;
     if (rc == 0 && !(*metas = malloc(2 * (size_t)*psize)))

@@ -26,7 +26,13 @@ static uint64_t key_hash(const void *key, size_t len)
 
 int lmdb_overlay_init(lmdb_overlay_t *o)
 {
-    if (pthread_rwlock_init(&o->lock, NULL) != 0)
+    /* the writer first: it holds the write transaction and every queued write while it waits */
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    int rc = pthread_rwlock_init(&o->lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
+    if (rc != 0)
         return ENOMEM;
     o->made = true;
     return 0;

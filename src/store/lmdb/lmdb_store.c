@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 int lmdb_rc(int rc)
@@ -372,6 +373,7 @@ static int next_seq_load(lmdb_store_t *s, MDB_txn *txn)
     else if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
         return rc;
     s->next_seq = last + 1;
+    atomic_store(&s->acked_seq, last);
     return MDB_SUCCESS;
 }
 
@@ -777,11 +779,17 @@ static bool epoch_may_grow(lmdb_store_t *s)
         return false;
     if (s->epoch)
         return mono_ms() - s->epoch_started_ms < EPOCH_MAX_MS && s->epoch_bytes < EPOCH_MAX_BYTES &&
-               s->epoch_parts + 1 < JOURNALREC_PARTS_MAX;
-    MDB_envinfo info; /* a new epoch: only with the map far from full */
+               s->epoch_ops < EPOCH_MAX_OPS && s->epoch_parts + 1 < JOURNALREC_PARTS_MAX;
+    /* A new epoch: only with the map and the disk far from full, so that its commit finds room for
+     * its pages (one that cannot leaves the journal broken until a restart). */
+    MDB_envinfo info;
     MDB_stat st;
+    struct statvfs vfs;
+    int fd;
     return mdb_env_info(s->env, &info) == MDB_SUCCESS && mdb_env_stat(s->env, &st) == MDB_SUCCESS &&
-           (uint64_t)info.me_mapsize > (uint64_t)(info.me_last_pgno + 1) * st.ms_psize + EPOCH_MAP_HEADROOM;
+           (uint64_t)info.me_mapsize > (uint64_t)(info.me_last_pgno + 1) * st.ms_psize + EPOCH_MAP_HEADROOM &&
+           mdb_env_get_fd(s->env, &fd) == MDB_SUCCESS && fstatvfs(fd, &vfs) == 0 &&
+           (uint64_t)vfs.f_bavail * vfs.f_frsize > EPOCH_MAP_HEADROOM;
 }
 
 /* LMDB's commit of the open epoch (writer thread, no batch open): readers see its batches. A
@@ -796,7 +804,7 @@ static int epoch_commit(lmdb_store_t *s)
     int rc = mdb_txn_commit(s->epoch);
     s->epoch = NULL;
     s->epoch_parts = 0;
-    s->epoch_bytes = 0;
+    s->epoch_bytes = s->epoch_ops = 0;
     if (rc != MDB_SUCCESS) {
         s->journal.broken = true;
         fprintf(stderr,
@@ -816,6 +824,11 @@ static void lmdb_write_defer(store_write_t *w_, bool (*more)(void *arg), void *a
     lmdb_store_t *s = ((lmdb_write_t *)w_)->store;
     s->defer = more;
     s->defer_arg = arg;
+}
+
+static uint64_t lmdb_read_acknowledged(store_read_t *r_)
+{
+    return atomic_load(&((lmdb_read_t *)r_)->store->acked_seq);
 }
 
 static bool lmdb_pending(const store_t *s_)
@@ -886,6 +899,7 @@ int lmdb_write_commit(store_write_t *w_)
     if (rc == MDB_SUCCESS && s->epoch && changed) {
         s->epoch_parts++;
         s->epoch_bytes += s->journal.pending_len;
+        s->epoch_ops += s->journal.nops;
         /* its rows for readers (also when the epoch commits now: should that commit fail, the batch is
          * still durable and answered, and its rows must be seen); an overlay that cannot hold them
          * makes the epoch commit now */
@@ -904,8 +918,10 @@ int lmdb_write_commit(store_write_t *w_)
         s->next_seq = w->next_seq;
         return lmdb_rc(lmdb_journal_checkpoint_wait(s));
     }
-    if (rc == MDB_SUCCESS)
+    if (rc == MDB_SUCCESS) {
         s->next_seq = w->next_seq;
+        atomic_store(&s->acked_seq, s->next_seq - 1);
+    }
     /* A failure of the epoch's commit leaves this batch durable (its record), so it is still answered
      * as done; the journal is then broken, and a restart replays the epoch. */
     if (s->epoch && (rc != MDB_SUCCESS || !hold))
@@ -1128,6 +1144,7 @@ const store_ops_t lmdb_store_ops = {
     .read_checkpoint = lmdb_read_checkpoint,
     .read_log = lmdb_read_log,
     .read_log_bounds = lmdb_read_log_bounds,
+    .read_acknowledged = lmdb_read_acknowledged,
     .read_tally_item = lmdb_read_tally_item,
     .read_items = lmdb_read_items,
     .stats = lmdb_stats,
