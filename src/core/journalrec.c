@@ -9,10 +9,15 @@
 #define MAGIC_FIRST 0x4a524c54u /* "TLRJ": one record a transaction, the id its txn id */
 #define MAGIC_PARTS 0x50524c54u /* "TLRP": the id [txn id][part] */
 
+uint64_t journalrec_order(const journalrec_head_t *h)
+{
+    return h->txnid << 16 | h->part;
+}
+
 /* The id field as stored. */
 static uint64_t stored_id(const journalrec_head_t *h)
 {
-    return h->first_format ? h->txnid : h->txnid << 16 | h->part;
+    return h->first_format ? h->txnid : journalrec_order(h);
 }
 
 void journalrec_head_put(uint8_t out[JOURNALREC_HEADER_LEN], const journalrec_head_t *h)
@@ -42,11 +47,6 @@ bool journalrec_head_get(const uint8_t in[JOURNALREC_HEADER_LEN], journalrec_hea
     if (h->first_format && id > JOURNALREC_TXNID_MAX)
         return false; /* no store reaches it: a damaged header */
     return (magic == MAGIC_FIRST || magic == MAGIC_PARTS) && h->len <= JOURNALREC_MAX;
-}
-
-uint64_t journalrec_order(const journalrec_head_t *h)
-{
-    return h->txnid << 16 | h->part;
 }
 
 size_t journalrec_find(const uint8_t *buf, size_t len, size_t from)

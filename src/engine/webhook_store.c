@@ -168,22 +168,6 @@ int whstore_read_one(store_read_t *r, span_t id, whstore_hook_t *hook)
     return rc;
 }
 
-int whstore_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest)
-{
-    uint64_t first, last, checkpoint;
-    int rc = store_read_log_bounds(r, &first, &last);
-    if (rc == STORE_OK)
-        rc = store_read_checkpoint(r, &checkpoint);
-    if (rc != STORE_OK)
-        return rc;
-    *newest = last > checkpoint ? last : checkpoint; /* pruning never passes the checkpoint */
-    *oldest = first ? first : *newest + 1;
-    uint64_t acked = store_read_acknowledged(r); /* answered, not yet in the snapshot */
-    if (acked > *newest)
-        *newest = acked;
-    return STORE_OK;
-}
-
 /* --- writing --- */
 
 static int add_put(whstore_write_t *w, const char *id, char record, char *value)

@@ -111,8 +111,4 @@ void whstore_write_free(whstore_write_t *w);
 /* n random bytes as 2n hex digits (NUL-terminated) from OpenSSL's generator. Returns 0, or -1. */
 int whstore_random_hex(char *out, size_t nbytes);
 
-/* The newest cursor the snapshot knows and the oldest still retained (oldest = newest + 1 when the
- * log is empty), as the change feed judges cursors. */
-int whstore_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
-
 #endif

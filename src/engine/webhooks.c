@@ -277,7 +277,7 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
     bool resend = h->state.pending_to > h->state.delivered;
     batch_read_t b = {.kinds = wh->kinds};
     batch_begin(wh, h, &b.body);
-    int rc = whstore_log_window(snap, &oldest, &newest);
+    int rc = store_read_log_window(snap, &oldest, &newest);
     bool expired = rc == STORE_OK && h->state.delivered + 1 < oldest;
     if (rc == STORE_OK && !expired) {
         size_t limit = WEBHOOKS_BATCH_MAX;
@@ -563,7 +563,7 @@ static void scan_records(webhooks_t *wh)
     }
     uint64_t now = wall_ms(), oldest = 0, newest = 0;
     bool orphans = false;
-    if (whstore_log_window(snap, &oldest, &newest) != STORE_OK)
+    if (store_read_log_window(snap, &oldest, &newest) != STORE_OK)
         oldest = 0; /* not known: nothing is judged expired this time */
     pthread_mutex_lock(&wh->lock);
     for (size_t i = 0; i < wh->nhooks;) { /* deleted ones go */

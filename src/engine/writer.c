@@ -606,8 +606,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
             pthread_mutex_unlock(&w->lock);
         }
         w->unannounced |= logged;
-        writer_announce(w);
     }
+    writer_announce(w); /* a failed batch too: the store showed the batches deferred before it */
     if (n)
         histogram_observe(&w->stats.batch_commands, (double)n);
     uint64_t done_ns = mono_ns();
@@ -633,8 +633,6 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
     }
     if (w->opt.release_end)
         w->opt.release_end(w->opt.release_arg);
-    if (rc != STORE_OK)
-        writer_announce(w); /* a failed batch shows the batches deferred before it (the store flushed) */
 }
 
 static void *writer_main(void *arg)

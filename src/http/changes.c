@@ -45,20 +45,13 @@ static int page_add(void *arg, uint64_t seq, const transition_t *t)
 static int changes_page(changes_query_t *q)
 {
     store_read_t *snap;
-    uint64_t first, last, checkpoint;
+    uint64_t oldest = 0, newest = 0;
     if (store_read_begin(q->app->store, &snap) != STORE_OK) {
         answer_problem(&q->answer, 503, "unavailable", "the store cannot be read");
         return -1;
     }
-    int rc = store_read_log_bounds(snap, &first, &last);
-    if (rc == STORE_OK)
-        rc = store_read_checkpoint(snap, &checkpoint);
-    uint64_t newest = last > checkpoint ? last : checkpoint; /* pruning never passes the checkpoint */
-    uint64_t oldest = first ? first : newest + 1;
+    int rc = store_read_log_window(snap, &oldest, &newest);
     uint64_t after = q->has_after ? q->after : oldest - 1;
-    uint64_t acked = store_read_acknowledged(snap); /* a cursor answered, not yet in the snapshot */
-    if (acked > newest)
-        newest = acked;
     if (rc == STORE_OK && after + 1 < oldest) {
         store_read_end(snap);
         answer_problem(&q->answer, 410, "cursor-expired", "the log no longer holds the changes after that cursor");

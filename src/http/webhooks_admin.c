@@ -81,7 +81,7 @@ static const char *state_name(const whstore_state_t *s)
 static int op_create(wh_req_t *r, store_read_t *snap)
 {
     uint64_t oldest, newest;
-    int rc = whstore_log_window(snap, &oldest, &newest);
+    int rc = store_read_log_window(snap, &oldest, &newest);
     if (rc != STORE_OK)
         return rc;
     whstore_write_decided(&r->write, WHSTORE_CREATE, r->def.id);
@@ -132,7 +132,7 @@ static int op_delete(wh_req_t *r, store_read_t *snap)
 static int op_resume(wh_req_t *r, store_read_t *snap)
 {
     uint64_t oldest, newest;
-    int rc = whstore_log_window(snap, &oldest, &newest);
+    int rc = store_read_log_window(snap, &oldest, &newest);
     if (rc != STORE_OK)
         return rc;
     whstore_write_decided(&r->write, WHSTORE_RESUME, r->id); /* 404 first, then the cursor's checks */

@@ -215,6 +215,22 @@ int store_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last)
     return r->ops->read_log_bounds(r, first, last);
 }
 
+int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest)
+{
+    uint64_t first, last, checkpoint;
+    int rc = store_read_log_bounds(r, &first, &last);
+    if (rc == STORE_OK)
+        rc = store_read_checkpoint(r, &checkpoint);
+    if (rc != STORE_OK)
+        return rc;
+    *newest = last > checkpoint ? last : checkpoint;
+    *oldest = first ? first : *newest + 1;
+    uint64_t acked = store_read_acknowledged(r);
+    if (acked > *newest)
+        *newest = acked;
+    return STORE_OK;
+}
+
 int store_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1])
 {
     return r->ops->read_tally_item(r, item, counts);

@@ -194,6 +194,11 @@ int store_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last);
  * store shows batches later than it answers them (store_write_defer); a cursor up to it is one this
  * server gave. 0 when the store does not keep it (its snapshots show every answered write). */
 uint64_t store_read_acknowledged(store_read_t *r);
+/* The cursors this server gave, as the change feed and a webhook's resume judge them: newest is the
+ * snapshot's newest entry or checkpoint (pruning never passes the checkpoint), or the newest position
+ * a write answer named when that is later (store_read_acknowledged); oldest is the oldest entry still
+ * retained (newest + 1 when the log is empty). */
+int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
 /* Counts item's rows per kind (the truth the counts are checked against). */
 int store_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
 /* Calls fn for each item that has rows or a counts record, in key order, starting after `after`

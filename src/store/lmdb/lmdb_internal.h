@@ -305,6 +305,8 @@ void lmdb_journal_close(lmdb_store_t *s);
 /* The write path: changes forgotten (a new or aborted transaction), the record appended and synced
  * before LMDB's commit, then told how that commit went; a checkpoint started when one is due. */
 void lmdb_journal_txn_reset(lmdb_store_t *s);
+/* How a change names database db in a record (its index in journal.dbs), or -1. */
+int lmdb_journal_db(const lmdb_store_t *s, MDB_dbi db);
 int lmdb_journal_append(lmdb_store_t *s, uint64_t txnid, uint32_t part);
 void lmdb_journal_committed(lmdb_store_t *s, bool ok);
 void lmdb_journal_maybe_checkpoint(lmdb_store_t *s);

@@ -49,7 +49,7 @@
 
 /* --- the changes of the open transaction --- */
 
-static int db_index(const lmdb_store_t *s, MDB_dbi db)
+int lmdb_journal_db(const lmdb_store_t *s, MDB_dbi db)
 {
     for (int i = 0; i < s->journal.ndbs; i++)
         if (s->journal.dbs[i] == db)
@@ -79,7 +79,7 @@ static int note(MDB_txn *txn, int op, MDB_dbi db, const MDB_val *key, const MDB_
     lmdb_journal_t *j = &s->journal;
     if (!j->recording)
         return MDB_SUCCESS;
-    int idx = db_index(s, db);
+    int idx = lmdb_journal_db(s, db);
     size_t klen = key ? key->mv_size : 0, vlen = val ? val->mv_size : 0;
     if (idx < 0 || klen > UINT16_MAX)
         return EINVAL;

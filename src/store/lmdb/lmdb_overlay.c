@@ -102,10 +102,7 @@ static void gen_clear(lmdb_overlay_gen_t *g)
 int lmdb_overlay_add(lmdb_store_t *s, uint64_t txnid, const uint8_t *ops, size_t len)
 {
     lmdb_overlay_t *o = &s->overlay;
-    int rows = -1;
-    for (int i = 0; i < s->journal.ndbs; i++)
-        if (s->journal.dbs[i] == s->rows)
-            rows = i;
+    int rows = lmdb_journal_db(s, s->rows);
     const uint8_t *p = ops, *end = ops + len;
     journalrec_op_t op;
     int more, rc = 0;

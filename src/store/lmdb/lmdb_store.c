@@ -886,7 +886,8 @@ int lmdb_write_commit(store_write_t *w_)
     MDB_envinfo before = {0}, after = {0};
     if (!changed && !child)
         mdb_env_info(s->env, &before);
-    bool hold = s->defer && epoch_may_grow(s) && s->defer(s->defer_arg); /* asked once durable */
+    /* asked once durable; the writer's question first, cheaper than a new epoch's look at the disk */
+    bool hold = s->defer && s->defer(s->defer_arg) && epoch_may_grow(s);
     s->defer = NULL;
     if (!child && hold) { /* the batch's transaction becomes the epoch's */
         s->epoch = w->txn;
