@@ -635,6 +635,13 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         w->opt.release_end(w->opt.release_arg);
 }
 
+/* The stop gave up on its last fold (STOP_FAILURES_MAX failed tries): nothing is lost, the log keeps it. */
+static void log_stop_without_fold(void)
+{
+    fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the next "
+                    "start folds what is left\"\n");
+}
+
 static void *writer_main(void *arg)
 {
     writer_t *w = arg;
@@ -648,8 +655,7 @@ static void *writer_main(void *arg)
         bool fold_now = !w->apart && !backing_off && (w->fold_backlog || (unfolded && fold_due(w, mono_now)));
         bool sweep_now = !backing_off && !w->stopping && mono_now - w->last_sweep_ms >= SWEEP_INTERVAL_MS;
         if (w->stopping && !w->head && w->stop_failures >= STOP_FAILURES_MAX) {
-            fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the "
-                            "next start folds what is left\"\n");
+            log_stop_without_fold();
             break;
         }
         if (!w->head && !fold_now && !sweep_now && store_pending(w->store)) {
@@ -761,8 +767,7 @@ static void *fold_main(void *arg)
         if (last && rc == STORE_OK && !w->fold_backlog)
             break;
         if (last && rc != STORE_OK && ++last_failures >= STOP_FAILURES_MAX) {
-            fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the "
-                            "next start folds what is left\"\n");
+            log_stop_without_fold();
             break;
         }
     }
