@@ -243,6 +243,21 @@ static int session_setup(pg_store_t *s, pg_session_t *sess, char *err, size_t er
     return rc;
 }
 
+/* A new connection for sess, set up (NULL, with err said, when either step failed). */
+static PGconn *session_connect(pg_store_t *s, pg_session_t *sess, char *err, size_t errlen)
+{
+    char cerr[256];
+    sess->conn = pg_connect(s, cerr, sizeof cerr);
+    if (!sess->conn)
+        snprintf(err, errlen, "cannot connect to the database: %s", cerr);
+    else if (session_setup(s, sess, err, errlen) != STORE_OK) {
+        PQfinish(sess->conn);
+        sess->conn = NULL;
+    }
+    atomic_store_explicit(&sess->id, (uintptr_t)sess->conn, memory_order_relaxed);
+    return sess->conn;
+}
+
 PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
 {
     if (sess->conn && PQstatus(sess->conn) == CONNECTION_OK)
@@ -252,14 +267,8 @@ PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
     uint64_t now = clock_ms(CLOCK_MONOTONIC);
     if (!pg_may_try(s) || (sess->failed_ms && now - sess->failed_ms < PG_RECONNECT_MS))
         return NULL;
-    char err[256];
-    sess->conn = pg_connect(s, err, sizeof err);
-    if (sess->conn && session_setup(s, sess, err, sizeof err) != STORE_OK) {
-        PQfinish(sess->conn);
-        sess->conn = NULL;
-    }
-    atomic_store_explicit(&sess->id, (uintptr_t)sess->conn, memory_order_relaxed);
-    if (!sess->conn) {
+    char err[320];
+    if (!session_connect(s, sess, err, sizeof err)) {
         sess->failed_ms = now; /* wait before this session's next try */
         /* The writer's failure says the server cannot be reached; the fold's alone (a connection
          * refused at max_connections) does not make the node unready, nor drop its readers' pool. */
@@ -788,14 +797,8 @@ int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, s
     s->write = (pg_write_t){.base.ops = &pg_store_ops, .store = s, .sess = &s->wsess};
     s->fold = (pg_write_t){.base.ops = &pg_store_ops, .store = s, .sess = &s->fsess};
     s->fsess.async_commit = true; /* pg_fold_begin says why that keeps every guarantee */
-    char cerr[256];
-    s->wsess.conn = pg_connect(s, cerr, sizeof cerr);
-    atomic_store_explicit(&s->wsess.id, (uintptr_t)s->wsess.conn, memory_order_relaxed);
-    if (!s->wsess.conn) {
-        snprintf(err, errlen, "cannot connect to the database: %s", cerr);
-        goto fail;
-    }
-    if (session_setup(s, &s->wsess, err, errlen) != STORE_OK || schema_setup(s, kinds, opt, err, errlen) != STORE_OK)
+    /* at start a failure is the caller's message: no throttling, no marking the node down */
+    if (!session_connect(s, &s->wsess, err, errlen) || schema_setup(s, kinds, opt, err, errlen) != STORE_OK)
         goto fail;
     pg_mark_up(s);
     *out = &s->base;
