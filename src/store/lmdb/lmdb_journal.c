@@ -378,25 +378,22 @@ static void *checkpoint_thread(void *arg)
     return NULL;
 }
 
-/* After a commit (writer thread, no transaction open): starts a checkpoint when one is due and none
- * is under way. The snapshot of the new base is taken here, before the next commit can free a page
- * of it; the meta pages are read as this commit left them. */
-void lmdb_journal_maybe_checkpoint(lmdb_store_t *s)
+/* Starts a checkpoint (writer thread, no transaction open) unless one is under way; true when it
+ * did. The snapshot of the new base is taken here, before the next commit can free a page of it; the
+ * meta pages are read as the last commit left them. */
+static bool checkpoint_start(lmdb_store_t *s, uint64_t now)
 {
     lmdb_journal_t *j = &s->journal;
-    uint64_t now = mono_ms();
-    if (now - j->last_start_ms < j->interval_ms && j->off < JOURNAL_SWITCH_BYTES)
-        return;
     pthread_mutex_lock(&j->lock);
     bool busy = j->ck_pending;
     pthread_mutex_unlock(&j->lock);
     if (busy)
-        return;
+        return false;
     MDB_envinfo info;
     MDB_txn *pin = NULL;
     if (mdb_env_info(s->env, &info) != MDB_SUCCESS || metas_read(s, j->ck_metas) != 0 ||
         mdb_txn_begin(s->env, NULL, MDB_RDONLY, &pin) != MDB_SUCCESS)
-        return; /* tried again after the next commit */
+        return false; /* tried again after the next commit */
     j->last_start_ms = now;
     j->cur ^= 1; /* the other file's records are all in the base before this one */
     j->off = 0;
@@ -407,6 +404,17 @@ void lmdb_journal_maybe_checkpoint(lmdb_store_t *s)
     j->ck_pending = true;
     pthread_cond_broadcast(&j->cond);
     pthread_mutex_unlock(&j->lock);
+    return true;
+}
+
+/* After a commit: a checkpoint started when one is due (every interval_ms, or when the current file
+ * has grown large). */
+void lmdb_journal_maybe_checkpoint(lmdb_store_t *s)
+{
+    lmdb_journal_t *j = &s->journal;
+    uint64_t now = mono_ms();
+    if (now - j->last_start_ms >= j->interval_ms || j->off >= JOURNAL_SWITCH_BYTES)
+        checkpoint_start(s, now);
 }
 
 /* Waits (j->lock held) while a checkpoint is under way, through at most tries failed attempts of it
@@ -429,11 +437,10 @@ int lmdb_journal_checkpoint_wait(lmdb_store_t *s)
     pthread_mutex_lock(&j->lock);
     bool busy = !checkpoint_settled(j, CHECKPOINT_TRIES);
     pthread_mutex_unlock(&j->lock);
-    if (!busy) {
-        j->last_start_ms = 0; /* due */
-        lmdb_journal_maybe_checkpoint(s);
+    if (!busy) { /* due now, whenever the last one started (a clock since boot may be younger than the interval) */
+        bool started = checkpoint_start(s, mono_ms());
         pthread_mutex_lock(&j->lock);
-        busy = !checkpoint_settled(j, CHECKPOINT_TRIES) || j->last_start_ms == 0;
+        busy = !started || !checkpoint_settled(j, CHECKPOINT_TRIES);
         pthread_mutex_unlock(&j->lock);
     }
     if (busy) {
