@@ -78,7 +78,7 @@ static void item_read_answer(item_read_t *rd)
     for (size_t i = 0; i < rd->n; i++)
         items[i] = (span_t){rd->ids[i], rd->id_lens[i]};
     store_read_t *snap;
-    int rc = store_read_begin(rd->app->store, &snap);
+    int rc = store_read_begin_single(rd->app->store, &snap);
     if (rc == STORE_OK) {
         rc = store_read_many(snap, items, rd->n, user, counts, rows);
         store_read_end(snap);

@@ -64,7 +64,7 @@ static int page_add(void *arg, span_t name, uint64_t seq, uint64_t at_ms, kindse
 static void list_page(list_read_t *rd)
 {
     store_read_t *snap;
-    if (store_read_begin(rd->app->store, &snap) != STORE_OK) {
+    if (store_read_begin_single(rd->app->store, &snap) != STORE_OK) {
         answer_problem(&rd->answer, 503, "unavailable", "the store cannot be read");
         return;
     }

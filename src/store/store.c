@@ -72,6 +72,12 @@ int store_read_begin(store_t *store, store_read_t **out)
     return store->ops->read_begin(store, out);
 }
 
+int store_read_begin_single(store_t *store, store_read_t **out)
+{
+    return store->ops->read_begin_single ? store->ops->read_begin_single(store, out)
+                                         : store->ops->read_begin(store, out);
+}
+
 void store_read_end(store_read_t *r)
 {
     if (r)

@@ -16,6 +16,8 @@ typedef struct store_ops {
     bool (*shared)(const store_t *store);
     bool (*ready)(store_t *store);
     int (*read_begin)(store_t *store, store_read_t **out);
+    /* optional: NULL means store_read_begin_single is read_begin */
+    int (*read_begin_single)(store_t *store, store_read_t **out);
     void (*read_end)(store_read_t *r);
     int (*read_counts)(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
     /* optional: NULL means one read_counts and read_row per item */

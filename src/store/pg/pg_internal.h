@@ -99,6 +99,8 @@ struct pg_read {
     PGconn *conn;
     uint64_t epoch;
     bool began;
+    bool single; /* store_read_begin_single: one statement, no transaction */
+    bool asked;  /* a single read's statement has run */
 };
 
 struct pg_store {
@@ -211,6 +213,7 @@ const kinds_t *pg_kinds(const store_t *s);
 bool pg_shared(const store_t *s);
 bool pg_ready(store_t *s);
 int pg_read_begin(store_t *s, store_read_t **out);
+int pg_read_begin_single(store_t *s, store_read_t **out);
 void pg_read_end(store_read_t *r);
 int pg_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
 int pg_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
@@ -262,6 +265,23 @@ int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char 
 
 /* Runs a read in r's snapshot (a repeatable-read transaction begun before its first statement). */
 PGresult *pg_rexec(pg_read_t *r, const char *what, const char *sql, int n, const char *const *params, int *rc);
+
+/* The reads prepared on every reader connection when it is made (parsed once, not per request), and
+ * pg_rexec_prepared: one of them in r's snapshot in one round trip (its BEGIN pipelined before it when
+ * it is the snapshot's first statement). */
+typedef enum {
+    PG_READ_PAGE,
+    PG_READ_PAGE_USER,
+    PG_READ_LIST_BY_ITEM,
+    PG_READ_LIST_BY_USER,
+    PG_READ_LIST_ANY_BY_ITEM,
+    PG_READ_LIST_ANY_BY_USER,
+    PG_READ_STMTS
+} pg_read_stmt_t;
+/* pg_lists.c */
+extern const char PG_LIST_BY_ITEM_SQL[], PG_LIST_BY_USER_SQL[], PG_LIST_ANY_BY_ITEM_SQL[], PG_LIST_ANY_BY_USER_SQL[];
+PGresult *pg_rexec_prepared(pg_read_t *r, const char *what, pg_read_stmt_t stmt, int n, const char *const *params,
+                            int *rc);
 
 /* Calls fn for each log row of res (seq, item, user, from, to, version, at_ms). */
 int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void *arg);

@@ -152,6 +152,27 @@ int pg_lists_rebuild(store_write_t *w_)
 
 /* --- pages --- */
 
+/* A page of a list: (seq, name) below the cursor (with no cursor, below the largest position and "",
+ * i.e. all); the page first (one backwards range scan of one index, with its LIMIT), then, for a page
+ * of one kind, each entry's pair's kind-0 row (a primary-key lookup) for the set; a page of any kind
+ * reads kind-0 rows, which hold it. Prepared on every reader connection. */
+const char PG_LIST_ANY_BY_ITEM_SQL[] =
+    "SELECT \"user\", seq, at_ms, kinds FROM tally_lists WHERE item = $1 AND kind = $2"
+    " AND (seq, \"user\") < ($3::bigint, $4::text COLLATE \"C\") ORDER BY seq DESC, \"user\" DESC LIMIT $5";
+const char PG_LIST_ANY_BY_USER_SQL[] =
+    "SELECT item, seq, at_ms, kinds FROM tally_lists WHERE \"user\" = $1 AND kind = $2"
+    " AND (seq, item) < ($3::bigint, $4::text COLLATE \"C\") ORDER BY seq DESC, item DESC LIMIT $5";
+const char PG_LIST_BY_ITEM_SQL[] =
+    "SELECT l.\"user\", l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
+    " WHERE item = $1 AND kind = $2 AND (seq, \"user\") < ($3::bigint, $4::text COLLATE \"C\")"
+    " ORDER BY seq DESC, \"user\" DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = l.\"user\""
+    " AND a.kind = 0 ORDER BY l.seq DESC, l.\"user\" DESC";
+const char PG_LIST_BY_USER_SQL[] =
+    "SELECT l.item, l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
+    " WHERE \"user\" = $1 AND kind = $2 AND (seq, item) < ($3::bigint, $4::text COLLATE \"C\")"
+    " ORDER BY seq DESC, item DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = l.\"user\""
+    " AND a.kind = 0 ORDER BY l.seq DESC, l.item DESC";
+
 int pg_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn fn, void *arg)
 {
     pg_read_t *r = (pg_read_t *)r_;
@@ -165,22 +186,12 @@ int pg_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn fn
     num(seq, q->has_cursor ? q->seq : UINT64_MAX);
     num(limit, q->limit);
     const char *p[] = {key, kind, seq, name, limit};
-    /* (seq, name) below the cursor: with no cursor, below (the largest position, ""), i.e. all */
-    /* the page first (one backwards range scan of one index, with its LIMIT), then each entry's
-     * pair's kind-0 row (a primary-key lookup) for the set */
-    static const char BY_ITEM[] =
-        "SELECT l.\"user\", l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
-        " WHERE item = $1 AND kind = $2 AND (seq, \"user\") < ($3::bigint, $4::text COLLATE \"C\")"
-        " ORDER BY seq DESC, \"user\" DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = "
-        "l.\"user\""
-        " AND a.kind = 0 ORDER BY l.seq DESC, l.\"user\" DESC";
-    static const char BY_USER[] =
-        "SELECT l.item, l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
-        " WHERE \"user\" = $1 AND kind = $2 AND (seq, item) < ($3::bigint, $4::text COLLATE \"C\")"
-        " ORDER BY seq DESC, item DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = l.\"user\""
-        " AND a.kind = 0 ORDER BY l.seq DESC, l.item DESC";
     int rc;
-    PGresult *res = pg_rexec(r, "read-list", q->by_user ? BY_USER : BY_ITEM, 5, p, &rc);
+    PGresult *res =
+        pg_rexec_prepared(r, "read-list",
+                          q->kind == KIND_NONE ? (q->by_user ? PG_READ_LIST_ANY_BY_USER : PG_READ_LIST_ANY_BY_ITEM)
+                                               : (q->by_user ? PG_READ_LIST_BY_USER : PG_READ_LIST_BY_ITEM),
+                          5, p, &rc);
     if (!res)
         return rc;
     int n = PQntuples(res);

@@ -15,7 +15,7 @@
 
 /* --- connections --- */
 
-static bool page_prepare(PGconn *conn);
+static bool reader_prepare(PGconn *conn);
 
 PGconn *pg_connect(const pg_store_t *s, char *err, size_t errlen)
 {
@@ -109,12 +109,9 @@ void pg_count_round_trip(pg_store_t *s, const PGconn *conn)
         atomic_fetch_add_explicit(&s->fold_round_trips, 1, memory_order_relaxed);
 }
 
-PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
-                  int *rc)
+/* res when the statement succeeded; else NULL, with *rc what its failure means. */
+static PGresult *exec_result(pg_store_t *s, PGconn *conn, PGresult *res, const char *what, int *rc)
 {
-    pg_count_round_trip(s, conn);
-    atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
-    PGresult *res = PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0);
     ExecStatusType st = res ? PQresultStatus(res) : PGRES_FATAL_ERROR;
     if (st == PGRES_COMMAND_OK || st == PGRES_TUPLES_OK) {
         *rc = STORE_OK;
@@ -123,6 +120,14 @@ PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql
     *rc = pg_result_rc(s, conn, res, what);
     PQclear(res);
     return NULL;
+}
+
+PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params,
+                  int *rc)
+{
+    pg_count_round_trip(s, conn);
+    atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
+    return exec_result(s, conn, PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0), what, rc);
 }
 
 int pg_run(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params)
@@ -316,7 +321,7 @@ PGconn *pg_pool_take(pg_store_t *s, uint64_t *made)
     if (!pg_may_try(s))
         return NULL;
     conn = pg_connect(s, NULL, 0);
-    if (conn && !page_prepare(conn)) {
+    if (conn && !reader_prepare(conn)) {
         pg_result_rc(s, conn, NULL, "prepare");
         PQfinish(conn);
         conn = NULL;
@@ -878,6 +883,27 @@ int pg_read_begin(store_t *s_, store_read_t **out)
     return STORE_OK;
 }
 
+int pg_read_begin_single(store_t *s_, store_read_t **out)
+{
+    int rc = pg_read_begin(s_, out);
+    if (rc == STORE_OK)
+        ((pg_read_t *)*out)->single = true;
+    return rc;
+}
+
+/* A single read's one statement: false (and STORE_ERROR) for a second one, which would be another
+ * snapshot. */
+static bool single_may_ask(pg_read_t *r, int *rc)
+{
+    if (r->single && r->asked) {
+        fprintf(stderr, "level=error event=read-refused reason=\"a second question on a single read\"\n");
+        *rc = STORE_ERROR;
+        return false;
+    }
+    r->asked = true;
+    return true;
+}
+
 void pg_read_end(store_read_t *r_)
 {
     pg_read_t *r = (pg_read_t *)r_;
@@ -893,7 +919,9 @@ void pg_read_end(store_read_t *r_)
 
 PGresult *pg_rexec(pg_read_t *r, const char *what, const char *sql, int n, const char *const *params, int *rc)
 {
-    if (!r->began) {
+    if (!single_may_ask(r, rc))
+        return NULL;
+    if (!r->began && !r->single) {
         if ((*rc = pg_run(r->store, r->conn, what, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL)) !=
             STORE_OK)
             return NULL;
@@ -959,22 +987,73 @@ int pg_read_row(store_read_t *r_, span_t item, span_t user, reaction_row_t *row)
     return STORE_OK;
 }
 
-/* The feed page's statement, prepared on every reader connection (parsed and planned once, not
- * per page): the items' counts and, with a user, the user's rows among them. */
+/* The feed page's statement: the items' counts and, with a user, the user's rows among them. */
 #define PAGE_COUNTS_SQL "SELECT 0, item, kind, n FROM tally_counts WHERE item = ANY($1::text[])"
 static const char PAGE_SQL[] = PAGE_COUNTS_SQL;
 static const char PAGE_USER_SQL[] = PAGE_COUNTS_SQL " UNION ALL SELECT 1, item, kind, version FROM tally_rows"
                                                     " WHERE \"user\" = $2 AND item = ANY($1::text[])";
 
-static bool page_prepare(PGconn *conn)
+static const struct {
+    const char *name, *sql;
+} READ_STMTS[PG_READ_STMTS] = {
+    [PG_READ_PAGE] = {"tally_page", PAGE_SQL},
+    [PG_READ_PAGE_USER] = {"tally_page_user", PAGE_USER_SQL},
+    [PG_READ_LIST_BY_ITEM] = {"tally_list_item", PG_LIST_BY_ITEM_SQL},
+    [PG_READ_LIST_BY_USER] = {"tally_list_user", PG_LIST_BY_USER_SQL},
+    [PG_READ_LIST_ANY_BY_ITEM] = {"tally_list_any_item", PG_LIST_ANY_BY_ITEM_SQL},
+    [PG_READ_LIST_ANY_BY_USER] = {"tally_list_any_user", PG_LIST_ANY_BY_USER_SQL},
+};
+
+static bool reader_prepare(PGconn *conn)
 {
     bool ok = true;
-    for (int u = 0; u < 2 && ok; u++) {
-        PGresult *res = PQprepare(conn, u ? "tally_page_user" : "tally_page", u ? PAGE_USER_SQL : PAGE_SQL, 0, NULL);
+    for (int i = 0; i < PG_READ_STMTS && ok; i++) {
+        PGresult *res = PQprepare(conn, READ_STMTS[i].name, READ_STMTS[i].sql, 0, NULL);
         ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
         PQclear(res);
     }
     return ok;
+}
+
+PGresult *pg_rexec_prepared(pg_read_t *r, const char *what, pg_read_stmt_t stmt, int n, const char *const *params,
+                            int *rc)
+{
+    pg_store_t *s = r->store;
+    if (!single_may_ask(r, rc))
+        return NULL;
+    if (r->single) { /* one statement, its own snapshot: no BEGIN, no COMMIT */
+        pg_count_round_trip(s, r->conn);
+        atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
+        return exec_result(s, r->conn, PQexecPrepared(r->conn, READ_STMTS[stmt].name, n, params, NULL, NULL, 0), what,
+                           rc);
+    }
+    bool send_begin = !r->began;
+    *rc = pg_pipe_enter(s, r->conn);
+    bool entered = *rc == STORE_OK;
+    if (*rc == STORE_OK && send_begin)
+        *rc = pg_pipe_send(s, r->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL);
+    if (*rc == STORE_OK) {
+        atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
+        if (PQsendQueryPrepared(r->conn, READ_STMTS[stmt].name, n, params, NULL, NULL, 0) != 1)
+            *rc = pg_result_rc(s, r->conn, NULL, what);
+    }
+    if (*rc == STORE_OK)
+        *rc = pg_pipe_sync(s, r->conn);
+    if (*rc == STORE_OK && send_begin) {
+        PQclear(pg_pipe_result(s, r->conn, "begin", rc));
+        r->began = *rc == STORE_OK;
+    }
+    PGresult *res = *rc == STORE_OK ? pg_pipe_result(s, r->conn, what, rc) : NULL;
+    if (entered) {
+        int left = pg_pipe_leave(s, r->conn);
+        if (*rc == STORE_OK && left != STORE_OK) {
+            *rc = left;
+            PQclear(res);
+            res = NULL;
+        }
+    }
+    r->began = r->began || (send_begin && PQtransactionStatus(r->conn) != PQTRANS_IDLE);
+    return res;
 }
 
 /* A feed page in one round trip: the snapshot's BEGIN (when this is its first read) and the
@@ -1000,25 +1079,10 @@ int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, i
         return STORE_ERROR;
     }
     const char *p[] = {list.buf, who};
-    bool send_begin = !r->began;
-    int rc = pg_pipe_enter(s, r->conn);
-    bool entered = rc == STORE_OK;
-    if (rc == STORE_OK && send_begin)
-        rc = pg_pipe_send(s, r->conn, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY", 0, NULL);
-    if (rc == STORE_OK) {
-        atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
-        if (PQsendQueryPrepared(r->conn, user.len ? "tally_page_user" : "tally_page", user.len ? 2 : 1, p, NULL, NULL,
-                                0) != 1)
-            rc = pg_result_rc(s, r->conn, NULL, "read-many");
-    }
+    int rc;
+    PGresult *res =
+        pg_rexec_prepared(r, "read-many", user.len ? PG_READ_PAGE_USER : PG_READ_PAGE, user.len ? 2 : 1, p, &rc);
     pg_buf_free(&list);
-    if (rc == STORE_OK)
-        rc = pg_pipe_sync(s, r->conn);
-    if (rc == STORE_OK && send_begin) {
-        PQclear(pg_pipe_result(s, r->conn, "begin", &rc));
-        r->began = rc == STORE_OK;
-    }
-    PGresult *res = rc == STORE_OK ? pg_pipe_result(s, r->conn, "read-many", &rc) : NULL;
     for (int t = 0; res && t < PQntuples(res); t++) {
         span_t item = {PQgetvalue(res, t, 1), (size_t)PQgetlength(res, t, 1)};
         long db = strtol(PQgetvalue(res, t, 2), NULL, 10);
@@ -1033,12 +1097,6 @@ int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, i
         }
     }
     PQclear(res);
-    if (entered) {
-        int left = pg_pipe_leave(s, r->conn);
-        if (rc == STORE_OK)
-            rc = left;
-    }
-    r->began = r->began || (send_begin && PQtransactionStatus(r->conn) != PQTRANS_IDLE);
     return rc;
 }
 
@@ -1069,6 +1127,7 @@ const store_ops_t pg_store_ops = {
     .shared = pg_shared,
     .ready = pg_ready,
     .read_begin = pg_read_begin,
+    .read_begin_single = pg_read_begin_single,
     .read_end = pg_read_end,
     .read_counts = pg_read_counts,
     .read_row = pg_read_row,
