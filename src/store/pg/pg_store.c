@@ -338,7 +338,9 @@ void pg_pool_give(pg_store_t *s, PGconn *conn, uint64_t epoch)
     if (!conn)
         return;
     PGTransactionStatusType ts = PQtransactionStatus(conn);
-    if (PQstatus(conn) == CONNECTION_OK && (ts == PQTRANS_IDLE || ts == PQTRANS_ACTIVE)) { /* ACTIVE: a COMMIT sent */
+    /* ACTIVE: a COMMIT sent; a connection a failure left in pipeline mode is not given again */
+    if (PQstatus(conn) == CONNECTION_OK && (ts == PQTRANS_IDLE || ts == PQTRANS_ACTIVE) &&
+        PQpipelineStatus(conn) == PQ_PIPELINE_OFF) {
         pthread_mutex_lock(&s->pool_lock);
         if (s->pool_count < PG_POOL_MAX) {
             s->pool_epoch[s->pool_count] = epoch;
@@ -1006,7 +1008,12 @@ static const struct {
 
 static bool reader_prepare(PGconn *conn)
 {
-    bool ok = true;
+    /* A single read runs in the session's defaults: read committed and read-only here, whatever the
+     * server's or the role's (a serializable default fails every statement on a hot standby). */
+    PGresult *set = PQexec(conn, "SELECT set_config('default_transaction_isolation', 'read committed', false),"
+                                 " set_config('default_transaction_read_only', 'on', false)");
+    bool ok = set && PQresultStatus(set) == PGRES_TUPLES_OK;
+    PQclear(set);
     for (int i = 0; i < PG_READ_STMTS && ok; i++) {
         PGresult *res = PQprepare(conn, READ_STMTS[i].name, READ_STMTS[i].sql, 0, NULL);
         ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
