@@ -424,8 +424,8 @@ class WebhookLifecycleTest(WebhookCase):
         """A batch fixed before a stop is the batch sent after the start (same delivery id, same
         transitions), even when its first attempt never got an answer; nothing delivered before
         the stop is sent again, nothing skipped."""
-        args = FAST + ALLOW + ["--webhook-timeout", "5s", "--webhook-backoff-min", "100ms"]
-        with Receiver(mode="hang", hang_s=6) as rc, Server(args=args) as s:
+        args = FAST + ALLOW + ["--webhook-timeout", "2500ms", "--webhook-backoff-min", "100ms"]
+        with Receiver(mode="hang", hang_s=3) as rc, Server(args=args) as s:
             doc = self.create(s, rc.url())
             start = self.newest(s)
             self.writes(s, 120)
@@ -439,7 +439,7 @@ class WebhookLifecycleTest(WebhookCase):
             expected = self.feed(s, start)
             self.wait_for("all delivered", lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
             self.assertEqual(rc.arrivals[1], before, "the pending batch kept its delivery id across the restart")
-            time.sleep(6.5)  # the hung first attempt ends (answered after tallyd gave up on it)
+            time.sleep(3.5)  # the hung first attempt ends (answered after tallyd gave up on it)
             self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
             # and the position itself survives: a restart sends nothing again
             n = len(rc.got())
