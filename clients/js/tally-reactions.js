@@ -190,6 +190,9 @@ export class TallyReactions extends HTMLElement {
       b.querySelector('.tally-label').textContent = settings.labels[kind] || kind;
       b.querySelector('.tally-count').textContent = n === undefined ? '' : String(n);
       b.setAttribute('aria-pressed', String(this.holds(kind)));
+      // Until the first read says what the viewer holds a click could not say what it wants (a count
+      // the live stream pushed may be shown already): the button is not offered yet.
+      b.disabled = !this.ready;
     }
     this.toggleAttribute('busy', this.busy);
     this.group.setAttribute('aria-busy', String(this.busy));

@@ -80,6 +80,35 @@ test('many mode: a set of kinds, each button adds or removes its own kind', asyn
   await p.context().close();
 });
 
+test('a count pushed before the first read is shown, and the buttons are offered only once that read is in', async () => {
+  let release;
+  const held = new Promise((resolve) => { release = resolve; });
+  const writes = [];
+  const p = await page(async (req) => {
+    const url = new URL(req.url());
+    if (url.pathname === '/v1/live') return sse([['10', { item: 'post-1', counts: { like: 7, love: 0 } }]], 60000);
+    if (req.method() === 'GET' && url.pathname === '/v1/items') {
+      await held; // the first read arrives after the stream's counts
+      const ids = url.searchParams.get('ids').split(',');
+      return json({ items: ids.map((id) => ({ item: id, counts: { like: 7, love: 0 }, viewer: { reaction: 'none', version: 0 } })) });
+    }
+    if (req.method() === 'PUT') {
+      writes.push(url.pathname);
+      return json({ item: 'post-1', reaction: 'like', previous: 'none', version: 1, changed: true, cursor: '20' });
+    }
+    return null;
+  });
+  await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"] .tally-count:text("7")');
+  assert.equal(await btn(p, 'post-1', 'like').isDisabled(), true, 'offered before the viewer\'s state is known');
+  release();
+  await btn(p, 'post-1', 'like').click(); // waits until the button is enabled
+  await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="like"][aria-pressed="true"]');
+  assert.equal(await count(p, 'post-1', 'like'), '8');
+  assert.deepEqual(writes, ['/v1/items/post-1/like']);
+  assert.deepEqual(p.problems, []);
+  await p.context().close();
+});
+
 test('live: one stream for the page; pushed counts shown, except those older than our own write', async () => {
   const streams = [];
   let phase = 0; // what the next stream says
