@@ -87,7 +87,8 @@ int store_lock_dir(const char *dir, char *err, size_t errlen);
 int store_read_begin(store_t *store, store_read_t **out);
 /* A snapshot for exactly one question (one store_read_* call: a feed page, a list page): a server
  * store answers it with one statement, which is a snapshot of its own, instead of a transaction
- * around it (measured: bench/RESULTS.md, "List pages on PostgreSQL"). A second question on it fails. */
+ * around it (measured: bench/RESULTS.md, "List pages on PostgreSQL"). Such a store refuses a second
+ * question on it; the embedded store, which has no such mode, answers it as from store_read_begin. */
 int store_read_begin_single(store_t *store, store_read_t **out);
 void store_read_end(store_read_t *r);
 /* counts[code] for codes 1..kinds->count; zeros for an item nobody reacted to. */

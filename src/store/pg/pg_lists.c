@@ -156,22 +156,20 @@ int pg_lists_rebuild(store_write_t *w_)
  * i.e. all); the page first (one backwards range scan of one index, with its LIMIT), then, for a page
  * of one kind, each entry's pair's kind-0 row (a primary-key lookup) for the set; a page of any kind
  * reads kind-0 rows, which hold it. Prepared on every reader connection. */
-const char PG_LIST_ANY_BY_ITEM_SQL[] =
-    "SELECT \"user\", seq, at_ms, kinds FROM tally_lists WHERE item = $1 AND kind = $2"
-    " AND (seq, \"user\") < ($3::bigint, $4::text COLLATE \"C\") ORDER BY seq DESC, \"user\" DESC LIMIT $5";
-const char PG_LIST_ANY_BY_USER_SQL[] =
-    "SELECT item, seq, at_ms, kinds FROM tally_lists WHERE \"user\" = $1 AND kind = $2"
-    " AND (seq, item) < ($3::bigint, $4::text COLLATE \"C\") ORDER BY seq DESC, item DESC LIMIT $5";
-const char PG_LIST_BY_ITEM_SQL[] =
-    "SELECT l.\"user\", l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
-    " WHERE item = $1 AND kind = $2 AND (seq, \"user\") < ($3::bigint, $4::text COLLATE \"C\")"
-    " ORDER BY seq DESC, \"user\" DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = l.\"user\""
-    " AND a.kind = 0 ORDER BY l.seq DESC, l.\"user\" DESC";
-const char PG_LIST_BY_USER_SQL[] =
-    "SELECT l.item, l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms FROM tally_lists"
-    " WHERE \"user\" = $1 AND kind = $2 AND (seq, item) < ($3::bigint, $4::text COLLATE \"C\")"
-    " ORDER BY seq DESC, item DESC LIMIT $5) l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = l.\"user\""
-    " AND a.kind = 0 ORDER BY l.seq DESC, l.item DESC";
+/* The page's range of one index: key = $1, kind = $2, (seq, other) below ($3, $4), newest first,
+ * $5 of them. */
+#define LIST_RANGE(key, other)                                                                                         \
+    " FROM tally_lists WHERE " key " = $1 AND kind = $2 AND (seq, " other ") < ($3::bigint, $4::text COLLATE \"C\")"   \
+    " ORDER BY seq DESC, " other " DESC LIMIT $5"
+#define LIST_ANY(key, other) "SELECT " other ", seq, at_ms, kinds" LIST_RANGE(key, other)
+#define LIST_KIND(key, other)                                                                                          \
+    "SELECT l." other ", l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms" LIST_RANGE(                  \
+        key, other) ") l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = l.\"user\" AND a.kind = 0"             \
+                    " ORDER BY l.seq DESC, l." other " DESC"
+const char PG_LIST_ANY_BY_ITEM_SQL[] = LIST_ANY("item", "\"user\"");
+const char PG_LIST_ANY_BY_USER_SQL[] = LIST_ANY("\"user\"", "item");
+const char PG_LIST_BY_ITEM_SQL[] = LIST_KIND("item", "\"user\"");
+const char PG_LIST_BY_USER_SQL[] = LIST_KIND("\"user\"", "item");
 
 int pg_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn fn, void *arg)
 {

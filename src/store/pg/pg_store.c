@@ -130,6 +130,15 @@ PGresult *pg_exec(pg_store_t *s, PGconn *conn, const char *what, const char *sql
     return exec_result(s, conn, PQexecParams(conn, sql, n, NULL, params, NULL, NULL, 0), what, rc);
 }
 
+/* pg_exec of a statement prepared on conn, by name. */
+static PGresult *exec_prepared(pg_store_t *s, PGconn *conn, const char *what, const char *name, int n,
+                               const char *const *params, int *rc)
+{
+    pg_count_round_trip(s, conn);
+    atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
+    return exec_result(s, conn, PQexecPrepared(conn, name, n, params, NULL, NULL, 0), what, rc);
+}
+
 int pg_run(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n, const char *const *params)
 {
     int rc;
@@ -1028,12 +1037,8 @@ PGresult *pg_rexec_prepared(pg_read_t *r, const char *what, pg_read_stmt_t stmt,
     pg_store_t *s = r->store;
     if (!single_may_ask(r, rc))
         return NULL;
-    if (r->single) { /* one statement, its own snapshot: no BEGIN, no COMMIT */
-        pg_count_round_trip(s, r->conn);
-        atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
-        return exec_result(s, r->conn, PQexecPrepared(r->conn, READ_STMTS[stmt].name, n, params, NULL, NULL, 0), what,
-                           rc);
-    }
+    if (r->single) /* one statement, its own snapshot: no BEGIN, no COMMIT */
+        return exec_prepared(s, r->conn, what, READ_STMTS[stmt].name, n, params, rc);
     bool send_begin = !r->began;
     *rc = pg_pipe_enter(s, r->conn);
     bool entered = *rc == STORE_OK;
