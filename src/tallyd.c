@@ -52,6 +52,8 @@ typedef struct {
     const char *reactions;
     const char *reaction_mode;
     const char *jwt_secret_file;
+    const char *jwt_keys, *jwt_jwks_url, *jwt_issuer, *jwt_audience, *jwt_user_claim, *jwt_admin_claim;
+    uint64_t jwt_jwks_refresh_ms;
     uint64_t threads; /* 0: the number of CPUs */
     uint64_t idem_ttl_ms;
     uint64_t fold_window_ms;
@@ -235,6 +237,26 @@ static const flag_t flags[] = {
      "HS256 secrets, one per line (the first signs; all verify); re-read on\n"
      "SIGHUP (default: the TALLY_JWT_SECRET environment variable)",
      set_string, OPT(jwt_secret_file)},
+    {"--jwt-keys", "FILE", NULL,
+     "public keys of an identity provider, a JWK Set (RS256, PS256, ES256,\n"
+     "EdDSA); needs --jwt-issuer and --jwt-audience (default none)",
+     set_string, OPT(jwt_keys)},
+    {"--jwt-jwks-url", "URL", NULL,
+     "fetch the JWK Set from this https:// URL (http:// to loopback only) at\n"
+     "start, every --jwt-jwks-refresh, and on an unknown kid (at most every\n"
+     "30s); needs --jwt-issuer and --jwt-audience (default none)",
+     set_string, OPT(jwt_jwks_url)},
+    {"--jwt-jwks-refresh", "DUR", AUTH_JWKS_REFRESH_DEFAULT, "fetch --jwt-jwks-url again this often", set_duration,
+     OPT(jwt_jwks_refresh_ms), 1000, 0, "must be at least 1s"},
+    {"--jwt-issuer", "ISS", NULL, "tokens' iss must equal ISS (default: not checked)", set_string, OPT(jwt_issuer)},
+    {"--jwt-audience", "AUD", NULL, "tokens' aud (string or array) must contain AUD (default: not checked)", set_string,
+     OPT(jwt_audience)},
+    {"--jwt-user-claim", "NAME", JWT_DEFAULT_USER_CLAIM, "the claim that names the user (a dotted path for nested)",
+     set_string, OPT(jwt_user_claim)},
+    {"--jwt-admin-claim", "NAME=VALUE", JWT_DEFAULT_ADMIN_CLAIM "=" JWT_DEFAULT_ADMIN_VALUE,
+     "admin when the claim NAME (a dotted path such as realm_access.roles)\n"
+     "is VALUE or an array holding VALUE",
+     set_string, OPT(jwt_admin_claim)},
     {"--threads", "N", NULL, "HTTP threads (default: the number of CPUs)", set_uint, OPT(threads), 1, 64},
     {"--idempotency-ttl", "DUR", "24h", "how long Idempotency-Key answers are kept: 90s, 15m, 24h", set_duration,
      OPT(idem_ttl_ms), 1000, 0, "must be at least 1s"},
@@ -348,8 +370,8 @@ static void print_help(FILE *out)
             line = nl ? nl + 1 : NULL;
         }
     }
-    fputs("\nWithout TALLY_JWT_SECRET the server runs in development mode: the user is the X-User-Id header,\n"
-          "and it only listens on loopback addresses.\n",
+    fputs("\nWithout TALLY_JWT_SECRET, --jwt-secret-file, --jwt-keys or --jwt-jwks-url the server runs in\n"
+          "development mode: the user is the X-User-Id header, and it only listens on loopback addresses.\n",
           out);
 }
 
@@ -525,20 +547,39 @@ static void on_commit(void *arg)
     webhooks_notify(app->webhooks);
 }
 
-/* Development mode, or the JWT secrets. Returns 0, or the exit status having said why. */
+/* Where tokens' keys come from, and the claim rules, from the flags and the environment. */
+static auth_config_t auth_config(const options_t *o)
+{
+    const char *secret = getenv("TALLY_JWT_SECRET");
+    return (auth_config_t){
+        .secret_file = o->jwt_secret_file,
+        .secret = o->jwt_secret_file || !secret || !*secret ? NULL : secret,
+        .keys_file = o->jwt_keys,
+        .jwks_url = o->jwt_jwks_url,
+        .jwks_refresh_ms = o->jwt_jwks_refresh_ms,
+        .issuer = o->jwt_issuer,
+        .audience = o->jwt_audience,
+        .user_claim = o->jwt_user_claim,
+        .admin_claim = o->jwt_admin_claim,
+    };
+}
+
+/* Development mode, or the keys tokens are verified with. Returns 0, or the exit status having said
+ * why: 2 for a flag's value, 1 for the environment's secret. */
 static int auth_setup(app_t *app, auth_keys_t *keys, const options_t *o)
 {
-    char err[512];
-    const char *secret = getenv("TALLY_JWT_SECRET");
-    app->dev_mode = !o->jwt_secret_file && !(secret && *secret);
+    char err[1536];
+    const char *flag = NULL;
+    auth_config_t cfg = auth_config(o);
+    app->dev_mode = !auth_config_token_mode(&cfg);
     if (app->dev_mode) {
         fprintf(stderr, "level=warn event=development-mode msg=\"no TALLY_JWT_SECRET: the user is the X-User-Id "
                         "header; listening on loopback only\"\n");
         return 0;
     }
-    if (auth_keys_load(keys, o->jwt_secret_file, secret, err, sizeof err) != 0) {
-        fprintf(stderr, "tallyd: %s: %s\n", o->jwt_secret_file ? "--jwt-secret-file" : "TALLY_JWT_SECRET", err);
-        return o->jwt_secret_file ? EXIT_USAGE : 1;
+    if (auth_keys_reload(keys, &cfg, &flag, err, sizeof err) != 0) {
+        fprintf(stderr, "tallyd: %s: %s\n", flag, err);
+        return strcmp(flag, "TALLY_JWT_SECRET") == 0 ? 1 : EXIT_USAGE;
     }
     app->keys = keys;
     return 0;
@@ -643,20 +684,23 @@ static int http_start(app_t *app, const options_t *o, int listen_fd, int admin_f
     return 0;
 }
 
-/* Waits for SIGTERM or SIGINT, re-reading the secrets on each SIGHUP. Returns the signal. */
-static int wait_for_stop(const sigset_t *stop_signals, const options_t *o, auth_keys_t *keys)
+/* Waits for SIGTERM or SIGINT, re-reading the secrets and the key file on each SIGHUP. Returns the
+ * signal. */
+static int wait_for_stop(const sigset_t *stop_signals, const options_t *o, auth_keys_t *keys, bool dev_mode)
 {
-    char err[512];
+    char err[1536];
+    const char *flag = NULL;
     int sig = 0;
     for (;;) {
         sigwait(stop_signals, &sig);
         if (sig != SIGHUP)
             return sig;
-        if (!o->jwt_secret_file)
+        auth_config_t cfg = auth_config(o);
+        if (dev_mode || (!o->jwt_secret_file && !o->jwt_keys))
             fprintf(stderr, "level=info event=sighup msg=\"nothing to reload\"\n");
-        else if (auth_keys_load(keys, o->jwt_secret_file, NULL, err, sizeof err) != 0)
-            fprintf(stderr, "level=error event=secrets-reload error=\"%s\" msg=\"keeping the secrets in force\"\n",
-                    err);
+        else if (auth_keys_reload(keys, &cfg, &flag, err, sizeof err) != 0)
+            fprintf(stderr, "level=error event=secrets-reload flag=%s error=\"%s\" msg=\"keeping the keys in force\"\n",
+                    flag, err);
         else
             fprintf(stderr, "level=info event=secrets-reloaded count=%d\n", keys->count);
     }
@@ -713,11 +757,8 @@ int main(int argc, char **argv)
     if (kinds_parse(&kinds, o.reactions, err, sizeof err) != 0)
         die_usage("--reactions", err);
     kinds.mode = strcmp(o.reaction_mode, "many") == 0 ? REACTION_MODE_MANY : REACTION_MODE_ONE;
-    int rc = auth_setup(&app, &keys, &o);
-    if (rc != 0)
-        return rc;
 
-    /* Block the stop signals in every thread; main waits for them below. */
+    /* Block the stop signals in every thread (the JWKS fetcher's too); main waits for them below. */
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
@@ -725,6 +766,9 @@ int main(int argc, char **argv)
     sigaddset(&stop_signals, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
+    int rc = auth_setup(&app, &keys, &o);
+    if (rc != 0)
+        return rc;
 
     if (!o.store && store_lock_dir(o.data, err, sizeof err) < 0) {
         fprintf(stderr, "tallyd: %s\n", err);
@@ -788,9 +832,10 @@ int main(int argc, char **argv)
     printf("tallyd: listening on http://%s\n", shown);
     fflush(stdout);
 
-    int sig = wait_for_stop(&stop_signals, &o, &keys);
+    int sig = wait_for_stop(&stop_signals, &o, &keys, app.dev_mode);
     fprintf(stderr, "level=info event=shutdown signal=%s\n", sig == SIGTERM ? "TERM" : "INT");
     shut_down(&app, sampler);
+    auth_keys_stop(&keys);
     close(listen_fd);
     if (admin_fd >= 0)
         close(admin_fd);

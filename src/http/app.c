@@ -71,12 +71,23 @@ static void reply_health(http_request_t *req, bool ok)
     reply_json(req, ok ? 200 : 503, json_pack("{s:s}", "status", ok ? "ok" : "unavailable"));
 }
 
-/* /readyz: the store open and the pipeline running, and writes not failing (an orchestrator takes
- * a node whose every write fails out of rotation). */
+/* /readyz: the store open and the pipeline running, the identity provider's keys loaded (when a
+ * JWKS URL is given), and writes not failing (an orchestrator takes a node whose every write fails
+ * out of rotation). */
 static void reply_ready(app_t *app, http_request_t *req)
 {
     if (!atomic_load(&app->ready) || !atomic_load(&writer_stats(app->writer)->running) || !store_ready(app->store)) {
         reply_health(req, false); /* not started, stopping, or the database cannot be reached */
+        return;
+    }
+    if (!app->dev_mode && app->keys && !auth_keys_ready(app->keys)) {
+        answer_t a = {0};
+        answer_json(&a, 503,
+                    json_pack("{s:s,s:s}", "status", "unavailable", "reason",
+                              "no key set loaded yet from --jwt-jwks-url: requests that need a user get 503"));
+        a.retry_after_s = 1;
+        http_respond(req, &a);
+        answer_free(&a);
         return;
     }
     if (app_writes_failing(app)) {

@@ -1,4 +1,4 @@
-/* auth.c — who is asking: a Bearer JWT (HS256) signed with one of the configured secrets, or in
+/* auth.c — who is asking: a Bearer JWT verified with the keys in force (engine/authkeys.h), or in
  * development mode the X-User-Id header ("admin" is the admin). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,52 +9,25 @@
 
 #include "http/app.h"
 
-#define BEARER_PREFIX "Bearer "
-#define SECRET_FILE_MAX (64 * 1024)
+#define BEARER_SCHEME "Bearer"
 
 #define DEV_USER_HEADER "x-user-id"
 #define DEV_ADMIN_USER "admin"
 
-int auth_keys_load(auth_keys_t *keys, const char *file, const char *secret, char *err, size_t errlen)
+bool auth_bearer_token(span_t value, span_t *token)
 {
-    char *text = NULL;
-    size_t len = 0;
-    if (file) {
-        FILE *f = fopen(file, "rb");
-        if (!f) {
-            snprintf(err, errlen, "cannot read %s", file);
-            return -1;
-        }
-        text = malloc(SECRET_FILE_MAX + 1);
-        len = text ? fread(text, 1, SECRET_FILE_MAX + 1, f) : 0;
-        fclose(f);
-        if (!text || len > SECRET_FILE_MAX) {
-            free(text);
-            snprintf(err, errlen, "%s is larger than 64 KiB", file);
-            return -1;
-        }
-    } else {
-        len = strlen(secret);
-        text = malloc(len + 1);
-        if (!text) {
-            snprintf(err, errlen, "out of memory");
-            return -1;
-        }
-        memcpy(text, secret, len);
-    }
-    span_t secrets[JWT_SECRETS_MAX];
-    int n = jwt_secrets_parse((span_t){text, len}, secrets, err, errlen);
-    if (n <= 0) {
-        free(text);
-        return -1;
-    }
-    pthread_rwlock_wrlock(&keys->lock);
-    free(keys->text);
-    keys->text = text;
-    memcpy(keys->secrets, secrets, sizeof secrets);
-    keys->count = n;
-    pthread_rwlock_unlock(&keys->lock);
-    return 0;
+    size_t plen = strlen(BEARER_SCHEME), i = plen;
+    if (value.len <= plen || strncasecmp(value.ptr, BEARER_SCHEME, plen) != 0)
+        return false;
+    while (i < value.len && (value.ptr[i] == ' ' || value.ptr[i] == '\t'))
+        i++;
+    size_t end = value.len;
+    while (end > i && (value.ptr[end - 1] == ' ' || value.ptr[end - 1] == '\t'))
+        end--;
+    if (i == plen || end == i)
+        return false; /* "Bearerxyz", or no token */
+    *token = (span_t){value.ptr + i, end - i};
+    return true;
 }
 
 static void reply_unauthenticated(http_request_t *req, const char *detail)
@@ -66,40 +39,40 @@ bool auth_head_is_admin(const app_t *app, span_t authorization, size_t n_authori
 {
     if (app->dev_mode)
         return n_user == 1 && span_eq_str(user, DEV_ADMIN_USER);
-    size_t plen = strlen(BEARER_PREFIX);
-    if (n_authorization != 1 || authorization.len <= plen || strncasecmp(authorization.ptr, BEARER_PREFIX, plen) != 0)
+    span_t token;
+    if (n_authorization != 1 || !auth_bearer_token(authorization, &token))
         return false;
     jwt_claims_t claims;
     const char *why = NULL;
-    span_t token = {authorization.ptr + plen, authorization.len - plen};
-    pthread_rwlock_rdlock(&app->keys->lock);
-    int rc = jwt_verify(token, app->keys->secrets, (size_t)app->keys->count, (uint64_t)time(NULL), &claims, &why);
-    pthread_rwlock_unlock(&app->keys->lock);
-    return rc == 0 && claims.admin;
+    return auth_keys_verify(app->keys, token, (uint64_t)time(NULL), &claims, &why) == 0 && claims.admin;
 }
 
-/* Bearer JWT: the user is `sub`, admin when `role` is "admin". The claims are copied into the
- * thread's buffer, valid until the thread's next request. */
+/* Bearer JWT: the user is the user claim (`sub`), admin when the admin claim holds its value
+ * (`role` is "admin"). The claims are copied into the thread's buffer, valid until the thread's
+ * next request. */
 static bool auth_jwt_or_reply(const app_t *app, http_request_t *req, bool required, auth_t *who)
 {
     static _Thread_local jwt_claims_t claims;
-    span_t value;
+    span_t value, token;
     size_t n = http_req_header(req, "authorization", &value);
+    if (required && !auth_keys_ready(app->keys)) {
+        reply_problem(req, 503, "unavailable",
+                      "the identity provider's keys (--jwt-jwks-url) are not loaded yet; retry shortly");
+        return false;
+    }
     if (n == 0) {
         if (required)
             reply_unauthenticated(req, "this request needs a Bearer token");
         return !required;
     }
-    size_t plen = strlen(BEARER_PREFIX);
-    if (n > 1 || value.len <= plen || strncasecmp(value.ptr, BEARER_PREFIX, plen) != 0) {
-        reply_unauthenticated(req, "Authorization must be one Bearer token");
+    if (n > 1 || !auth_bearer_token(value, &token)) {
+        reply_unauthenticated(req, "Authorization must be one Bearer token: Bearer, a space, the token");
         return false;
     }
-    span_t token = {value.ptr + plen, value.len - plen};
     const char *why = NULL;
-    pthread_rwlock_rdlock(&app->keys->lock);
-    int rc = jwt_verify(token, app->keys->secrets, (size_t)app->keys->count, (uint64_t)time(NULL), &claims, &why);
-    pthread_rwlock_unlock(&app->keys->lock);
+    int rc = auth_keys_verify(app->keys, token, (uint64_t)time(NULL), &claims, &why);
+    if (rc == AUTH_KEYS_NOT_LOADED && !required)
+        return true; /* a public read: answered without a viewer until the keys are loaded */
     if (rc != 0) {
         reply_unauthenticated(req, why);
         return false;

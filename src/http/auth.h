@@ -1,5 +1,5 @@
 /* auth.h — the contract of auth.c: who is asking (a Bearer JWT, or X-User-Id in development mode),
- * admin rights, and the JWT secrets in force. */
+ * admin rights. The keys in force are engine/authkeys.h's. */
 #ifndef TALLY_HTTP_AUTH_H
 #define TALLY_HTTP_AUTH_H
 
@@ -7,17 +7,10 @@
 
 #include "core/jwt.h"
 #include "core/span.h"
+#include "engine/authkeys.h"
 #include "http/request.h"
 
 typedef struct app app_t; /* http/app.h */
-
-/* The JWT secrets in force; replaced as a whole on reload (SIGHUP). */
-typedef struct {
-    pthread_rwlock_t lock;
-    char *text; /* the file's bytes, or the environment's secret */
-    span_t secrets[JWT_SECRETS_MAX];
-    int count;
-} auth_keys_t;
 
 /* Who is asking. */
 typedef struct {
@@ -26,13 +19,14 @@ typedef struct {
     bool admin;
 } auth_t;
 
-/* Identifies the user. With required, a request without a user is answered 401. Returns true, or
- * false having replied (401, 400 invalid-user-id). */
+/* Identifies the user. With required, a request without a user is answered 401 (503 while the
+ * identity provider's keys are not loaded yet). Returns true, or false having replied (401, 400
+ * invalid-user-id, 503 unavailable). */
 bool auth_user_or_reply(const app_t *app, http_request_t *req, bool required, auth_t *who);
 
-/* Loads the secrets: from the file when given (one per line), else from secret. Returns 0, or -1
- * with a message in err (the keys in force are kept). */
-int auth_keys_load(auth_keys_t *keys, const char *file, const char *secret, char *err, size_t errlen);
+/* The token of an Authorization value: the scheme Bearer in any case, one or more spaces or tabs,
+ * then the token (trailing spaces and tabs dropped). Returns false when it is not one. */
+bool auth_bearer_token(span_t value, span_t *token);
 
 /* Admin rights, or a 401/403 answer. */
 bool auth_admin_or_reply(const app_t *app, http_request_t *req);
