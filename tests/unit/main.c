@@ -32,6 +32,7 @@ int main(void)
         {"answer", test_answer},
         {"store", test_store},
         {"jwt", test_jwt},
+        {"idp", test_idp},
         {"itemmap", test_itemmap},
         {"histogram", test_histogram},
         {"spacesaving", test_spacesaving},
