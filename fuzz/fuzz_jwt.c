@@ -116,14 +116,26 @@ static bool ref_claims(span_t header, span_t payload, jwt_claims_t *want, double
     json_t *c = json_loadb(payload.ptr, payload.len, JSON_REJECT_DUPLICATES, NULL);
     json_t *alg = json_object_get(h, "alg"), *sub = json_object_get(c, "sub"), *exp = json_object_get(c, "exp");
     json_t *nbf = json_object_get(c, "nbf"), *role = json_object_get(c, "role");
-    bool ok = json_is_object(h) && json_is_string(alg) && strcmp(json_string_value(alg), "HS256") == 0 &&
+    const json_t *kid = json_object_get(h, "kid");
+    bool ok = json_is_object(h) && json_is_string(alg) && json_string_length(alg) == 5 &&
+              strcmp(json_string_value(alg), "HS256") == 0 &&
+              !json_object_get(h, "crit") && /* no JWS extension is understood */
+              (!kid || (json_is_string(kid) && json_string_length(kid) <= JWK_KID_MAX &&
+                        strlen(json_string_value(kid)) == json_string_length(kid))) &&
               json_is_object(c) && json_is_string(sub) &&
               id_valid((span_t){json_string_value(sub), json_string_length(sub)}) && json_is_number(exp) &&
               json_number_value(exp) > (double)NOW_S &&
               (!nbf || (json_is_number(nbf) && json_number_value(nbf) <= (double)NOW_S));
     if (ok) {
         snprintf(want->sub, sizeof want->sub, "%s", json_string_value(sub));
-        want->admin = json_is_string(role) && strcmp(json_string_value(role), "admin") == 0;
+        /* a string equal to "admin", or an array holding that string */
+        want->admin =
+            json_is_string(role) && json_string_length(role) == 5 && memcmp(json_string_value(role), "admin", 5) == 0;
+        for (size_t i = 0; json_is_array(role) && i < json_array_size(role); i++) {
+            const json_t *e = json_array_get(role, i);
+            want->admin = want->admin || (json_is_string(e) && json_string_length(e) == 5 &&
+                                          memcmp(json_string_value(e), "admin", 5) == 0);
+        }
         *exp_value = json_number_value(exp);
     }
     json_decref(h);
@@ -207,13 +219,24 @@ static void check_sign(span_t input)
     free(sub);
 }
 
+/* One byte repeated, or whitespace only: not a secret whatever its length. */
+static bool weak(const char *p, size_t len)
+{
+    bool repeated = true, blank = true;
+    for (size_t i = 0; i < len; i++) {
+        repeated = repeated && p[i] == p[0];
+        blank = blank && strchr(" \t\v\f\r", p[i]) != NULL && p[i] != '\0';
+    }
+    return repeated || blank;
+}
+
 static void check_secrets(span_t text)
 {
     span_t got[JWT_SECRETS_MAX];
     char err[256] = "";
     int n = jwt_secrets_parse(text, got, err, sizeof err);
     /* Reference: the lines without their \n or \r\n; empty ones skipped; each at least
-     * JWT_SECRET_MIN_LEN bytes, at most JWT_SECRETS_MAX of them, at least one. */
+     * JWT_SECRET_MIN_LEN bytes and not weak, at most JWT_SECRETS_MAX of them, at least one. */
     int want = 0;
     bool refused = false;
     size_t start = 0;
@@ -224,7 +247,7 @@ static void check_secrets(span_t text)
         if (len && text.ptr[start + len - 1] == '\r')
             len--;
         if (len) {
-            refused = want == JWT_SECRETS_MAX || len < JWT_SECRET_MIN_LEN;
+            refused = want == JWT_SECRETS_MAX || len < JWT_SECRET_MIN_LEN || weak(text.ptr + start, len);
             if (!refused && n >= 0) {
                 FUZZ_ASSERT(want < n);
                 FUZZ_ASSERT(got[want].ptr == text.ptr + start && got[want].len == len);

@@ -79,6 +79,12 @@ static json_t *decode_json(span_t part)
     return n < 0 ? NULL : json_loadb((const char *)buf, (size_t)n, JSON_REJECT_DUPLICATES, NULL);
 }
 
+/* A JSON string equal to s, byte for byte (an embedded NUL does not end it). */
+static bool json_str_eq(const json_t *v, const char *s)
+{
+    return json_is_string(v) && json_string_length(v) == strlen(s) && memcmp(json_string_value(v), s, strlen(s)) == 0;
+}
+
 const json_t *jwt_claim_find(const json_t *claims, const char *path)
 {
     const json_t *v = json_object_get(claims, path);
@@ -101,10 +107,10 @@ bool jwt_claim_holds(const json_t *claims, const char *path, const char *value)
     const json_t *v = jwt_claim_find(claims, path), *e;
     size_t i;
     if (json_is_string(v))
-        return strcmp(json_string_value(v), value) == 0;
+        return json_str_eq(v, value);
     json_array_foreach(v, i, e)
     {
-        if (json_is_string(e) && strcmp(json_string_value(e), value) == 0)
+        if (json_str_eq(e, value))
             return true;
     }
     return false;
@@ -120,6 +126,8 @@ static int check_header(span_t part, bool *hs256_alg, jws_alg_t *alg, char *kid,
     kid[0] = '\0';
     if (!json_is_object(h) || !name)
         *why = "malformed token: the header is not a JSON object with an alg";
+    else if (strlen(name) != json_string_length(a))
+        *why = "the token's alg is not one of HS256, RS256, PS256, ES256, EdDSA";
     else if (json_object_get(h, "crit"))
         *why = "the token's header has crit: no JWS extension is understood";
     else if (k && (!json_is_string(k) || json_string_length(k) >= kidcap ||
@@ -144,10 +152,10 @@ static bool audience_holds(const json_t *aud, const char *want)
     const json_t *e;
     size_t i;
     if (json_is_string(aud))
-        return strcmp(json_string_value(aud), want) == 0;
+        return json_str_eq(aud, want);
     json_array_foreach(aud, i, e)
     {
-        if (json_is_string(e) && strcmp(json_string_value(e), want) == 0)
+        if (json_str_eq(e, want))
             return true;
     }
     return false;
@@ -168,7 +176,7 @@ static int check_claims(span_t part, const jwt_verifier_t *v, uint64_t now_s, jw
         *why = "the token has expired";
     else if (nbf && (!json_is_number(nbf) || json_number_value(nbf) > (double)now_s))
         *why = "the token is not valid yet (nbf)";
-    else if (v->issuer && (!json_is_string(iss) || strcmp(json_string_value(iss), v->issuer) != 0))
+    else if (v->issuer && !json_str_eq(iss, v->issuer))
         *why = "the token's iss is not the expected issuer";
     else if (v->audience && !audience_holds(json_object_get(c, "aud"), v->audience))
         *why = "the token's aud does not name this service";
