@@ -564,8 +564,8 @@ static auth_config_t auth_config(const options_t *o)
     };
 }
 
-/* Development mode, or the keys tokens are verified with. Returns 0, or the exit status having said
- * why: 2 for a flag's value, 1 for the environment's secret. */
+/* Development mode, or the keys tokens are verified with. Returns 0, or exit status 2 having said
+ * why (a weak TALLY_JWT_SECRET is a bad value too). */
 static int auth_setup(app_t *app, auth_keys_t *keys, const options_t *o)
 {
     char err[1536];
@@ -579,7 +579,7 @@ static int auth_setup(app_t *app, auth_keys_t *keys, const options_t *o)
     }
     if (auth_keys_reload(keys, &cfg, &flag, err, sizeof err) != 0) {
         fprintf(stderr, "tallyd: %s: %s\n", flag, err);
-        return strcmp(flag, "TALLY_JWT_SECRET") == 0 ? 1 : EXIT_USAGE;
+        return EXIT_USAGE;
     }
     app->keys = keys;
     return 0;

@@ -172,6 +172,40 @@ class BearerTest(SharedServerTestCase, AuthCase):
         self.assertEqual(self.reaction_of(s, item, good)["version"], 0)
         self.assertCounts(s, item, ZERO, timeout=0)
 
+    def test_crit_header_refused(self):
+        """No JWS extension is understood, so a token whose header has crit is refused (RFC 7515
+        section 4.1.11), whatever crit lists."""
+        s, item, user = self.srv, uid("item"), uid("user")
+        claims = {"sub": user, "exp": int(time.time()) + 300}
+        for header in ({"alg": "HS256", "crit": ["exp"], "exp": 1},
+                       {"alg": "HS256", "typ": "JWT", "crit": ["b64"], "b64": False},
+                       {"alg": "HS256", "crit": []}):
+            with self.subTest(header=header):
+                resp = self.put(s, item, "like", bearer(hs256(claims, SECRET, header)))
+                self.assertUnauthenticated(resp, "crit header")
+                self.assertIn("crit", resp[2]["detail"])
+        self.assertEqual(self.reaction_of(s, item, token(user))["version"], 0)
+        # the same claims without crit are accepted
+        self.assertOk(s.json("GET", "/v1/items/%s/reaction" % item,
+                             headers=bearer(hs256(claims, SECRET, {"alg": "HS256"}))))
+
+    def test_bearer_with_several_spaces(self):
+        """Any run of spaces or tabs after the scheme (in any case) is taken, as nginx and OIDC
+        servers do; a scheme glued to its token or without one is not."""
+        s, item, user = self.srv, uid("item"), uid("user")
+        tok = token(user)
+        for value in ("Bearer  " + tok, "Bearer\t" + tok, "BEARER \t " + tok, "bearer " + tok + "  "):
+            with self.subTest(value=value[:12]):
+                resp = s.json("GET", "/v1/items/%s/reaction" % item,
+                              headers={"Authorization": value})
+                self.assertEqual(self.assertOk(resp)["version"], 0)
+        for value in ("Bearer" + tok, "Bearer  ", "Bearer\t"):
+            with self.subTest(value=value[:12]):
+                resp = s.json("GET", "/v1/items/%s/reaction" % item,
+                              headers={"Authorization": value})
+                self.assertUnauthenticated(resp, value[:12])
+                self.assertIn("Bearer", resp[2]["detail"])
+
     def test_expired_token(self):
         s, item, user = self.srv, uid("item"), uid("user")
         t0 = time.time()
@@ -259,10 +293,59 @@ class WeakSecretTest(TallyTestCase):
                     rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] +
                                               store_args(os.path.join(tmp, "data")),
                                               env=child_env({"TALLY_JWT_SECRET": weak}))
-                    self.assertEqual(rc, 1, err)
+                    self.assertEqual(rc, 2, err)
                     self.assertNotIn("listening on", out)
                     self.assertIn("TALLY_JWT_SECRET", err)
                     self.assertIn("at least 32", err)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    def test_repeated_or_blank_secret_is_refused(self):
+        """40 spaces or 40 x A are long enough but no secret: refused at start (exit 2) from either
+        source, and on SIGHUP the secret in force is kept."""
+        tmp = tempfile.mkdtemp(prefix="tally-e2e-auth-")
+        try:
+            path = os.path.join(tmp, "secrets")
+            for weak in (" " * 40, "A" * 40, " \t" * 20, "\x01" * 64):
+                with self.subTest(secret=weak[:4]):
+                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] +
+                                              store_args(os.path.join(tmp, "data")),
+                                              env=child_env({"TALLY_JWT_SECRET": weak}))
+                    self.assertEqual(rc, 2, err)
+                    self.assertNotIn("listening on", out)
+                    self.assertIn("TALLY_JWT_SECRET", err)
+                    with open(path, "w") as f:
+                        f.write(new_secret("good") + "\n" + weak + "\n")
+                    rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] +
+                                              store_args(os.path.join(tmp, "data")) +
+                                              ["--jwt-secret-file", path])
+                    self.assertEqual(rc, 2, err)
+                    self.assertIn("--jwt-secret-file", err)
+                    self.assertIn("line 2", err)
+            # on reload: refused, logged, the secret in force kept
+            good = new_secret("kept")
+            with open(path, "w") as f:
+                f.write(good + "\n")
+            s = Server(args=["--jwt-secret-file", path], env=child_env())
+            try:
+                with open(path, "w") as f:
+                    f.write("A" * 40 + "\n")
+                s.proc.popen.send_signal(signal.SIGHUP)
+                deadline = time.monotonic() + 5 * SLOW
+                while "secrets-reload" not in s.stderr() and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                self.assertIn("repeated", s.stderr())
+                user = uid("user")
+                resp = s.json("GET", "/v1/items/%s/reaction" % uid("item"),
+                              headers=bearer(token(user, secret=good)))
+                self.assertEqual(self.assertOk(resp)["version"], 0)
+                resp = s.json("GET", "/v1/items/%s/reaction" % uid("item"),
+                              headers=bearer(hs256({"sub": user, "exp": int(time.time()) + 60},
+                                                   "A" * 40)))
+                self.assertProblem(resp, 401, "unauthenticated")
+                s.stop()
+            finally:
+                s.close()
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
