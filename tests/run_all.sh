@@ -68,7 +68,7 @@ stage fuzz-regress make --no-print-directory fuzz-regress
 # The slow test (the 1-minute trending window expiring, ~75 s of waiting, little CPU) runs beside
 # the stages below, against the release build, instead of adding its wait to the suite's time.
 background_start e2e-slow env TALLYD=build/tallyd TALLY_E2E_SLOW=1 python3 tests/e2e/run_e2e.py \
-    -k test_slow_1m_window_expiry
+    -k test_slow_1m_window_expiry -k test_slow_unknown_kid_fetch
 stage e2e env TALLYD=build/tallyd python3 tests/e2e/run_e2e.py
 stage e2e-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 python3 tests/e2e/run_e2e.py
 # The same suite on the PostgreSQL store (every test but the @embedded_only ones), plus the
