@@ -381,8 +381,9 @@ static json_t *security_schemes(const openapi_config_t *cfg)
                          "requests whose Host is a loopback name are answered");
     return json_pack("{s:{s:s,s:s,s:s,s:s}}", "bearer", "type", "http", "scheme", "bearer", "bearerFormat", "JWT",
                      "description",
-                     "HS256 JWT: the user is the sub claim, exp is enforced; admin rights need the claim "
-                     "\"role\":\"admin\"");
+                     "a JWT, HS256 with the shared secret or RS256, PS256, ES256, EdDSA with the identity "
+                     "provider's keys: the user is the user claim (sub by default), exp and nbf are enforced; "
+                     "admin rights need the admin claim (\"role\":\"admin\" by default)");
 }
 
 static json_t *info_of(const openapi_config_t *cfg)
