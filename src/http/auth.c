@@ -66,7 +66,7 @@ static bool auth_jwt_or_reply(const app_t *app, http_request_t *req, bool requir
         return !required;
     }
     if (n > 1 || !auth_bearer_token(value, &token)) {
-        reply_unauthenticated(req, "Authorization must be one Bearer token: Bearer, a space, the token");
+        reply_unauthenticated(req, "Authorization must be one Bearer token: Bearer, one or more spaces, the token");
         return false;
     }
     const char *why = NULL;
