@@ -28,6 +28,7 @@ struct jwks_fetcher {
     char url[JWKS_URL_MAX + 1];
     uint64_t generation; /* of url: a set fetched from an older URL is dropped */
     uint64_t refresh_ms;
+    uint64_t next_due; /* mono ms of the next scheduled fetch */
     uint64_t fetches;
     jwks_on_set_fn on_set;
     void *arg;
@@ -174,12 +175,12 @@ static void *fetcher_main(void *arg)
 {
     jwks_fetcher_t *f = arg;
     thread_set_name("tally-jwks");
-    uint64_t next_due = 0, last_start = 0, retry_ms = JWKS_RETRY_FIRST_MS;
+    uint64_t last_start = 0, retry_ms = JWKS_RETRY_FIRST_MS;
     bool fetched_once = false;
     pthread_mutex_lock(&f->lock);
     while (!f->stopping) {
         uint64_t now = mono_ms();
-        uint64_t due = next_due;
+        uint64_t due = f->next_due;
         if (f->url_changed)
             due = now;
         else if (f->poked) {
@@ -212,7 +213,7 @@ static void *fetcher_main(void *arg)
         if (set) {
             f->loaded = true;
             retry_ms = JWKS_RETRY_FIRST_MS;
-            next_due = mono_ms() + f->refresh_ms;
+            f->next_due = mono_ms() + f->refresh_ms;
             pthread_mutex_unlock(&f->lock);
             fprintf(stderr, "level=info event=jwks-fetched keys=%zu reason=%s%s%s%s\n", jwk_set_count(set),
                     poked ? "unknown-kid" : "schedule", notes[0] ? " skipped=\"" : "", notes, notes[0] ? "\"" : "");
@@ -222,7 +223,7 @@ static void *fetcher_main(void *arg)
             /* before a first set, retry sooner; after, the last good set stays until the next turn */
             uint64_t wait = f->loaded || retry_ms > f->refresh_ms ? f->refresh_ms : retry_ms;
             retry_ms *= 2;
-            next_due = mono_ms() + wait;
+            f->next_due = mono_ms() + wait;
             fprintf(stderr, "level=error event=jwks-fetch-failed error=\"%s\" retry_in_ms=%llu msg=\"%s\"\n", err,
                     (unsigned long long)wait,
                     f->loaded ? "keeping the last good key set" : "no key set yet: requests that need a user get 503");
@@ -278,6 +279,9 @@ int jwks_fetcher_set(jwks_fetcher_t *f, const char *url, uint64_t refresh_ms)
         f->url_changed = true;
     }
     f->refresh_ms = refresh_ms ? refresh_ms : 1;
+    uint64_t sooner = mono_ms() + f->refresh_ms; /* a shorter interval applies from now */
+    if (sooner < f->next_due)
+        f->next_due = sooner;
     pthread_cond_signal(&f->cond);
     pthread_mutex_unlock(&f->lock);
     return 0;

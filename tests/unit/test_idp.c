@@ -1,6 +1,8 @@
 /* test_idp.c — tokens from an identity provider: JWK Set parsing, the four signature algorithms
  * (keys and signatures made here with OpenSSL), ES256's r‖s → DER, claim paths, issuer, audience,
  * crit, HS256 secret strength, and the key state's reload (authkeys.h) under verifying threads. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
 #include <openssl/ec.h>
@@ -12,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "core/jwk.h"
@@ -465,6 +468,114 @@ static void test_reload(void)
     rmdir(dir);
 }
 
+/* A JWKS endpoint on 127.0.0.1: answers every request with body (HTTP/1.0, then closes). */
+typedef struct {
+    int fd;
+    uint16_t port;
+    const char *body;
+    atomic_int served;
+    pthread_t thread;
+} jwks_server_t;
+
+static void *jwks_serve(void *arg)
+{
+    jwks_server_t *s = arg;
+    for (;;) {
+        int c = accept(s->fd, NULL, NULL);
+        if (c < 0)
+            return NULL; /* closed: the test is over */
+        char buf[2048], head[128];
+        ssize_t got = recv(c, buf, sizeof buf, 0);
+        (void)got;
+        int n = snprintf(head, sizeof head, "HTTP/1.0 200 OK\r\nContent-Length: %zu\r\n\r\n", strlen(s->body));
+        if (send(c, head, (size_t)n, MSG_NOSIGNAL) == n)
+            send(c, s->body, strlen(s->body), MSG_NOSIGNAL);
+        atomic_fetch_add(&s->served, 1);
+        close(c);
+    }
+}
+
+static void jwks_server_start(jwks_server_t *s, const char *body)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    s->body = body;
+    s->fd = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(bind(s->fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(s->fd, 8) == 0);
+    getsockname(s->fd, (struct sockaddr *)&a, &len);
+    s->port = ntohs(a.sin_port);
+    pthread_create(&s->thread, NULL, jwks_serve, s);
+}
+
+static void jwks_server_stop(jwks_server_t *s)
+{
+    shutdown(s->fd, SHUT_RDWR); /* wakes accept */
+    close(s->fd);
+    pthread_join(s->thread, NULL);
+}
+
+/* Waits (at most 10 s) until token verifies with keys. */
+static bool verifies_soon(auth_keys_t *keys, const char *token)
+{
+    jwt_claims_t c;
+    const char *why;
+    for (int i = 0; i < 1000; i++) {
+        if (auth_keys_verify(keys, span_of(token), NOW, &c, &why) == 0)
+            return true;
+        usleep(10000);
+    }
+    return false;
+}
+
+/* The reload entry point with a JWKS URL: a first set loads in the background, a changed URL is
+ * fetched at once (the old set serving until then), and an unknown kid is refused at once. */
+static void test_reload_url(void)
+{
+    static char one[4096], two[4096], a[2048], b[2048], tok_r[TOKEN_MAX], tok_e[TOKEN_MAX];
+    jwk_of(rsa_key, "r1", "", a, sizeof a);
+    jwk_of(ec_key, "e1", "", b, sizeof b);
+    snprintf(one, sizeof one, "{\"keys\":[%s]}", a);
+    snprintf(two, sizeof two, "{\"keys\":[%s]}", b);
+    const char *claims = "{\"sub\":\"u1\",\"iss\":\"I\",\"aud\":\"A\",\"exp\":1900000000}";
+    sign_token(rsa_key, "RS256", "{\"alg\":\"RS256\",\"kid\":\"r1\"}", claims, tok_r);
+    sign_token(ec_key, "ES256", "{\"alg\":\"ES256\",\"kid\":\"e1\"}", claims, tok_e);
+    jwks_server_t s1 = {0}, s2 = {0};
+    jwks_server_start(&s1, one);
+    jwks_server_start(&s2, two);
+    char url1[64], url2[64], err[512];
+    snprintf(url1, sizeof url1, "http://127.0.0.1:%u/certs", s1.port);
+    snprintf(url2, sizeof url2, "http://localhost:%u/certs", s2.port);
+
+    static auth_keys_t keys = {.lock = PTHREAD_RWLOCK_INITIALIZER};
+    auth_config_t cfg = {.jwks_url = url1, .jwks_refresh_ms = 600000, .issuer = "I", .audience = "A"};
+    const char *flag = NULL;
+    jwt_claims_t c;
+    const char *why;
+    CHECK(auth_keys_reload(&keys, &cfg, &flag, err, sizeof err) == 0);
+    CHECK(verifies_soon(&keys, tok_r) && auth_keys_ready(&keys));
+    CHECK(auth_keys_fetches(&keys) == 1 && atomic_load(&s1.served) == 1);
+    /* an unknown kid: refused now; the fetch it asks for waits for 30 s after the last */
+    CHECK(auth_keys_verify(&keys, span_of(tok_e), NOW, &c, &why) == JWT_UNKNOWN_KID);
+    usleep(200000);
+    CHECK(auth_keys_fetches(&keys) == 1);
+    /* the URL changes: fetched at once; the old set serves until the new one is in */
+    cfg.jwks_url = url2;
+    CHECK(auth_keys_reload(&keys, &cfg, &flag, err, sizeof err) == 0);
+    CHECK(verifies_soon(&keys, tok_e));
+    CHECK(auth_keys_verify(&keys, span_of(tok_r), NOW, &c, &why) == JWT_UNKNOWN_KID); /* the new set only */
+    CHECK(atomic_load(&s2.served) >= 1);
+    /* a shorter refresh applies from the reload: fetched again within it */
+    int before = atomic_load(&s2.served);
+    cfg.jwks_refresh_ms = 1000;
+    CHECK(auth_keys_reload(&keys, &cfg, &flag, err, sizeof err) == 0);
+    for (int i = 0; i < 500 && atomic_load(&s2.served) == before; i++)
+        usleep(10000);
+    CHECK(atomic_load(&s2.served) > before);
+    auth_keys_stop(&keys);
+    jwks_server_stop(&s1);
+    jwks_server_stop(&s2);
+}
+
 static void test_jwks_url(void)
 {
     char why[256];
@@ -487,6 +598,7 @@ void test_idp(void)
     test_claims();
     test_secret_strength();
     test_reload();
+    test_reload_url();
     test_jwks_url();
     EVP_PKEY_free(rsa_key);
     EVP_PKEY_free(rsa_small);
