@@ -91,6 +91,31 @@ static double refilled(const ratelimit_t *rl, const bucket_t *b, uint64_t now_ms
     return t > rl->rule.burst ? rl->rule.burst : t;
 }
 
+void ratelimit_set_rule(ratelimit_t *rl, ratelimit_rule_t rule)
+{
+    /* every shard's lock: a take sees the old rule or the new one, never half of each */
+    for (int i = 0; i < RATELIMIT_SHARDS; i++)
+        pthread_mutex_lock(&rl->shards[i].lock);
+    rl->rule = rule;
+    for (int i = 0; i < RATELIMIT_SHARDS; i++) {
+        /* buckets filled under another burst start again from the new one */
+        if (rule.rate_per_s > 0)
+            for (size_t k = 0; k < rl->per_shard; k++)
+                if (rl->shards[i].slots[k].tokens > rule.burst)
+                    rl->shards[i].slots[k].tokens = rule.burst;
+    }
+    for (int i = RATELIMIT_SHARDS - 1; i >= 0; i--)
+        pthread_mutex_unlock(&rl->shards[i].lock);
+}
+
+ratelimit_rule_t ratelimit_rule(ratelimit_t *rl)
+{
+    pthread_mutex_lock(&rl->shards[0].lock);
+    ratelimit_rule_t rule = rl->rule;
+    pthread_mutex_unlock(&rl->shards[0].lock);
+    return rule;
+}
+
 unsigned ratelimit_take(ratelimit_t *rl, span_t key, uint64_t now_ms)
 {
     if (!rl)
@@ -99,6 +124,10 @@ unsigned ratelimit_take(ratelimit_t *rl, span_t key, uint64_t now_ms)
     shard_t *shard = &rl->shards[h % RATELIMIT_SHARDS];
     size_t start = (size_t)((h / RATELIMIT_SHARDS) % (rl->per_shard - RATELIMIT_PROBE + 1));
     pthread_mutex_lock(&shard->lock);
+    if (rl->rule.rate_per_s <= 0) { /* turned off by a reload */
+        pthread_mutex_unlock(&shard->lock);
+        return 0;
+    }
     bucket_t *found = NULL, *victim = NULL;
     double victim_tokens = -1;
     for (size_t i = start; i < start + RATELIMIT_PROBE; i++) {

@@ -29,6 +29,11 @@ typedef struct ratelimit ratelimit_t;
 int ratelimit_new(ratelimit_rule_t rule, size_t capacity, ratelimit_t **out);
 void ratelimit_free(ratelimit_t *rl);
 
+/* A new rule for the table (a reload): rate 0 turns it off until a later rule turns it on again;
+ * buckets above the new burst are cut to it. Any thread. */
+void ratelimit_set_rule(ratelimit_t *rl, ratelimit_rule_t rule);
+ratelimit_rule_t ratelimit_rule(ratelimit_t *rl);
+
 /* Takes one token from key's bucket at now_ms. Returns 0 when allowed, else the whole seconds
  * (at least 1) until a token is there (for Retry-After). Any thread. */
 unsigned ratelimit_take(ratelimit_t *rl, span_t key, uint64_t now_ms);

@@ -1,5 +1,6 @@
 /* authkeys.c — the keys tokens are verified with, and their reload. See authkeys.h. */
 #include "engine/authkeys.h"
+#include "core/log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -192,7 +193,7 @@ int auth_keys_reload(auth_keys_t *keys, const auth_config_t *cfg, const char **f
             return -1;
         }
         if (notes[0])
-            fprintf(stderr, "level=warn event=jwt-keys-skipped file=\"%s\" skipped=\"%s\"\n", cfg->keys_file, notes);
+            log_line("level=warn event=jwt-keys-skipped file=\"%s\" skipped=\"%s\"", cfg->keys_file, notes);
     }
     r->has_issuer = cfg->issuer != NULL;
     r->has_audience = cfg->audience != NULL;

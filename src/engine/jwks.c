@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/netallow.h"
 #include "engine/thread.h"
 
@@ -215,8 +216,8 @@ static void *fetcher_main(void *arg)
             retry_ms = JWKS_RETRY_FIRST_MS;
             f->next_due = mono_ms() + f->refresh_ms;
             pthread_mutex_unlock(&f->lock);
-            fprintf(stderr, "level=info event=jwks-fetched keys=%zu reason=%s%s%s%s\n", jwk_set_count(set),
-                    poked ? "unknown-kid" : "schedule", notes[0] ? " skipped=\"" : "", notes, notes[0] ? "\"" : "");
+            log_line("level=info event=jwks-fetched keys=%zu reason=%s%s%s%s", jwk_set_count(set),
+                     poked ? "unknown-kid" : "schedule", notes[0] ? " skipped=\"" : "", notes, notes[0] ? "\"" : "");
             f->on_set(f->arg, set);
             pthread_mutex_lock(&f->lock);
         } else {
@@ -224,9 +225,9 @@ static void *fetcher_main(void *arg)
             uint64_t wait = f->loaded || retry_ms > f->refresh_ms ? f->refresh_ms : retry_ms;
             retry_ms *= 2;
             f->next_due = mono_ms() + wait;
-            fprintf(stderr, "level=error event=jwks-fetch-failed error=\"%s\" retry_in_ms=%llu msg=\"%s\"\n", err,
-                    (unsigned long long)wait,
-                    f->loaded ? "keeping the last good key set" : "no key set yet: requests that need a user get 503");
+            log_line("level=error event=jwks-fetch-failed error=\"%s\" retry_in_ms=%llu msg=\"%s\"", err,
+                     (unsigned long long)wait,
+                     f->loaded ? "keeping the last good key set" : "no key set yet: requests that need a user get 503");
         }
     }
     pthread_mutex_unlock(&f->lock);

@@ -9,6 +9,7 @@
 
 #include "core/clock.h"
 #include "core/itemmap.h"
+#include "core/log.h"
 #include "core/strmap.h"
 #include "engine/thread.h"
 
@@ -261,10 +262,10 @@ static void report(live_t *l, int rc)
     if (rc != STORE_OK) {
         atomic_fetch_add_explicit(&l->stats.errors, 1, memory_order_relaxed);
         if (!l->failing)
-            fprintf(stderr, "level=error event=live-read-failed error=\"%s\" msg=\"live counts wait for the store\"\n",
-                    rc == STORE_UNAVAILABLE ? "the store cannot be reached" : "the store failed");
+            log_line("level=error event=live-read-failed error=\"%s\" msg=\"live counts wait for the store\"",
+                     rc == STORE_UNAVAILABLE ? "the store cannot be reached" : "the store failed");
     } else if (l->failing) {
-        fprintf(stderr, "level=info event=live-read-resumed\n");
+        log_line("level=info event=live-read-resumed");
     }
     l->failing = rc != STORE_OK;
 }

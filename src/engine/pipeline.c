@@ -8,6 +8,7 @@
 
 #include "core/itemmap.h"
 #include "core/listchange.h"
+#include "core/log.h"
 
 typedef struct {
     itemmap_t sums;
@@ -27,9 +28,8 @@ static int fold_one(void *arg, uint64_t seq, const transition_t *t)
         return 1;
     }
     if (t->from == t->to) { /* read from the disk: the writer never logs a non-change */
-        fprintf(stderr,
-                "level=error event=store-corrupt table=log seq=%llu error=\"a transition from a kind to itself\"\n",
-                (unsigned long long)seq);
+        log_line("level=error event=store-corrupt table=log seq=%llu error=\"a transition from a kind to itself\"",
+                 (unsigned long long)seq);
         f->rc = STORE_ERROR;
         return 1;
     }

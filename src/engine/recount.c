@@ -8,6 +8,7 @@
 #include "core/clock.h"
 #include "core/itemmap.h"
 #include "core/listchange.h"
+#include "core/log.h"
 #include "engine/thread.h"
 
 recount_stats_t recount_stats;
@@ -142,10 +143,9 @@ static int recount_chunk(store_t *store, const span_t *items, size_t nitems, chu
     if (rc == STORE_OK)
         rc = store_read_log(snap, checkpoint, SIZE_MAX, unfolded_add, &unfolded);
     if (rc == STORE_OK && unfolded.rc != STORE_OK) {
-        fprintf(stderr,
-                "level=error event=recount-failed error=\"the log after the checkpoint could not be summed "
-                "(out of memory, or an item id longer than %d bytes)\"\n",
-                ID_MAX_LEN);
+        log_line("level=error event=recount-failed error=\"the log after the checkpoint could not be summed "
+                 "(out of memory, or an item id longer than %d bytes)\"",
+                 ID_MAX_LEN);
         rc = unfolded.rc;
     }
     *more = false;
@@ -304,9 +304,9 @@ static void sampler_pass(recount_sampler_t *r)
         recount_report_t rep;
         if (recount_run(r->store, r->writer, items, s.items.count, &rep) == STORE_OK && rep.ndrift) {
             for (size_t i = 0; i < rep.ndrift; i++)
-                fprintf(stderr, "level=error event=drift item=%s kind=%d counted=%lld stored=%lld corrected=%s\n",
-                        rep.drift[i].item, rep.drift[i].kind, (long long)rep.drift[i].counted,
-                        (long long)rep.drift[i].stored, rep.corrected ? "yes" : "no");
+                log_line("level=error event=drift item=%s kind=%d counted=%lld stored=%lld corrected=%s",
+                         rep.drift[i].item, rep.drift[i].kind, (long long)rep.drift[i].counted,
+                         (long long)rep.drift[i].stored, rep.corrected ? "yes" : "no");
         }
         recount_report_free(&rep);
     }

@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "core/itemmap.h"
+#include "core/log.h"
 #include "core/spacesaving.h"
 #include "engine/thread.h"
 
@@ -67,8 +68,8 @@ struct trending {
 static void trending_error(trending_t *t, const char *what, int rc)
 {
     atomic_fetch_add_explicit(&t->errors, 1, memory_order_relaxed);
-    fprintf(stderr, "level=error event=trending-%s error=\"%s\"\n", what,
-            rc == STORE_FULL ? "the store is out of space" : "the store failed");
+    log_line("level=error event=trending-%s error=\"%s\"", what,
+             rc == STORE_FULL ? "the store is out of space" : "the store failed");
 }
 
 static spacesaving_t *summary(trending_t *t, spacesaving_t *s)
@@ -327,7 +328,7 @@ static bool follow_result(trending_t *t, int rc)
     else if (rc != STORE_OK)
         atomic_fetch_add_explicit(&t->errors, 1, memory_order_relaxed);
     else if (t->follow_failing)
-        fprintf(stderr, "level=info event=trending-follow-resumed\n");
+        log_line("level=info event=trending-follow-resumed");
     t->follow_failing = rc != STORE_OK;
     return rc == STORE_OK;
 }

@@ -14,6 +14,7 @@
 
 #include "core/changejson.h"
 #include "core/clock.h"
+#include "core/log.h"
 #include "core/whsign.h"
 #include "engine/thread.h"
 
@@ -74,6 +75,15 @@ struct webhooks {
 const webhooks_options_t *webhooks_options(const webhooks_t *wh)
 {
     return &wh->opt;
+}
+
+void webhooks_set_timings(webhooks_t *wh, uint64_t timeout_ms, uint64_t backoff_min_ms, uint64_t backoff_max_ms,
+                          uint64_t secret_overlap_ms)
+{
+    __atomic_store_n(&wh->opt.timeout_ms, timeout_ms, __ATOMIC_RELAXED);
+    __atomic_store_n(&wh->opt.backoff_min_ms, backoff_min_ms, __ATOMIC_RELAXED);
+    __atomic_store_n(&wh->opt.backoff_max_ms, backoff_max_ms, __ATOMIC_RELAXED);
+    __atomic_store_n(&wh->opt.secret_overlap_ms, secret_overlap_ms, __ATOMIC_RELAXED);
 }
 
 void webhooks_notify(webhooks_t *wh)
@@ -297,8 +307,8 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
         free(body);
         h->state.expired = true;
         h->state.pending_to = 0;
-        fprintf(stderr, "level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu\n", h->def.id,
-                (unsigned long long)h->state.delivered, (unsigned long long)oldest);
+        log_line("level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu", h->def.id,
+                 (unsigned long long)h->state.delivered, (unsigned long long)oldest);
         record_state(wh, h);
         return;
     }
@@ -412,8 +422,9 @@ static void start_attempt(webhooks_t *wh, hook_t *h)
     curl_easy_setopt(e, CURLOPT_PROXY, "");
     curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)wh->opt.timeout_ms);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)wh->opt.timeout_ms);
+    long timeout_ms = (long)__atomic_load_n(&wh->opt.timeout_ms, __ATOMIC_RELAXED);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
     curl_easy_setopt(e, CURLOPT_POST, 1L);
     curl_easy_setopt(e, CURLOPT_POSTFIELDS, h->body);
     curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)h->body_len);
@@ -493,11 +504,12 @@ static void attempt_done(webhooks_t *wh, hook_t *h, CURLcode rc)
     h->failures++;
     pthread_mutex_unlock(&wh->lock);
     h->attempts++;
-    uint64_t backoff = wh->opt.backoff_min_ms;
-    for (unsigned i = 1; i < h->attempts && backoff < wh->opt.backoff_max_ms; i++)
+    uint64_t backoff = __atomic_load_n(&wh->opt.backoff_min_ms, __ATOMIC_RELAXED);
+    uint64_t backoff_max = __atomic_load_n(&wh->opt.backoff_max_ms, __ATOMIC_RELAXED);
+    for (unsigned i = 1; i < h->attempts && backoff < backoff_max; i++)
         backoff *= 2;
-    if (backoff > wh->opt.backoff_max_ms)
-        backoff = wh->opt.backoff_max_ms;
+    if (backoff > backoff_max)
+        backoff = backoff_max;
     h->next_attempt_ms = mono_ms() + backoff;
     bool news = !h->state.failing_since_ms || strcmp(h->state.last_error, category) != 0;
     if (!h->state.failing_since_ms)
@@ -544,8 +556,7 @@ static void apply_resume(webhooks_t *wh, hook_t *h, const whstore_resume_t *r)
     h->state.expired = false;
     h->state.epoch = r->epoch;
     h->dirty = true;
-    fprintf(stderr, "level=info event=webhook-resumed webhook=%s after=%llu\n", h->def.id,
-            (unsigned long long)r->after);
+    log_line("level=info event=webhook-resumed webhook=%s after=%llu", h->def.id, (unsigned long long)r->after);
 }
 
 /* Reads every webhook's records and brings the thread's view in line: new ones, deleted ones,
@@ -603,8 +614,8 @@ static void scan_records(webhooks_t *wh)
             h->state.expired = true;
             h->state.pending_to = 0;
             h->record_now = true;
-            fprintf(stderr, "level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu\n", h->def.id,
-                    (unsigned long long)h->state.delivered, (unsigned long long)oldest);
+            log_line("level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu", h->def.id,
+                     (unsigned long long)h->state.delivered, (unsigned long long)oldest);
         }
         h->expired_shown = h->state.expired;
     }
@@ -637,7 +648,7 @@ static void set_leading(webhooks_t *wh, bool leading)
     if (leading == wh->leading)
         return;
     wh->leading = leading;
-    fprintf(stderr, "level=info event=webhooks-%s\n", leading ? "delivering" : "standby");
+    log_line("level=info event=webhooks-%s", leading ? "delivering" : "standby");
     for (size_t i = 0; i < wh->nhooks; i++) {
         drop_batch(wh, wh->hooks[i]);
         wh->hooks[i]->loaded = false;

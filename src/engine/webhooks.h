@@ -43,6 +43,11 @@ void webhooks_stop(webhooks_t *wh);
 
 const webhooks_options_t *webhooks_options(const webhooks_t *wh);
 
+/* The timings SIGHUP may change (the four durations above), for the next deliveries; any thread.
+ * Readers of them load them atomically (__atomic_load_n). */
+void webhooks_set_timings(webhooks_t *wh, uint64_t timeout_ms, uint64_t backoff_min_ms, uint64_t backoff_max_ms,
+                          uint64_t secret_overlap_ms);
+
 /* Whether url may be a webhook's: http:// or https://, at most 2048 bytes, parsed by libcurl, and
  * when its host is an IP address, one the allow rule permits. Returns 0, or -1 with why filled. */
 int webhooks_check_url(const webhooks_t *wh, const char *url, size_t len, char *why, size_t whylen);

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 #include "engine/pipeline.h"
 #include "engine/thread.h"
 
@@ -156,8 +157,8 @@ static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t
     assert(!(target & ~KINDSET_ALL(w->kinds->count)) && !(row->set & ~KINDSET_ALL(w->kinds->count)));
     assert((w->kinds->mode == REACTION_MODE_MANY || kindset_size(target) <= 1) && "one mode holds one kind");
     if (row->version == UINT64_MAX) { /* read from the disk: no row reaches it by counting */
-        fprintf(stderr, "level=error event=store-corrupt table=rows item=\"%.*s\" error=\"version at its maximum\"\n",
-                (int)item.len, item.ptr);
+        log_line("level=error event=store-corrupt table=rows item=\"%.*s\" error=\"version at its maximum\"",
+                 (int)item.len, item.ptr);
         return STORE_ERROR;
     }
     reaction_row_t next = {target, row->version + 1};
@@ -585,7 +586,7 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         fold_publish(w, rc == STORE_OK);
     if (rc != STORE_OK) {
         if (n || !w->failing) /* an empty batch (a fold, a poll) failing again says nothing new */
-            fprintf(stderr, "level=error event=commit-failed commands=%zu error=\"%s\"\n", n, store_error_detail(rc));
+            log_line("level=error event=commit-failed commands=%zu error=\"%s\"", n, store_error_detail(rc));
         w->failing = true;
         if (!w->apart)
             atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
@@ -625,7 +626,7 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
             /* the position came with the commit; the store spliced the same into the stored record.
              * The room was reserved before the commit, so this cannot fail; if it did, the committed
              * write is still answered as done, without its cursor, never as a failure. */
-            fprintf(stderr, "level=error event=cursor-splice-failed\n");
+            log_line("level=error event=cursor-splice-failed");
         }
         if (c->type == WRITE_REACT)
             histogram_observe(&w->stats.write_seconds, (double)(done_ns - c->submitted_ns) / 1e9);
@@ -638,8 +639,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
 /* The stop gave up on its last fold (STOP_FAILURES_MAX failed tries): nothing is lost, the log keeps it. */
 static void log_stop_without_fold(void)
 {
-    fprintf(stderr, "level=error event=stop-without-fold error=\"the last fold could not be committed; the next "
-                    "start folds what is left\"\n");
+    log_line("level=error event=stop-without-fold error=\"the last fold could not be committed; the next "
+             "start folds what is left\"");
 }
 
 static void *writer_main(void *arg)
@@ -662,7 +663,7 @@ static void *writer_main(void *arg)
             /* nothing waits (a batch after a deferred one failed): what they left unseen is shown */
             pthread_mutex_unlock(&w->lock);
             if (store_flush(w->store) != STORE_OK)
-                fprintf(stderr, "level=error event=flush-failed\n");
+                log_line("level=error event=flush-failed");
             writer_announce(w);
             pthread_mutex_lock(&w->lock);
             continue;
@@ -726,7 +727,7 @@ static int fold_run(writer_t *w, uint64_t mono_now)
     fold_publish(w, rc == STORE_OK);
     if (rc != STORE_OK) {
         if (!w->fold_failing)
-            fprintf(stderr, "level=error event=fold-failed error=\"%s\"\n", store_error_detail(rc));
+            log_line("level=error event=fold-failed error=\"%s\"", store_error_detail(rc));
         atomic_store_explicit(&w->stats.oldest_unfolded_ms, oldest_before, memory_order_relaxed);
         /* not the leader until a fold says so again: its session (and the lock) may be gone */
         atomic_store_explicit(&w->stats.fold_leader, false, memory_order_relaxed);

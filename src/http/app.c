@@ -1,5 +1,6 @@
 /* app.c — request dispatch: route, method, then the route's handler; health and readiness. */
 #include "http/app.h"
+#include "core/log.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -117,26 +118,28 @@ bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t k
 bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
 {
     char peer[64];
-    if (who->known || !app->read_limit)
+    ratelimit_t *limit = atomic_load(&app->read_limit);
+    if (who->known || !limit)
         return true;
     size_t n = http_req_peer(req, peer, sizeof peer);
-    return rate_or_reply(app, app->read_limit, req, (span_t){peer, n});
+    return rate_or_reply(app, limit, req, (span_t){peer, n});
 }
 
 /* The allowed origin matching the request's Origin header, if any. */
-static const char *cors_origin(const app_t *app, http_request_t *req, span_t *origin)
+static const char *cors_origin(app_t *app, http_request_t *req, span_t *origin)
 {
-    if (app->ncors == 0 || http_req_header(req, "origin", origin) != 1)
+    const cors_list_t *cors = atomic_load(&app->cors);
+    if (!cors || cors->count == 0 || http_req_header(req, "origin", origin) != 1)
         return NULL;
-    for (int i = 0; i < app->ncors; i++)
-        if (strcmp(app->cors_origins[i], "*") == 0 || span_eq_str(*origin, app->cors_origins[i]))
-            return app->cors_origins[i];
+    for (int i = 0; i < cors->count; i++)
+        if (strcmp(cors->origins[i], "*") == 0 || span_eq_str(*origin, cors->origins[i]))
+            return cors->origins[i];
     return NULL;
 }
 
 /* ts=… method=… route=… status=… bytes=… us=… peer=… target="…" — the target is printable ASCII
  * (h2o refuses control bytes in it); quotes and backslashes are escaped. */
-static void access_log_line(app_t *app, http_request_t *req, route_id_t route, int status, size_t body_bytes)
+static void access_log_line(FILE *out, http_request_t *req, route_id_t route, int status, size_t body_bytes)
 {
     char peer[64], target[512], ts[32];
     span_t t = http_req_target(req), m = http_req_method(req);
@@ -150,9 +153,9 @@ static void access_log_line(app_t *app, http_request_t *req, route_id_t route, i
     size_t plen = http_req_peer(req, peer, sizeof peer);
     peer[plen] = '\0';
     app_iso_time(wall_ms(), ts);
-    fprintf(app->access_log, "ts=%s method=%.*s route=%s status=%d bytes=%zu us=%llu peer=%s target=\"%s\"\n", ts,
-            (int)(m.len > 16 ? 16 : m.len), m.ptr, route_name(route), status, body_bytes,
-            (unsigned long long)http_req_age_us(req), plen ? peer : "-", target);
+    log_line_to(out, "ts=%s method=%.*s route=%s status=%d bytes=%zu us=%llu peer=%s target=\"%s\"", ts,
+                (int)(m.len > 16 ? 16 : m.len), m.ptr, route_name(route), status, body_bytes,
+                (unsigned long long)http_req_age_us(req), plen ? peer : "-", target);
 }
 
 void app_on_respond(void *arg, http_request_t *req, int status, size_t body_bytes)
@@ -162,8 +165,9 @@ void app_on_respond(void *arg, http_request_t *req, int status, size_t body_byte
     route_match(http_req_target(req), &route);
     if (status >= 0 && status < STATUS_CODES && route.id < ROUTE_COUNT)
         atomic_fetch_add_explicit(&app->responses[route.id][status], 1, memory_order_relaxed);
-    if (app->access_log)
-        access_log_line(app, req, route.id, status, body_bytes);
+    FILE *access_log = atomic_load(&app->access_log);
+    if (access_log)
+        access_log_line(access_log, req, route.id, status, body_bytes);
     span_t origin;
     const char *allowed = cors_origin(app, req, &origin);
     if (!allowed)

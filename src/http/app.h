@@ -38,6 +38,12 @@ typedef enum {
     LIST_ACCESS_PUBLIC, /* anyone */
 } list_access_t;
 
+/* --cors-origin's values; "*" allows any origin. */
+typedef struct {
+    int count;
+    const char *origins[CORS_ORIGINS_MAX];
+} cors_list_t;
+
 typedef struct app {
     const kinds_t *kinds;
     store_t *store;
@@ -54,14 +60,14 @@ typedef struct app {
     atomic_bool admin_busy; /* one long admin job at a time */
     atomic_uint_fast64_t responses[ROUTE_COUNT][STATUS_CODES]; /* [route][status] */
     atomic_uint_fast64_t rate_limited;
-    ratelimit_t *write_limit;                   /* per user; NULL = off */
-    ratelimit_t *read_limit;                    /* per client address, reads without a user; NULL = off */
-    const char *cors_origins[CORS_ORIGINS_MAX]; /* "*" allows any origin */
-    int ncors;
-    size_t max_header_bytes;                   /* larger header sections are refused with 431 */
-    FILE *access_log;                          /* one line per answer, when set */
-    bool admin_listen;                         /* a second listener serves the admin routes (and the public one not) */
-    list_access_t who_reacted, user_reactions; /* who may read the lists */
+    /* What SIGHUP may change is read through atomics: a reload publishes a new value whole. */
+    ratelimit_t *_Atomic write_limit; /* per user; NULL = off */
+    ratelimit_t *_Atomic read_limit;  /* per client address, reads without a user; NULL = off */
+    const cors_list_t *_Atomic cors;  /* NULL: no origin allowed; lists replaced are kept till exit */
+    size_t max_header_bytes;          /* larger header sections are refused with 431 */
+    FILE *_Atomic access_log;         /* one line per answer, when set */
+    bool admin_listen;                /* a second listener serves the admin routes (and the public one not) */
+    _Atomic list_access_t who_reacted, user_reactions; /* who may read the lists */
     /* When a reaction write last failed to commit (wall ms), seen as its answer comes back:
      * /readyz and tally_writes_failing say "writes failing" for a while after it. */
     atomic_uint_fast64_t last_write_failed_ms;

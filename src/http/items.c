@@ -364,8 +364,9 @@ void items_write(app_t *app, http_request_t *req, span_t item, item_action_t act
 {
     auth_t who;
     span_t body;
-    if (!auth_user_or_reply(app, req, true, &who) || !rate_or_reply(app, app->write_limit, req, who.user) ||
-        !item_or_reply(req, item) || !body_or_reply(req, &body))
+    if (!auth_user_or_reply(app, req, true, &who) ||
+        !rate_or_reply(app, atomic_load(&app->write_limit), req, who.user) || !item_or_reply(req, item) ||
+        !body_or_reply(req, &body))
         return;
     item_write_t *w = calloc(1, sizeof *w);
     if (!w) {

@@ -26,6 +26,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "core/log.h"
 #include "http/router.h"
 
 #define ACCEPT_PAUSE_MS 100  /* out of file descriptors: stop accepting this long, then try again */
@@ -506,10 +507,9 @@ static void note_accept_error(int err)
     atomic_fetch_add(&http_srv.accept_errors, 1);
     bool logged = false;
     if (atomic_compare_exchange_strong(&http_srv.accept_error_logged, &logged, true))
-        fprintf(stderr,
-                "level=error event=accept-failed error=\"%s\" msg=\"cannot accept connections; pausing accepting "
-                "for %d ms at a time (logged once; see tally_http_accept_errors_total)\"\n",
-                strerror(err), ACCEPT_PAUSE_MS);
+        log_line("level=error event=accept-failed error=\"%s\" msg=\"cannot accept connections; pausing accepting "
+                 "for %d ms at a time (logged once; see tally_http_accept_errors_total)\"",
+                 strerror(err), ACCEPT_PAUSE_MS);
 }
 
 static void on_accept(h2o_socket_t *listener, const char *err)

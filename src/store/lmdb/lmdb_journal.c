@@ -26,6 +26,7 @@
 
 #include "core/clock.h"
 #include "core/journalrec.h"
+#include "core/log.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -275,8 +276,7 @@ static void cut_back(lmdb_journal_t *j)
     int fd = j->fd[j->cur];
     if (ftruncate(fd, (off_t)j->off) != 0 || fdatasync(fd) != 0) {
         j->broken = true;
-        fprintf(stderr, "level=error event=journal-broken reason=\"%s\" (writes refused until a restart)\n",
-                strerror(errno));
+        log_line("level=error event=journal-broken reason=\"%s\" (writes refused until a restart)", strerror(errno));
     }
 }
 
@@ -363,8 +363,7 @@ static void *checkpoint_thread(void *arg)
             /* The base before stays, with its snapshot and both files' records: tried again. */
             atomic_fetch_add(&j->checkpoint_failures, 1);
             pthread_cond_broadcast(&j->cond); /* a close waiting for it stops waiting */
-            fprintf(stderr, "level=warn event=checkpoint-failed reason=\"%s\"\n",
-                    rc > 0 ? strerror(rc) : mdb_strerror(rc));
+            log_line("level=warn event=checkpoint-failed reason=\"%s\"", rc > 0 ? strerror(rc) : mdb_strerror(rc));
             struct timespec until;
             clock_gettime(CLOCK_REALTIME, &until);
             until.tv_sec += 1;
@@ -445,8 +444,8 @@ int lmdb_journal_checkpoint_wait(lmdb_store_t *s)
     }
     if (busy) {
         j->broken = true;
-        fprintf(stderr, "level=error event=journal-broken reason=\"a checkpoint for a commit without a record "
-                        "failed\" (writes refused until a restart)\n");
+        log_line("level=error event=journal-broken reason=\"a checkpoint for a commit without a record "
+                 "failed\" (writes refused until a restart)");
         return EIO;
     }
     return 0;
@@ -787,9 +786,8 @@ int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen
         free(recs[i].ops);
     free(recs);
     if (rc == 0 && n)
-        fprintf(stderr,
-                "level=info event=journal-replayed records=%zu changes=%llu base=%llu ms=%llu transactions=%zu\n", n,
-                (unsigned long long)ops, (unsigned long long)base, (unsigned long long)(mono_ms() - t0), txns);
+        log_line("level=info event=journal-replayed records=%zu changes=%llu base=%llu ms=%llu transactions=%zu", n,
+                 (unsigned long long)ops, (unsigned long long)base, (unsigned long long)(mono_ms() - t0), txns);
     if (rc == ENOMEM)
         snprintf(err, errlen, "reading the journal: out of memory");
     return rc == 0 ? STORE_OK : STORE_ERROR;

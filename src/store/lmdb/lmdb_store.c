@@ -21,6 +21,7 @@
 
 #include "core/clock.h"
 #include "core/journalrec.h"
+#include "core/log.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -256,8 +257,8 @@ static int schema_check(lmdb_store_t *s, MDB_txn *txn, bool *build_lists, char *
         return lmdb_rc(rc);
     }
     if (upgrade) /* (the lists of a 1 or 2 are built afterwards: event=lists-built) */
-        fprintf(stderr, "level=info event=schema-upgraded from=%c to=%s ms=%llu\n", v, SCHEMA_VERSION,
-                (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
+        log_line("level=info event=schema-upgraded from=%c to=%s ms=%llu", v, SCHEMA_VERSION,
+                 (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
     return STORE_OK;
 }
 
@@ -409,8 +410,8 @@ static void *filter_fill(void *arg)
     lmdb_read_end(snap);
     if (rc == STORE_OK && !f.stopped) { /* the whole table was read */
         atomic_store_explicit(&f.store->filter_ready, true, memory_order_release);
-        fprintf(stderr, "level=info event=row-filter-ready rows=%llu ms=%llu\n", (unsigned long long)f.rows,
-                (unsigned long long)(mono_ms() - started));
+        log_line("level=info event=row-filter-ready rows=%llu ms=%llu", (unsigned long long)f.rows,
+                 (unsigned long long)(mono_ms() - started));
     }
     return NULL;
 }
@@ -511,7 +512,7 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
             snprintf(err, errlen, "building the lists (who reacted, a user's reactions) failed");
             goto fail;
         }
-        fprintf(stderr, "level=info event=lists-built ms=%llu\n", (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
+        log_line("level=info event=lists-built ms=%llu", (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
     }
     if ((rc = next_seq_load(s, txn)) != MDB_SUCCESS) {
         snprintf(err, errlen, "reading the log: %s", mdb_strerror(rc));
@@ -641,8 +642,7 @@ static int row_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user
  * (the transaction is void, as SQLite's SQLITE_CORRUPT), never an assert that stops the server. */
 static int store_corrupt(span_t item, const char *what)
 {
-    fprintf(stderr, "level=error event=store-corrupt table=counts item=\"%.*s\" error=\"%s\"\n", (int)item.len,
-            item.ptr, what);
+    log_line("level=error event=store-corrupt table=counts item=\"%.*s\" error=\"%s\"", (int)item.len, item.ptr, what);
     return STORE_ERROR;
 }
 
@@ -807,10 +807,9 @@ static int epoch_commit(lmdb_store_t *s)
     s->epoch_bytes = s->epoch_ops = 0;
     if (rc != MDB_SUCCESS) {
         s->journal.broken = true;
-        fprintf(stderr,
-                "level=error event=journal-broken reason=\"the commit of an epoch failed: %s\" (its batches are in "
-                "the journal; writes refused until a restart replays them)\n",
-                mdb_strerror(rc));
+        log_line("level=error event=journal-broken reason=\"the commit of an epoch failed: %s\" (its batches are in "
+                 "the journal; writes refused until a restart replays them)",
+                 mdb_strerror(rc));
         return rc;
     }
     atomic_fetch_add(&s->commits, changed);
@@ -849,7 +848,7 @@ int lmdb_write_begin(store_t *s_, store_write_t **out)
     struct lmdb_write *w = &s->write;
     assert(!w->active);
     if (s->visitor) {
-        fprintf(stderr, "level=error event=write-refused reason=\"another process owns the store\"\n");
+        log_line("level=error event=write-refused reason=\"another process owns the store\"");
         return STORE_ERROR;
     }
     s->defer = NULL;
@@ -915,7 +914,7 @@ int lmdb_write_commit(store_write_t *w_)
              after.me_last_txnid != before.me_last_txnid) {
         /* a change that bypassed lmdb_put and its kin (a defect): made recoverable by a base that
          * holds it, at once, and said loudly */
-        fprintf(stderr, "level=error event=journal-missed-change txn=%zu\n", after.me_last_txnid);
+        log_line("level=error event=journal-missed-change txn=%zu", after.me_last_txnid);
         s->next_seq = w->next_seq;
         return lmdb_rc(lmdb_journal_checkpoint_wait(s));
     }

@@ -12,6 +12,7 @@
 
 #include "core/clock.h"
 #include "core/hash.h"
+#include "core/log.h"
 
 /* --- connections --- */
 
@@ -93,8 +94,8 @@ int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *w
         return STORE_UNAVAILABLE;
     }
     const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
-    fprintf(stderr, "level=error event=pg-error what=%s sqlstate=%s error=\"%.*s\"\n", what, state ? state : "-",
-            (int)strcspn(msg, "\n"), msg);
+    log_line("level=error event=pg-error what=%s sqlstate=%s error=\"%.*s\"\n", what, state ? state : "-",
+             (int)strcspn(msg, ""), msg);
     return state && strcmp(state, "53100") == 0 ? STORE_FULL : STORE_ERROR;
 }
 
@@ -226,7 +227,7 @@ void pg_session_drop(pg_session_t *sess)
     sess->conn = NULL;
     atomic_store_explicit(&sess->id, 0, memory_order_relaxed);
     if (sess->leader)
-        fprintf(stderr, "level=warn event=fold-leader-lost\n");
+        log_line("level=warn event=fold-leader-lost");
     sess->leader = false;
 }
 
@@ -290,11 +291,11 @@ PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
             pg_mark_down(s);
             atomic_store(&s->down_since_ms, now); /* every connection waits before the next try */
         }
-        fprintf(stderr, "level=warn event=pg-connect-failed session=%s error=\"%s\"\n", sess->name, err);
+        log_line("level=warn event=pg-connect-failed session=%s error=\"%s\"", sess->name, err);
         return NULL;
     }
     sess->failed_ms = 0;
-    fprintf(stderr, "level=info event=pg-connected session=%s\n", sess->name);
+    log_line("level=info event=pg-connected session=%s", sess->name);
     pg_mark_up(s);
     return sess->conn;
 }
@@ -439,8 +440,8 @@ int pg_hex_fingerprint(const char *hex, size_t len, uint8_t out[FINGERPRINT_LEN]
         if (k + 1 == FINGERPRINT_LEN)
             return 0;
     }
-    fprintf(stderr, "level=error event=store-corrupt table=tally_idem error=\"a fingerprint is not %d hex digits\"\n",
-            2 * FINGERPRINT_LEN);
+    log_line("level=error event=store-corrupt table=tally_idem error=\"a fingerprint is not %d hex digits\"",
+             2 * FINGERPRINT_LEN);
     return -1;
 }
 
@@ -615,7 +616,7 @@ static int mode_setup(pg_store_t *s, char *err, size_t errlen)
         for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++)
             if (pg_run(s, s->wsess.conn, "mode", steps[i], 0, NULL) != STORE_OK)
                 goto fail;
-        fprintf(stderr, "level=info event=pg-reactors-counted\n");
+        log_line("level=info event=pg-reactors-counted");
     } else if (s->kinds.mode == REACTION_MODE_ONE && counted) {
         if (!(res = pg_exec(s, s->wsess.conn, "mode", "SELECT EXISTS (SELECT 1 FROM tally_rows WHERE kind < 0)", 0,
                             NULL, &rc)))
@@ -706,8 +707,8 @@ static int schema_upgrade_from_1(pg_store_t *s, const char *version)
                       "UPDATE tally_meta SET value = $1 WHERE name IN ('schema_version', 'schema_compatible_from')", 1,
                       p) != STORE_OK)
         return STORE_ERROR;
-    fprintf(stderr, "level=info event=pg-schema-upgraded from=1 to=%d lists_built_ms=%llu\n", PG_SCHEMA_VERSION,
-            (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
+    log_line("level=info event=pg-schema-upgraded from=1 to=%d lists_built_ms=%llu", PG_SCHEMA_VERSION,
+             (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
     return STORE_OK;
 }
 
@@ -742,7 +743,7 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
                           "INSERT INTO tally_meta VALUES ('schema_version', $1), ('schema_compatible_from', $1)", 1,
                           p) != STORE_OK)
             goto fail;
-        fprintf(stderr, "level=info event=pg-schema-created version=%d\n", PG_SCHEMA_VERSION);
+        log_line("level=info event=pg-schema-created version=%d", PG_SCHEMA_VERSION);
     } else {
         /* A newer schema says down to which version its nodes can run beside it (a rolling upgrade:
          * old and new nodes share the database until the last old one is replaced). */
@@ -761,8 +762,8 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
             goto fail_quiet;
         }
         if (stored > PG_SCHEMA_VERSION)
-            fprintf(stderr, "level=warn event=pg-schema-newer version=%ld this=%d msg=\"running beside newer nodes\"\n",
-                    stored, PG_SCHEMA_VERSION);
+            log_line("level=warn event=pg-schema-newer version=%ld this=%d msg=\"running beside newer nodes\"", stored,
+                     PG_SCHEMA_VERSION);
         if (stored < 1) {
             snprintf(err, errlen, "the database's tally_meta has no schema version");
             goto fail_quiet;
@@ -871,8 +872,8 @@ int pg_backup(store_t *s_, const char *dir)
 {
     (void)s_;
     (void)dir;
-    fprintf(stderr, "level=error event=backup-unsupported error=\"back a PostgreSQL store up with the server's own "
-                    "tools (pg_basebackup, pg_dump)\"\n");
+    log_line("level=error event=backup-unsupported error=\"back a PostgreSQL store up with the server's own "
+             "tools (pg_basebackup, pg_dump)\"");
     return STORE_ERROR;
 }
 
@@ -907,7 +908,7 @@ int pg_read_begin_single(store_t *s_, store_read_t **out)
 static bool single_may_ask(pg_read_t *r, int *rc)
 {
     if (r->single && r->asked) {
-        fprintf(stderr, "level=error event=read-refused reason=\"a second question on a single read\"\n");
+        log_line("level=error event=read-refused reason=\"a second question on a single read\"");
         *rc = STORE_ERROR;
         return false;
     }

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 
 #define NUM_LEN 24
 
@@ -319,7 +320,7 @@ bool pg_write_may_fold(store_write_t *w_)
     w->sess->leader = res && PQgetvalue(res, 0, 0)[0] == 't';
     PQclear(res);
     if (w->sess->leader)
-        fprintf(stderr, "level=info event=fold-leader\n");
+        log_line("level=info event=fold-leader");
     return w->sess->leader;
 }
 
@@ -798,7 +799,7 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     if (committed && left != STORE_OK) {
         /* The commit is durable: what failed after it must not answer the batch as failed. The
          * connection is left in an unknown state: dropped, the next batch connects again. */
-        fprintf(stderr, "level=warn event=pipeline-end-failed error=\"after a durable commit; reconnecting\"\n");
+        log_line("level=warn event=pipeline-end-failed error=\"after a durable commit; reconnecting\"");
         pg_session_drop(w->sess);
         left = STORE_OK;
     }
