@@ -105,8 +105,8 @@ int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *arg
         return -1;
     }
     for (size_t i = 0; i < fs->count; i++)
-        longopts[i] = (struct option){fs->flags[i].name + 2, fs->flags[i].arg ? required_argument : no_argument,
-                                      NULL, (int)i + 1};
+        longopts[i] = (struct option){fs->flags[i].name + 2, fs->flags[i].arg ? required_argument : no_argument, NULL,
+                                      (int)i + 1};
     *args = (flag_args_t){0};
     opterr = 0;
     optind = 1;
@@ -168,8 +168,8 @@ static const char *apply(const flag_t *f, const char *value, void *opts)
 
 /* The file's entries: each name known, not twice unless repeatable, each value good (a value the
  * command line replaces is still checked, on a scratch copy). */
-static int apply_file(const flagset_t *fs, const flag_args_t *args, const conf_t *conf, void *opts,
-                      flag_source_t *from, flag_error_t *err)
+static int apply_file(const flagset_t *fs, const flag_args_t *args, const conf_t *conf, void *opts, flag_source_t *from,
+                      flag_error_t *err)
 {
     const char *path = args->config;
     void *scratch = malloc(fs->opts_size);

@@ -26,12 +26,12 @@ enum {
 typedef enum { FLAG_NOT_GIVEN, FLAG_FROM_FILE, FLAG_FROM_ARGS } flag_source_t;
 
 struct flag {
-    const char *name; /* "--listen" */
-    const char *arg;  /* what --help shows for the value ("HOST:PORT"); NULL: the flag takes none */
-    const char *def;  /* the default, parsed by set like a given value; NULL: none (or said in help) */
-    const char *help; /* lines separated by \n; --help appends the default */
-    flag_set_fn set;  /* NULL: --help, --version (handled here) */
-    size_t offset;    /* of the value in the options struct */
+    const char *name;  /* "--listen" */
+    const char *arg;   /* what --help shows for the value ("HOST:PORT"); NULL: the flag takes none */
+    const char *def;   /* the default, parsed by set like a given value; NULL: none (or said in help) */
+    const char *help;  /* lines separated by \n; --help appends the default */
+    flag_set_fn set;   /* NULL: --help, --version (handled here) */
+    size_t offset;     /* of the value in the options struct */
     uint64_t min, max; /* bounds of numbers, sizes and durations */
     const char *why;   /* the message for a refused value (the setters' own when NULL) */
     unsigned opts;     /* FLAG_* */

@@ -2,6 +2,7 @@
  * --help. */
 #include <errno.h>
 #include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@
 #include "engine/recount.h"
 #include "engine/writer.h"
 #include "store/store.h"
+#include "tallyd.h"
+#include "version.h"
 
 #define EXIT_FAILED 1
 #define EXIT_USAGE 2
@@ -41,9 +44,95 @@ static int usage_error(const char *why)
 /* Parses the flags common to the subcommands. Returns -1 after --help (printed), -2 on an error
  * (printed), else the index of the first operand. */
 typedef struct {
-    const char *data, *user, *ttl, *secret_file, *reactions, *format, *on_error, *store, *mode;
+    const char *data, *user, *ttl, *secret_file, *reactions, *format, *on_error, *store, *mode, *config;
     bool admin;
 } flags_t;
+
+/* The names --config FILE may give tally: its own flags. Names of tallyd's other flags are skipped,
+ * so tallyd's file serves both programs (tally verify --config /etc/tally/tallyd.conf). */
+static const struct {
+    const char *name;
+    size_t offset; /* of the value in flags_t */
+    int group;     /* data and store are one setting */
+} file_flags[] = {
+    {"data", offsetof(flags_t, data), 1},
+    {"store", offsetof(flags_t, store), 1},
+    {"user", offsetof(flags_t, user), 0},
+    {"ttl", offsetof(flags_t, ttl), 0},
+    {"jwt-secret-file", offsetof(flags_t, secret_file), 0},
+    {"reactions", offsetof(flags_t, reactions), 0},
+    {"reaction-mode", offsetof(flags_t, mode), 0},
+    {"format", offsetof(flags_t, format), 0},
+    {"on-error", offsetof(flags_t, on_error), 0},
+    {"admin", offsetof(flags_t, admin), 0},
+};
+#define NFILE_FLAGS (sizeof file_flags / sizeof file_flags[0])
+
+static conf_t config_text; /* values point into it until exit */
+
+static void config_free(void)
+{
+    conf_free(&config_text);
+}
+
+/* The file's values for the flags the command line did not give (given: by file_flags index).
+ * Returns 0, or exit status 2 having said why, naming the file, the line and the flag. */
+static int apply_config(flags_t *f, const bool given[NFILE_FLAGS])
+{
+    int line = 0;
+    char why[256];
+    if (conf_read_file(f->config, &config_text, &line, why, sizeof why) != 0) {
+        if (line)
+            fprintf(stderr, "tally %s: %s:%d: %s\n", current->name, f->config, line, why);
+        else
+            fprintf(stderr, "tally %s: --config %s: %s\n", current->name, f->config, why);
+        return EXIT_USAGE;
+    }
+    atexit(config_free);
+    int seen[NFILE_FLAGS] = {0};
+    for (size_t k = 0; k < config_text.count; k++) {
+        const conf_entry_t *e = &config_text.entries[k];
+        size_t i = 0;
+        while (i < NFILE_FLAGS && strcmp(file_flags[i].name, e->name) != 0)
+            i++;
+        const char *bad = NULL;
+        char buf[96];
+        if (i == NFILE_FLAGS) {
+            if (!flags_find(&tallyd_flagset, e->name) || strcmp(e->name, "config") == 0)
+                bad = "unknown flag";
+            else
+                continue; /* a setting of tallyd's alone */
+        } else if (seen[i]) {
+            snprintf(buf, sizeof buf, "given twice (first on line %d)", seen[i]);
+            bad = buf;
+        } else if (strcmp(e->name, "reaction-mode") == 0 && strcmp(e->value, "one") != 0 &&
+                   strcmp(e->value, "many") != 0) {
+            bad = "expected one or many";
+        } else if (strcmp(e->name, "admin") == 0 && strcmp(e->value, "true") != 0 && strcmp(e->value, "false") != 0) {
+            bad = "expected true or false";
+        }
+        if (bad) {
+            fprintf(stderr, "tally %s: %s:%d: %s%s: %s\n", current->name, f->config, e->line,
+                    i == NFILE_FLAGS ? "" : "--", e->name, bad);
+            return EXIT_USAGE;
+        }
+        seen[i] = e->line;
+        bool replaced = given[i];
+        for (size_t j = 0; j < NFILE_FLAGS && !replaced; j++)
+            replaced = file_flags[i].group && file_flags[j].group == file_flags[i].group && given[j];
+        if (replaced)
+            continue;
+        if (strcmp(e->name, "admin") == 0)
+            f->admin = strcmp(e->value, "true") == 0;
+        else
+            *(const char **)((char *)f + file_flags[i].offset) = e->value;
+    }
+    if (f->data && f->store && !given[0] && !given[1]) {
+        fprintf(stderr, "tally %s: %s: give either data or store, not both\n", current->name, f->config);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
 
 static int parse_common(int argc, char **argv, flags_t *f)
 {
@@ -59,13 +148,22 @@ static int parse_common(int argc, char **argv, flags_t *f)
         {"on-error", required_argument, NULL, 'e'},
         {"store", required_argument, NULL, 'S'},
         {"reaction-mode", required_argument, NULL, 'm'},
+        {"config", required_argument, NULL, 'c'},
         {NULL, 0, NULL, 0},
     };
+    static const char letters[] = "dSutsrmfea"; /* file_flags' order */
+    bool given[NFILE_FLAGS] = {0};
     opterr = 0;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+        const char *letter = c > 0 ? strchr(letters, c) : NULL;
+        if (letter)
+            given[letter - letters] = true;
         switch (c) {
+        case 'c':
+            f->config = optarg;
+            break;
         case 'd':
             f->data = optarg;
             break;
@@ -110,6 +208,12 @@ static int parse_common(int argc, char **argv, flags_t *f)
             fprintf(stderr, "tally %s: unknown flag %s\n", current->name, argv[optind - 1]);
             return -2;
         }
+    }
+    if (f->config && apply_config(f, given) != 0)
+        return -2;
+    if (f->mode && strcmp(f->mode, "one") != 0 && strcmp(f->mode, "many") != 0) {
+        usage_error("--reaction-mode is one or many");
+        return -2;
     }
     return optind;
 }
@@ -600,10 +704,19 @@ static const command_t commands[] = {
 
 int main(int argc, char **argv)
 {
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("tally %s\n", tally_version);
+        return 0;
+    }
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
-        fputs("usage: tally COMMAND [flags]   (tally COMMAND --help for each)\n\n", argc < 2 ? stderr : stdout);
+        FILE *out = argc < 2 ? stderr : stdout;
+        fputs("usage: tally COMMAND [flags]   (tally COMMAND --help for each)\n\n", out);
         for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-            fputs(commands[i].usage, argc < 2 ? stderr : stdout);
+            fputs(commands[i].usage, out);
+        fputs("\nEvery command also takes --config FILE: its flags from FILE, one name = value a line (tallyd's\n"
+              "file works: names of tallyd's other flags are skipped); the command line replaces the file's\n"
+              "values. tally --version prints the version.\n",
+              out);
         return argc < 2 ? EXIT_USAGE : 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {

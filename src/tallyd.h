@@ -70,12 +70,12 @@ int tallyd_options_finish(options_t *o, const flag_source_t *from, kinds_t *kind
 typedef struct {
     app_t *app;
     auth_keys_t *keys;
-    const flag_args_t *args;  /* the command line, kept: it wins over the file on every reload */
-    options_t *in_force;      /* the options in force (replaced by a good reload) */
-    flag_source_t *from;      /* where each option in force came from */
-    conf_t *conf;             /* the text of the last reload's file (the start-up one is kept) */
-    char **running;           /* per flag, the text of the value in force (flags_value_text) */
-    void *retired;            /* CORS lists and access log streams replaced, kept until exit */
+    const flag_args_t *args; /* the command line, kept: it wins over the file on every reload */
+    options_t *in_force;     /* the options in force (replaced by a good reload) */
+    flag_source_t *from;     /* where each option in force came from */
+    conf_t *conf;            /* the text of the last reload's file (the start-up one is kept) */
+    char **running;          /* per flag, the text of the value in force (flags_value_text) */
+    void *retired;           /* CORS lists and access log streams replaced, kept until exit */
 } reload_ctx_t;
 
 /* The keys and claim rules of tokens, from the options and the environment. */

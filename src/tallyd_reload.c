@@ -242,7 +242,8 @@ int tallyd_reload(reload_ctx_t *ctx)
     for (size_t i = 0; i < fs->count; i++) {
         if (!changed[i])
             continue;
-        rates |= flags[i].offset == offsetof(options_t, write_rule) || flags[i].offset == offsetof(options_t, read_rule);
+        rates |=
+            flags[i].offset == offsetof(options_t, write_rule) || flags[i].offset == offsetof(options_t, read_rule);
         cors |= flags[i].offset == offsetof(options_t, cors);
     }
     if ((rates && reload_rate_limits(ctx, next) != 0) || (cors && reload_cors(ctx, next) != 0)) {
