@@ -367,6 +367,7 @@ int main(int argc, char **argv)
     static auth_keys_t keys = {.lock = PTHREAD_RWLOCK_INITIALIZER};
     static kinds_t kinds;
     static flag_args_t args;
+    app.start_time_s = (double)wall_ms() / 1000.0;
     static conf_t conf, reload_conf; /* the start-up file's text stays: options point into it */
     char err[512];
     flag_error_t ferr;

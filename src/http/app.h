@@ -71,7 +71,8 @@ typedef struct app {
     /* When a reaction write last failed to commit (wall ms), seen as its answer comes back:
      * /readyz and tally_writes_failing say "writes failing" for a while after it. */
     atomic_uint_fast64_t last_write_failed_ms;
-    char *openapi_json; /* GET /v1/openapi.json, rendered at start-up (openapi.h) */
+    double start_time_s; /* Unix time, for tally_start_time_seconds */
+    char *openapi_json;  /* GET /v1/openapi.json, rendered at start-up (openapi.h) */
     size_t openapi_len;
     char openapi_etag[48]; /* a strong ETag of it, quoted */
 } app_t;

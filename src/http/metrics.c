@@ -12,6 +12,7 @@
 #include "http/live.h"
 #include "http/router.h"
 #include "http/server.h"
+#include "version.h"
 
 static void metric_head(textbuf_t *t, const char *name, const char *type, const char *help)
 {
@@ -113,6 +114,10 @@ static void metrics_render(app_t *app, answer_t *a)
     store_stats_t st = {0};
     bool have_store = store_stats(app->store, &st) == STORE_OK;
     textbuf_t t = {0};
+    metric_head(&t, "tally_build_info", "gauge", "The version running, its store and its reaction mode (always 1).");
+    textbuf_printf(&t, "tally_build_info{version=\"%s\",store=\"%s\",mode=\"%s\"} 1\n", tally_version,
+                   app->data_dir ? "lmdb" : "postgresql", app->kinds->mode == REACTION_MODE_MANY ? "many" : "one");
+    gauge(&t, "tally_start_time_seconds", "When this process started (Unix time).", app->start_time_s);
     render_requests(&t, app);
     histogram(&t, "tally_write_duration_seconds", "Writes from queueing to a durable answer.", &ws->write_seconds);
     histogram(&t, "tally_writer_batch_commands", "Commands per writer commit (group commit size).",
