@@ -25,7 +25,7 @@ TALLY_VERSION ?= $(shell cat VERSION)$(shell git rev-parse --short=7 HEAD 2>/dev
 VERSION_GEN := $(BUILD)/gen/version.c
 TALLYD_SRC := $(LIB_SRC) $(HTTP_SRC) src/flags.c src/tallyd.c src/tallyd_flags.c src/tallyd_reload.c $(UI_GEN) $(VERSION_GEN)
 TALLY_SRC  := $(LIB_SRC) src/flags.c src/tallyd_flags.c src/tally.c $(VERSION_GEN)
-UNIT_SRC   := $(LIB_SRC) src/http/router.c src/http/openapi.c src/http/openapi_schemas.c $(UI_GEN) $(VERSION_GEN) $(wildcard tests/unit/*.c)
+UNIT_SRC   := $(LIB_SRC) src/flags.c src/http/router.c src/http/openapi.c src/http/openapi_schemas.c $(UI_GEN) $(VERSION_GEN) $(wildcard tests/unit/*.c)
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 

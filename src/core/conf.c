@@ -81,7 +81,7 @@ static int parse_line(char *line, conf_entry_t *e, char *why, size_t whylen)
     } else {
         /* # after a blank starts a comment; a # inside a word (a URI's fragment) stays */
         for (end = p; *end; end++)
-            if (*end == '#' && end > value && blank(end[-1]))
+            if (*end == '#' && (end == value || blank(end[-1])))
                 break;
         while (end > value && blank(end[-1]))
             end--;

@@ -65,34 +65,87 @@ static void add_text(json_t *obj, const char *text, size_t len)
     free(joined);
 }
 
-/* A quoted value ends at a quote followed by a space or the end; a backslash escapes the next byte.
- * Values are written by printf with %s, so a quote inside one is taken as text, not as the end. */
-static const char *quoted_end(const char *p, char *out, size_t *outlen)
+/* Whether p starts a key=value pair (or is the end of the line). */
+static bool pair_follows(const char *p)
 {
-    size_t n = 0;
-    for (; *p; p++) {
-        if (*p == '\\' && p[1]) {
-            out[n++] = *++p;
-            continue;
-        }
-        if (*p == '"' && (p[1] == ' ' || p[1] == '\0'))
-            break;
-        out[n++] = *p;
-    }
-    *outlen = n;
-    return *p ? p + 1 : p;
+    while (*p == ' ')
+        p++;
+    if (!*p)
+        return true;
+    const char *k = p;
+    while ((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_' || *p == '-')
+        p++;
+    return p > k && *p == '=';
 }
 
-static json_t *logfmt_to_json(const char *text, const char *default_event, unsigned long long now_ms)
+/* A quoted value's closing quote: values are written by printf with %s, so a quote inside one is
+ * not escaped. The close is the first quote followed by the end or by another key=value; failing
+ * that, the last quote followed by a blank (free text after the pairs). A backslash escapes the
+ * next byte. Copies the value into out; returns where the text goes on. */
+static const char *quoted_end(const char *p, char *out, size_t *outlen)
+{
+    const char *close = NULL;
+    for (const char *q = p; *q; q++) {
+        if (*q == '\\' && q[1]) {
+            q++;
+            continue;
+        }
+        if (*q == '"' && (q[1] == ' ' || q[1] == '\0')) {
+            close = q;
+            if (pair_follows(q + 1))
+                break;
+        }
+    }
+    const char *end = close ? close : p + strlen(p);
+    size_t n = 0;
+    for (const char *q = p; q < end; q++) {
+        if (*q == '\\' && q + 1 < end)
+            q++;
+        out[n++] = *q;
+    }
+    *outlen = n;
+    return close ? close + 1 : end;
+}
+
+/* The length of the UTF-8 sequence at p (1-4), or 0 when it is not one. */
+static size_t utf8_len(const unsigned char *p)
+{
+    if (p[0] < 0x80)
+        return 1;
+    size_t n = (p[0] & 0xE0) == 0xC0 ? 2 : (p[0] & 0xF0) == 0xE0 ? 3 : (p[0] & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || (n == 2 && p[0] < 0xC2) || (n == 4 && p[0] > 0xF4))
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if ((p[i] & 0xC0) != 0x80)
+            return 0;
+    if ((n == 3 && p[0] == 0xE0 && p[1] < 0xA0) || (n == 3 && p[0] == 0xED && p[1] >= 0xA0) ||
+        (n == 4 && p[0] == 0xF0 && p[1] < 0x90) || (n == 4 && p[0] == 0xF4 && p[1] >= 0x90))
+        return 0; /* overlong, a surrogate, past U+10FFFF */
+    return n;
+}
+
+static json_t *logfmt_to_json(const char *raw, const char *default_event, unsigned long long now_ms)
 {
     json_t *obj = json_object();
-    size_t tlen = strlen(text);
-    char *value = malloc(tlen + 1);
-    if (!obj || !value) {
+    size_t tlen = strlen(raw);
+    char *value = malloc(tlen + 1), *text = malloc(tlen + 1);
+    if (!obj || !value || !text) {
         free(value);
+        free(text);
         json_decref(obj);
         return NULL;
     }
+    /* JSON is UTF-8: a byte that is not (a header's, a file name's) becomes '?' */
+    for (size_t i = 0; i < tlen;) {
+        size_t n = utf8_len((const unsigned char *)raw + i);
+        if (n == 0) {
+            text[i++] = '?';
+            continue;
+        }
+        memcpy(text + i, raw + i, n);
+        i += n;
+    }
+    text[tlen] = '\0';
     const char *p = text;
     while (*p) {
         while (*p == ' ')
@@ -133,6 +186,7 @@ static json_t *logfmt_to_json(const char *text, const char *default_event, unsig
         }
     }
     free(value);
+    free(text);
     json_t *out = json_object();
     if (!out) {
         json_decref(obj);
@@ -180,7 +234,8 @@ size_t log_render(log_format_t format, const char *text, const char *default_eve
             n = strlen(s);
             memcpy(out, s, n);
         } else { /* too long (or out of memory): a line that still parses, saying so */
-            n = (size_t)snprintf(out, cap - 1, "{\"level\":\"error\",\"event\":\"log-line-too-long\",\"msg\":\"\"}");
+            n = (size_t)snprintf(out, cap - 1,
+                                 "{\"level\":\"error\",\"event\":\"log-line-unrenderable\",\"msg\":\"\"}");
             if (n > cap - 2)
                 n = cap - 2;
         }

@@ -42,6 +42,7 @@ int main(void)
         {"textbuf", test_textbuf},
         {"pairfilter", test_pairfilter},
         {"ratelimit", test_ratelimit},
+        {"conf", test_conf},
         {"trending", test_trending},
         {"webhooks", test_webhooks},
         {"live", test_live},

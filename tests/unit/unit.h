@@ -38,6 +38,7 @@ void test_iso_time(void);
 void test_textbuf(void);
 void test_pairfilter(void);
 void test_ratelimit(void);
+void test_conf(void);
 void test_trending(void);
 void test_webhooks(void);
 void test_live(void);
