@@ -261,8 +261,9 @@ forwarded_result_t forwarded_client(forwarded_kind_t kind, const span_t *lines, 
     for (size_t k = 0; k < kept; k++) {
         const hop_t *hop = &h.hop[(h.total - 1 - k) % HOPS_MAX];
         uint8_t addr[NETALLOW_ADDR_LEN];
-        bool ok = hop->has_node && (kind == FORWARDED_X_FORWARDED_FOR ? node_addr(hop->node.ptr, hop->node.len, true, addr)
-                                                                      : rfc7239_node_addr(hop->node, addr));
+        bool ok =
+            hop->has_node && (kind == FORWARDED_X_FORWARDED_FOR ? node_addr(hop->node.ptr, hop->node.len, true, addr)
+                                                                : rfc7239_node_addr(hop->node, addr));
         if (!ok)
             return FORWARDED_INVALID;
         if (!forwarded_trusted(trusted, addr)) {

@@ -116,11 +116,11 @@ bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t k
 
 bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
 {
-    char peer[64];
     if (who->known || !app->read_limit)
         return true;
-    size_t n = http_req_peer(req, peer, sizeof peer);
-    return rate_or_reply(app, app->read_limit, req, (span_t){peer, n});
+    http_client_t client;
+    http_client_of(&app->client_rules, req, &client);
+    return rate_or_reply(app, app->read_limit, req, http_client_key(&client));
 }
 
 /* The allowed origin matching the request's Origin header, if any. */
@@ -134,11 +134,12 @@ static const char *cors_origin(const app_t *app, http_request_t *req, span_t *or
     return NULL;
 }
 
-/* ts=… method=… route=… status=… bytes=… us=… peer=… target="…" — the target is printable ASCII
- * (h2o refuses control bytes in it); quotes and backslashes are escaped. */
+/* ts=… method=… route=… status=… bytes=… us=… peer=… [proxy=…] target="…" — peer is the client
+ * (behind a trusted proxy the address it named, and proxy the proxy's); the target is printable
+ * ASCII (h2o refuses control bytes in it); quotes and backslashes are escaped. */
 static void access_log_line(app_t *app, http_request_t *req, route_id_t route, int status, size_t body_bytes)
 {
-    char peer[64], target[512], ts[32];
+    char target[512], ts[32], proxy[FORWARDED_TEXT_MAX + 8] = "";
     span_t t = http_req_target(req), m = http_req_method(req);
     size_t n = 0;
     for (size_t i = 0; i < t.len && n + 2 < sizeof target; i++) {
@@ -147,12 +148,14 @@ static void access_log_line(app_t *app, http_request_t *req, route_id_t route, i
         target[n++] = t.ptr[i];
     }
     target[n] = '\0';
-    size_t plen = http_req_peer(req, peer, sizeof peer);
-    peer[plen] = '\0';
+    http_client_t client;
+    http_client_of(&app->client_rules, req, &client);
+    if (client.peer_len)
+        snprintf(proxy, sizeof proxy, " proxy=%s", client.peer);
     app_iso_time(wall_ms(), ts);
-    fprintf(app->access_log, "ts=%s method=%.*s route=%s status=%d bytes=%zu us=%llu peer=%s target=\"%s\"\n", ts,
+    fprintf(app->access_log, "ts=%s method=%.*s route=%s status=%d bytes=%zu us=%llu peer=%s%s target=\"%s\"\n", ts,
             (int)(m.len > 16 ? 16 : m.len), m.ptr, route_name(route), status, body_bytes,
-            (unsigned long long)http_req_age_us(req), plen ? peer : "-", target);
+            (unsigned long long)http_req_age_us(req), client.known ? client.text : "-", proxy, target);
 }
 
 void app_on_respond(void *arg, http_request_t *req, int status, size_t body_bytes)
@@ -268,6 +271,20 @@ static bool request_or_reply(app_t *app, http_request_t *req, const route_t *rou
     if (app->dev_mode && !host_is_loopback(request_authority(req))) {
         reply_problem(req, 403, "forbidden",
                       "development mode answers only requests whose Host is localhost, 127.x.y.z or [::1]");
+        return false;
+    }
+    http_client_t client;
+    http_client_of(&app->client_rules, req, &client);
+    if (client.forwarded)
+        atomic_fetch_add_explicit(&app->forwarded, 1, memory_order_relaxed);
+    if (client.invalid)
+        atomic_fetch_add_explicit(&app->forwarded_invalid, 1, memory_order_relaxed);
+    /* X-User-Id is anyone's to write: a proxy in front (one that rewrites Host, say) must not carry it
+     * in from beyond this machine */
+    if (app->dev_mode && client.known && !forwarded_is_loopback(client.addr)) {
+        reply_problem(req, 403, "forbidden",
+                      "development mode answers only clients on this machine; this one came through a proxy from "
+                      "elsewhere");
         return false;
     }
     span_t name;

@@ -16,6 +16,7 @@
 #include "engine/webhooks.h"
 #include "engine/writer.h"
 #include "http/auth.h"
+#include "http/client.h"
 #include "http/request.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -56,6 +57,9 @@ typedef struct app {
     atomic_uint_fast64_t rate_limited;
     ratelimit_t *write_limit;                   /* per user; NULL = off */
     ratelimit_t *read_limit;                    /* per client address, reads without a user; NULL = off */
+    client_rules_t client_rules;                /* who the client is behind trusted proxies (http/client.h) */
+    atomic_uint_fast64_t forwarded;             /* requests whose client a trusted proxy named */
+    atomic_uint_fast64_t forwarded_invalid;     /* trusted proxies' headers that could not be used */
     const char *cors_origins[CORS_ORIGINS_MAX]; /* "*" allows any origin */
     int ncors;
     size_t max_header_bytes;                   /* larger header sections are refused with 431 */
