@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/forwarded.h"
 #include "core/kinds.h"
 #include "core/netallow.h"
 #include "core/parse.h"
@@ -79,6 +80,9 @@ typedef struct {
     const char *cors[CORS_ORIGINS_MAX];
     int ncors;
     netallow_t webhook_allow;
+    netallow_t trusted_proxies;
+    forwarded_kind_t real_ip_header;
+    uint64_t client_prefix_v6;
     uint64_t webhook_timeout_ms, webhook_backoff_min_ms, webhook_backoff_max_ms, webhook_secret_overlap_ms;
     list_access_t who_reacted, user_reactions;
 } options_t;
@@ -209,6 +213,11 @@ static const char *set_allow(const flag_t *f, const char *value, void *dest)
     return netallow_parse(dest, value, why, sizeof why) == 0 ? NULL : why;
 }
 
+static const char *set_real_ip_header(const flag_t *f, const char *value, void *dest)
+{
+    return forwarded_kind_parse(value, dest) == 0 ? NULL : f->why;
+}
+
 #define OPT(field) offsetof(options_t, field)
 #define DATA_DIR_DEFAULT "./data"
 #define DAY_MS (24ull * 3600 * 1000)
@@ -307,6 +316,16 @@ static const flag_t flags[] = {
      10000000},
     {"--trending-capacity", "K", STR(TRENDING_CAPACITY_DEFAULT),
      "counters per trending summary; the error bound is events/K", set_uint, OPT(trending_capacity), 16, 65536},
+    {"--trusted-proxies", "CIDR[,CIDR...]", NULL,
+     "proxies whose --real-ip-header names the client (right-most address\n"
+     "not itself trusted); from any other peer the header is ignored\n"
+     "(default none)",
+     set_allow, OPT(trusted_proxies)},
+    {"--real-ip-header", "x-forwarded-for|forwarded", "x-forwarded-for",
+     "the one header read from a trusted proxy (Forwarded: RFC 7239)", set_real_ip_header, OPT(real_ip_header), 0, 0,
+     "expected x-forwarded-for or forwarded"},
+    {"--client-prefix-v6", "BITS", "64", "IPv6 clients share per-address limits per prefix of this length", set_uint,
+     OPT(client_prefix_v6), 1, 128},
     {"--webhook-allow", "CIDR[,CIDR...]", NULL,
      "let webhooks reach these ranges too; by default loopback, link-local,\n"
      "private and unique-local addresses are refused (default none)",
@@ -600,6 +619,8 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
         app->cors_origins[i] = o->cors[i];
     app->ncors = o->ncors;
     app->max_header_bytes = o->max_header_bytes;
+    app->client_rules = (client_rules_t){
+        .trusted = o->trusted_proxies, .header = o->real_ip_header, .prefix_v6 = (unsigned)o->client_prefix_v6};
     app->who_reacted = o->who_reacted;
     app->user_reactions = o->user_reactions;
     if (o->access_log) {
