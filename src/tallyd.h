@@ -6,6 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/forwarded.h"
 #include "core/kinds.h"
 #include "core/log.h"
 #include "core/netallow.h"
@@ -53,6 +54,9 @@ typedef struct {
     const char *cors[CORS_ORIGINS_MAX];
     int ncors;
     netallow_t webhook_allow;
+    netallow_t trusted_proxies;
+    forwarded_kind_t real_ip_header;
+    uint64_t client_prefix_v6;
     uint64_t webhook_timeout_ms, webhook_backoff_min_ms, webhook_backoff_max_ms, webhook_secret_overlap_ms;
     list_access_t who_reacted, user_reactions;
     log_format_t log_format;

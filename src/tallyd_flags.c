@@ -93,6 +93,11 @@ static const char *set_allow(const flag_t *f, const char *value, void *dest)
     return netallow_parse(dest, value, why, sizeof why) == 0 ? NULL : why;
 }
 
+static const char *set_real_ip_header(const flag_t *f, const char *value, void *dest)
+{
+    return forwarded_kind_parse(value, dest) == 0 ? NULL : f->why;
+}
+
 #define OPT(field) offsetof(options_t, field)
 #define DAY_MS (24ull * 3600 * 1000)
 
@@ -192,6 +197,16 @@ static const flag_t flags[] = {
      1, 10000000},
     {"--trending-capacity", "K", STR(TRENDING_CAPACITY_DEFAULT),
      "counters per trending summary; the error bound is events/K", flag_set_uint, OPT(trending_capacity), 16, 65536},
+    {"--trusted-proxies", "CIDR[,CIDR...]", NULL,
+     "proxies whose --real-ip-header names the client (right-most address\n"
+     "not itself trusted); from any other peer the header is ignored\n"
+     "(default none)",
+     set_allow, OPT(trusted_proxies)},
+    {"--real-ip-header", "x-forwarded-for|forwarded", "x-forwarded-for",
+     "the one header read from a trusted proxy (Forwarded: RFC 7239)", set_real_ip_header, OPT(real_ip_header), 0, 0,
+     "expected x-forwarded-for or forwarded"},
+    {"--client-prefix-v6", "BITS", "64", "IPv6 clients share per-address limits per prefix of this length",
+     flag_set_uint, OPT(client_prefix_v6), 1, 128},
     {"--webhook-allow", "CIDR[,CIDR...]", NULL,
      "let webhooks reach these ranges too; by default loopback, link-local,\n"
      "private and unique-local addresses are refused (default none)",

@@ -117,12 +117,12 @@ bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t k
 
 bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
 {
-    char peer[64];
     ratelimit_t *limit = atomic_load(&app->read_limit);
     if (who->known || !limit)
         return true;
-    size_t n = http_req_peer(req, peer, sizeof peer);
-    return rate_or_reply(app, limit, req, (span_t){peer, n});
+    http_client_t client;
+    http_client_of(&app->client_rules, req, &client);
+    return rate_or_reply(app, limit, req, http_client_key(&client));
 }
 
 /* The allowed origin matching the request's Origin header, if any. */
@@ -137,11 +137,12 @@ static const char *cors_origin(app_t *app, http_request_t *req, span_t *origin)
     return NULL;
 }
 
-/* ts=… method=… route=… status=… bytes=… us=… peer=… target="…" — the target is printable ASCII
- * (h2o refuses control bytes in it); quotes and backslashes are escaped. */
-static void access_log_line(FILE *out, http_request_t *req, route_id_t route, int status, size_t body_bytes)
+/* ts=… method=… route=… status=… bytes=… us=… peer=… [proxy=…] target="…" — peer is the client
+ * (behind a trusted proxy the address it named, and proxy the proxy's); the target is printable
+ * ASCII (h2o refuses control bytes in it); quotes and backslashes are escaped. */
+static void access_log_line(app_t *app, FILE *out, http_request_t *req, route_id_t route, int status, size_t body_bytes)
 {
-    char peer[64], target[512], ts[32];
+    char target[512], ts[32], proxy[FORWARDED_TEXT_MAX + 8] = "";
     span_t t = http_req_target(req), m = http_req_method(req);
     size_t n = 0;
     for (size_t i = 0; i < t.len && n + 2 < sizeof target; i++) {
@@ -150,12 +151,14 @@ static void access_log_line(FILE *out, http_request_t *req, route_id_t route, in
         target[n++] = t.ptr[i];
     }
     target[n] = '\0';
-    size_t plen = http_req_peer(req, peer, sizeof peer);
-    peer[plen] = '\0';
+    http_client_t client;
+    http_client_of(&app->client_rules, req, &client);
+    if (client.peer_len)
+        snprintf(proxy, sizeof proxy, " proxy=%s", client.peer);
     app_iso_time(wall_ms(), ts);
-    log_line_to(out, "ts=%s method=%.*s route=%s status=%d bytes=%zu us=%llu peer=%s target=\"%s\"", ts,
+    log_line_to(out, "ts=%s method=%.*s route=%s status=%d bytes=%zu us=%llu peer=%s%s target=\"%s\"", ts,
                 (int)(m.len > 16 ? 16 : m.len), m.ptr, route_name(route), status, body_bytes,
-                (unsigned long long)http_req_age_us(req), plen ? peer : "-", target);
+                (unsigned long long)http_req_age_us(req), client.known ? client.text : "-", proxy, target);
 }
 
 void app_on_respond(void *arg, http_request_t *req, int status, size_t body_bytes)
@@ -167,7 +170,7 @@ void app_on_respond(void *arg, http_request_t *req, int status, size_t body_byte
         atomic_fetch_add_explicit(&app->responses[route.id][status], 1, memory_order_relaxed);
     FILE *access_log = atomic_load(&app->access_log);
     if (access_log)
-        access_log_line(access_log, req, route.id, status, body_bytes);
+        access_log_line(app, access_log, req, route.id, status, body_bytes);
     span_t origin;
     const char *allowed = cors_origin(app, req, &origin);
     if (!allowed)
@@ -272,6 +275,20 @@ static bool request_or_reply(app_t *app, http_request_t *req, const route_t *rou
     if (app->dev_mode && !host_is_loopback(request_authority(req))) {
         reply_problem(req, 403, "forbidden",
                       "development mode answers only requests whose Host is localhost, 127.x.y.z or [::1]");
+        return false;
+    }
+    http_client_t client;
+    http_client_of(&app->client_rules, req, &client);
+    if (client.forwarded)
+        atomic_fetch_add_explicit(&app->forwarded, 1, memory_order_relaxed);
+    if (client.invalid)
+        atomic_fetch_add_explicit(&app->forwarded_invalid, 1, memory_order_relaxed);
+    /* X-User-Id is anyone's to write: a proxy in front (one that rewrites Host, say) must not carry it
+     * in from beyond this machine */
+    if (app->dev_mode && client.known && !forwarded_is_loopback(client.addr)) {
+        reply_problem(req, 403, "forbidden",
+                      "development mode answers only clients on this machine; this one came through a proxy from "
+                      "elsewhere");
         return false;
     }
     span_t name;

@@ -13,7 +13,7 @@
 
 #define LIVE_THREADS_MAX 64 /* server.c's MAX_THREADS */
 #define TOKEN_THREAD_BITS 6 /* a token is (serial << 6) | thread */
-#define PEER_MAX 64
+#define PEER_MAX FORWARDED_KEY_MAX
 #define LIVE_END_TICK_MS 10 /* shutdown: how often live_http_wait_ended looks */
 
 typedef struct live_stream live_stream_t;
@@ -338,9 +338,10 @@ void live_http_get(app_t *app, http_request_t *req, span_t query)
         reply_problem(req, 503, "unavailable", "the server is shutting down; reconnect shortly");
         return;
     }
-    size_t client_len = http_req_peer(req, client, sizeof client);
-    if (client_len == 0)
-        client_len = strlen(strcpy(client, "unknown"));
+    http_client_t from;
+    http_client_of(&app->client_rules, req, &from);
+    size_t client_len = from.key_len < sizeof client ? from.key_len : sizeof client - 1;
+    memcpy(client, from.key, client_len);
     if (!caps_take((span_t){client, client_len})) {
         atomic_fetch_add_explicit(&live.refused, 1, memory_order_relaxed);
         reply_problem(req, 503, "overloaded", "too many live streams are open; reconnect after Retry-After");

@@ -143,6 +143,12 @@ static void metrics_render(app_t *app, answer_t *a)
             atomic_load(&ws->swept));
     counter(&t, "tally_log_pruned_total", "Log entries pruned behind the checkpoint.", atomic_load(&ws->pruned));
     counter(&t, "tally_rate_limited_total", "Requests refused with 429.", atomic_load(&app->rate_limited));
+    counter(&t, "tally_forwarded_total", "Requests whose client a trusted proxy named (--trusted-proxies).",
+            atomic_load(&app->forwarded));
+    counter(&t, "tally_forwarded_invalid_total",
+            "Requests from a trusted proxy whose client header could not be used (malformed, unknown, obfuscated, "
+            "or no untrusted address): the proxy's address was taken.",
+            atomic_load(&app->forwarded_invalid));
     gauge(&t, "tally_recount_drift", "Drift entries found by the last recount (should be 0).",
           (double)atomic_load(&recount_stats.last_drift));
     counter(&t, "tally_recount_corrections_total", "Count corrections made by recounts.",

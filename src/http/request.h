@@ -33,14 +33,23 @@ span_t http_req_body(const http_request_t *req);
 /* The first value of header name (lowercase) and how many times it occurs. */
 size_t http_req_header(const http_request_t *req, const char *name, span_t *first);
 
+/* Every value of header name (lowercase) in the order received, up to max of them into values;
+ * returns how many times it occurs (which may be more than max). */
+size_t http_req_header_all(const http_request_t *req, const char *name, span_t *values, size_t max);
+
 /* Bytes of all request header names and values together. */
 size_t http_req_header_bytes(const http_request_t *req);
 
 /* Microseconds since the request began to arrive. */
 uint64_t http_req_age_us(const http_request_t *req);
 
-/* The client's address as text ("127.0.0.1", "::1"); the length, 0 when unknown. */
+/* The connection's peer address as text ("127.0.0.1", "::1"); the length, 0 when unknown. Behind a
+ * proxy this is the proxy: the client's address is http/client.h's. */
 size_t http_req_peer(const http_request_t *req, char *buf, size_t len);
+
+/* The peer address in the IPv6 form of core/netallow.h (IPv4 as ::ffff:a.b.c.d); false when the
+ * connection has none (not an IP socket). */
+bool http_req_peer_addr(const http_request_t *req, uint8_t out[16]);
 
 /* Adds a response header to the answer about to be sent (the server's on_respond hook). */
 void http_add_header(http_request_t *req, const char *name, const char *value);

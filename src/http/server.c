@@ -174,6 +174,21 @@ size_t http_req_header(const http_request_t *req, const char *name, span_t *firs
     return count;
 }
 
+size_t http_req_header_all(const http_request_t *req, const char *name, span_t *values, size_t max)
+{
+    const h2o_headers_t *headers = &http_h2o_req(req)->headers;
+    size_t name_len = strlen(name), count = 0;
+    for (size_t i = 0; i < headers->size; i++) {
+        const h2o_header_t *h = &headers->entries[i];
+        if (h->name->len == name_len && h2o_lcstris(h->name->base, h->name->len, name, name_len)) {
+            if (count < max)
+                values[count] = (span_t){h->value.base, h->value.len};
+            count++;
+        }
+    }
+    return count;
+}
+
 size_t http_req_header_bytes(const http_request_t *req)
 {
     const h2o_headers_t *headers = &http_h2o_req(req)->headers;
@@ -275,6 +290,26 @@ size_t http_req_peer(const http_request_t *request, char *buf, size_t len)
     if ((ss.ss_family != AF_INET && ss.ss_family != AF_INET6) || !inet_ntop(ss.ss_family, addr, buf, (socklen_t)len))
         return 0;
     return strlen(buf);
+}
+
+bool http_req_peer_addr(const http_request_t *request, uint8_t out[16])
+{
+    h2o_req_t *req = http_h2o_req(request);
+    struct sockaddr_storage ss;
+    socklen_t sl = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
+    if (sl == 0)
+        return false;
+    if (ss.ss_family == AF_INET) {
+        memset(out, 0, 16);
+        out[10] = out[11] = 0xff; /* ::ffff:a.b.c.d */
+        memcpy(out + 12, &((struct sockaddr_in *)&ss)->sin_addr, 4);
+        return true;
+    }
+    if (ss.ss_family == AF_INET6) {
+        memcpy(out, &((struct sockaddr_in6 *)&ss)->sin6_addr, 16);
+        return true;
+    }
+    return false;
 }
 
 void http_respond(http_request_t *request, const answer_t *a)
