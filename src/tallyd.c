@@ -39,6 +39,7 @@
 #define HEALTH_RESERVED_CONNECTIONS 16      /* past --max-connections, for /healthz and /readyz only */
 #define ADMIN_MAX_CONNECTIONS 256           /* the admin listener's own slots */
 #define FD_OVERHEAD 128                     /* descriptors besides connections: store, log, threads' queues */
+#define PUBLIC_MAX_AGE_MAX_S 31536000u      /* a year: RFC 9111 §5.2.2.1 leaves larger values to caches */
 #define HELP_COLUMN 29                      /* where a flag's help text starts in --help */
 #define STR(x) STR_(x)
 #define STR_(x) #x
@@ -81,6 +82,7 @@ typedef struct {
     netallow_t webhook_allow;
     uint64_t webhook_timeout_ms, webhook_backoff_min_ms, webhook_backoff_max_ms, webhook_secret_overlap_ms;
     list_access_t who_reacted, user_reactions;
+    uint64_t public_max_age_ms;
 } options_t;
 
 typedef struct flag flag_t;
@@ -124,6 +126,16 @@ static const char *set_uint(const flag_t *f, const char *value, void *dest)
     if (parse_uint(span_of(value), f->max, &n) != 0 || n < f->min)
         return f->why ? f->why : "expected a whole number in range";
     *(uint64_t *)dest = n;
+    return NULL;
+}
+
+/* A duration of whole seconds, at most f->max seconds (HTTP's max-age counts seconds). */
+static const char *set_seconds(const flag_t *f, const char *value, void *dest)
+{
+    uint64_t ms;
+    if (parse_duration_ms(value, &ms) != 0 || ms % 1000 != 0 || ms / 1000 > f->max)
+        return f->why;
+    *(uint64_t *)dest = ms;
     return NULL;
 }
 
@@ -337,6 +349,12 @@ static const flag_t flags[] = {
      "who may list a user's reactions (GET /v1/users/{user}/reactions):\n"
      "that user and admins, any authenticated user, or anyone",
      set_access, OPT(user_reactions), 0, 0, "expected owner, users or public"},
+    {"--public-max-age", "DUR", "1s",
+     "reads without a user (GET /v1/items/{item}, GET /v1/items?ids=) may be\n"
+     "cached this long (Cache-Control: public, max-age); 0: no-cache, every\n"
+     "use revalidated with the ETag",
+     set_seconds, OPT(public_max_age_ms), 0, PUBLIC_MAX_AGE_MAX_S,
+     "expected whole seconds up to a year, such as 1s, 30s or 5m"},
     {"--help", NULL, NULL, "this text", NULL, 0},
 };
 #pragma GCC diagnostic pop
@@ -600,6 +618,7 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
         app->cors_origins[i] = o->cors[i];
     app->ncors = o->ncors;
     app->max_header_bytes = o->max_header_bytes;
+    atomic_store(&app->public_max_age_s, (unsigned)(o->public_max_age_ms / 1000));
     app->who_reacted = o->who_reacted;
     app->user_reactions = o->user_reactions;
     if (o->access_log) {

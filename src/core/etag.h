@@ -12,7 +12,7 @@
 /* The digest bytes kept: 16 of SHA-256's 32 (128 bits), as 22 base64url characters. Collisions
  * between two bodies of one URL are what would matter, and 128 bits makes them beyond reach. */
 #define ETAG_DIGEST_BYTES 16
-#define ETAG_WEAK_LEN (2 + 1 + 22 + 1)   /* W/"<22 characters>" */
+#define ETAG_WEAK_LEN (2 + 1 + 22 + 1)     /* W/"<22 characters>" */
 #define ETAG_WEAK_SIZE (ETAG_WEAK_LEN + 1) /* with its terminating NUL */
 
 /* W/"<base64url of the first 16 bytes of SHA-256(body)>" into out (NUL-terminated). Returns its

@@ -164,6 +164,11 @@ void app_on_respond(void *arg, http_request_t *req, int status, size_t body_byte
         atomic_fetch_add_explicit(&app->responses[route.id][status], 1, memory_order_relaxed);
     if (app->access_log)
         access_log_line(app, req, route.id, status, body_bytes);
+    /* The item reads' bodies depend on who asks (viewer) and, with CORS, on the Origin: a cache
+     * must key them on these, on every answer of the route (a 304 and an error too). */
+    bool vary_user = route.id == ROUTE_ITEM || route.id == ROUTE_ITEMS || route.id == ROUTE_VIEWER;
+    if (vary_user)
+        http_add_header(req, "vary", app->ncors ? "Authorization, X-User-Id, Origin" : "Authorization, X-User-Id");
     span_t origin;
     const char *allowed = cors_origin(app, req, &origin);
     if (!allowed)
@@ -175,7 +180,8 @@ void app_on_respond(void *arg, http_request_t *req, int status, size_t body_byte
         char value[512];
         snprintf(value, sizeof value, "%.*s", (int)origin.len, origin.ptr);
         http_add_header(req, "access-control-allow-origin", value);
-        http_add_header(req, "vary", "Origin");
+        if (!vary_user)
+            http_add_header(req, "vary", "Origin");
     }
     http_add_header(req, "access-control-expose-headers", "ETag, Idempotent-Replayed, Retry-After");
 }
@@ -336,6 +342,9 @@ void app_handle(void *arg, http_request_t *req)
         return;
     case ROUTE_ITEM:
         items_get_one(app, req, route.item);
+        return;
+    case ROUTE_VIEWER:
+        items_get_viewer(app, req, route.query);
         return;
     case ROUTE_REACTION:
         if (read)

@@ -35,11 +35,11 @@ void test_etag(void)
     CHECK(!inm("", t));
     CHECK(!inm("W/\"abcd\"", t));
     CHECK(!inm("W/\"ab\"", t));
-    CHECK(!inm("abc", t));           /* not quoted */
-    CHECK(!inm("w/\"abc\"", t));     /* W/ is case-sensitive */
+    CHECK(!inm("abc", t));             /* not quoted */
+    CHECK(!inm("w/\"abc\"", t));       /* W/ is case-sensitive */
     CHECK(!inm("\"x\" W/\"abc\"", t)); /* no comma between tags: malformed, matches nothing */
-    CHECK(!inm("\"x\", \"abc", t));  /* unterminated */
-    CHECK(!inm("*, \"abc\"", t));    /* * stands alone */
+    CHECK(!inm("\"x\", \"abc", t));    /* unterminated */
+    CHECK(!inm("*, \"abc\"", t));      /* * stands alone */
     CHECK(!inm("\"a,bc\"", t));
     CHECK(inm("\"a,bc\", W/\"abc\"", t)); /* a comma inside a tag is part of it */
     CHECK(!inm("W/\"abc\"", "abc"));      /* an unquoted etag matches nothing */
