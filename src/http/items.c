@@ -79,20 +79,21 @@ static void reaction_answer(item_read_t *rd, span_t item, const reaction_row_t *
     rd->answer.etag_version = row->version;
 }
 
-/* A read that shows the viewer's own state is for that user alone: private, never stored. A public
- * read (no user) may be kept by any cache for max-age, and revalidated with its weak ETag, a
- * function of the body alone: the same on every node, changed by any change of the counts. */
+/* Every read answer carries a weak ETag, a function of the body alone: the same on every node,
+ * changed by any change of what it shows; If-None-Match with it is answered 304. A public read (no
+ * user) may be kept by any cache for max-age; one that shows the viewer's own state is for that
+ * user alone: private, never stored. */
 static void cache_headers(item_read_t *rd)
 {
     answer_t *a = &rd->answer;
-    if (rd->known) {
+    if (rd->known)
         a->cache = ANSWER_CACHE_PRIVATE;
-        return;
-    }
     if (etag_weak(a->body, a->body_len, a->weak_etag) == 0)
         return; /* no digest: answered without a validator, and not marked cacheable */
-    a->cache = ANSWER_CACHE_PUBLIC;
-    a->max_age_s = rd->max_age_s;
+    if (!rd->known) {
+        a->cache = ANSWER_CACHE_PUBLIC;
+        a->max_age_s = rd->max_age_s;
+    }
     if (rd->has_inm && etag_none_match((span_t){rd->inm, rd->inm_len}, span_of(a->weak_etag))) {
         free(a->body);
         a->body = NULL;
