@@ -194,8 +194,9 @@ static void reply_options(app_t *app, http_request_t *req, route_id_t id)
     if (cors_origin(app, req, &origin) && http_req_header(req, "access-control-request-method", &method) == 1) {
         http_add_header(req, "access-control-allow-methods", route_allow(id));
         http_add_header(req, "access-control-allow-headers",
-                        app->dev_mode ? "Authorization, Content-Type, Idempotency-Key, If-Match, X-User-Id"
-                                      : "Authorization, Content-Type, Idempotency-Key, If-Match");
+                        app->dev_mode
+                            ? "Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match, X-User-Id"
+                            : "Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match");
         http_add_header(req, "access-control-max-age", "600");
     }
     http_respond(req, &a);
