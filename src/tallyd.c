@@ -228,6 +228,7 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
         .trusted = o->trusted_proxies, .header = o->real_ip_header, .prefix_v6 = (unsigned)o->client_prefix_v6};
     app->who_reacted = o->who_reacted;
     app->user_reactions = o->user_reactions;
+    atomic_store(&app->public_max_age_s, (unsigned)(o->public_max_age_ms / 1000));
     if (o->access_log) {
         FILE *out = strcmp(o->access_log, "-") == 0 ? stderr : fopen(o->access_log, "ae");
         atomic_store(&app->access_log, out);

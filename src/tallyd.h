@@ -59,6 +59,7 @@ typedef struct {
     uint64_t client_prefix_v6;
     uint64_t webhook_timeout_ms, webhook_backoff_min_ms, webhook_backoff_max_ms, webhook_secret_overlap_ms;
     list_access_t who_reacted, user_reactions;
+    uint64_t public_max_age_ms;
     log_format_t log_format;
 } options_t;
 

@@ -98,7 +98,18 @@ static const char *set_real_ip_header(const flag_t *f, const char *value, void *
     return forwarded_kind_parse(value, dest) == 0 ? NULL : f->why;
 }
 
+/* A duration of whole seconds, at most f->max seconds (HTTP's max-age counts seconds). */
+static const char *set_seconds(const flag_t *f, const char *value, void *dest)
+{
+    uint64_t ms;
+    if (parse_duration_ms(value, &ms) != 0 || ms % 1000 != 0 || ms / 1000 > f->max)
+        return f->why;
+    *(uint64_t *)dest = ms;
+    return NULL;
+}
+
 #define OPT(field) offsetof(options_t, field)
+#define PUBLIC_MAX_AGE_MAX_S 31536000u /* a year: RFC 9111 §5.2.2.1 leaves larger values to caches */
 #define DAY_MS (24ull * 3600 * 1000)
 
 /* Fields left out of a line are zero (no bounds, the setter's own message). */
@@ -237,6 +248,12 @@ static const flag_t flags[] = {
      "who may list a user's reactions (GET /v1/users/{user}/reactions):\n"
      "that user and admins, any authenticated user, or anyone",
      set_access, OPT(user_reactions), 0, 0, "expected owner, users or public", .opts = FLAG_RELOADS},
+    {"--public-max-age", "DUR", "1s",
+     "reads without a user (GET /v1/items/{item}, GET /v1/items?ids=) may be\n"
+     "cached this long (Cache-Control: public, max-age); 0: no-cache, every\n"
+     "use revalidated with the ETag",
+     set_seconds, OPT(public_max_age_ms), 0, PUBLIC_MAX_AGE_MAX_S,
+     "expected whole seconds up to a year, such as 1s, 30s or 5m", .opts = FLAG_RELOADS},
     {"--log-format", "logfmt|json", "logfmt",
      "every line on standard error (events, the access log, a fatal error):\n"
      "logfmt, or one JSON object a line with ts, level, event and msg",

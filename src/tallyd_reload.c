@@ -96,6 +96,7 @@ void reload_lists(reload_ctx_t *ctx, const options_t *next)
 {
     atomic_store(&ctx->app->who_reacted, next->who_reacted);
     atomic_store(&ctx->app->user_reactions, next->user_reactions);
+    atomic_store(&ctx->app->public_max_age_s, (unsigned)(next->public_max_age_ms / 1000));
 }
 
 void reload_webhooks(reload_ctx_t *ctx, const options_t *next)
@@ -299,6 +300,7 @@ int tallyd_reload(reload_ctx_t *ctx)
     o->read_rule = next->read_rule;
     o->who_reacted = next->who_reacted;
     o->user_reactions = next->user_reactions;
+    o->public_max_age_ms = next->public_max_age_ms;
     o->webhook_timeout_ms = next->webhook_timeout_ms;
     o->webhook_backoff_min_ms = next->webhook_backoff_min_ms;
     o->webhook_backoff_max_ms = next->webhook_backoff_max_ms;

@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdint.h>
 
+#include "core/etag.h"
 #include "core/kinds.h"
 #include "core/reaction.h"
 #include "core/span.h"
@@ -17,11 +18,21 @@ typedef enum {
     ANSWER_TEXT,    /* text/plain (metrics and the like) */
 } answer_type_t;
 
+/* Cache-Control of an answer. */
+typedef enum {
+    ANSWER_CACHE_NONE,    /* no Cache-Control */
+    ANSWER_CACHE_PUBLIC,  /* public, max-age=<max_age_s>; no-cache when max_age_s is 0 */
+    ANSWER_CACHE_PRIVATE, /* private, no-store: the answer holds the viewer's own state */
+} answer_cache_t;
+
 typedef struct {
     int status;
     answer_type_t type;
     bool has_etag; /* ETag: "<etag_version>" */
     uint64_t etag_version;
+    char weak_etag[ETAG_WEAK_SIZE]; /* ETag: W/"…" of the body, when not empty (core/etag.h) */
+    answer_cache_t cache;
+    unsigned max_age_s;
     bool replayed;            /* Idempotent-Replayed: true */
     unsigned retry_after_s;   /* Retry-After, when non-zero */
     const char *allow;        /* Allow, when set (a static string) */

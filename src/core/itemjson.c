@@ -34,3 +34,16 @@ void itemjson_append(textbuf_t *b, const kinds_t *kinds, span_t item, const int6
     }
     textbuf_lit(b, "}");
 }
+
+void itemjson_viewer_append(textbuf_t *b, const kinds_t *kinds, span_t item, const reaction_row_t *row)
+{
+    textbuf_lit(b, "{\"item\":");
+    textbuf_safe(b, item);
+    textbuf_lit(b, ",\"");
+    textbuf_append(b, kindset_member(kinds), strlen(kindset_member(kinds)));
+    textbuf_lit(b, "\":");
+    kindset_append(b, kinds, row->set);
+    textbuf_lit(b, ",\"version\":");
+    textbuf_int(b, (int64_t)row->version);
+    textbuf_lit(b, "}");
+}

@@ -171,6 +171,14 @@ void app_on_respond(void *arg, http_request_t *req, int status, size_t body_byte
     FILE *access_log = atomic_load(&app->access_log);
     if (access_log)
         access_log_line(app, access_log, req, route.id, status, body_bytes);
+    /* The item reads' bodies depend on who asks (viewer) and, with CORS, on the Origin: a cache
+     * must key them on these, on every answer of the route (a 304 and an error too). */
+    bool vary_user = route.id == ROUTE_ITEM || route.id == ROUTE_ITEMS || route.id == ROUTE_VIEWER;
+    if (vary_user) {
+        const cors_list_t *cors = atomic_load(&app->cors);
+        http_add_header(req, "vary",
+                        cors && cors->count ? "Authorization, X-User-Id, Origin" : "Authorization, X-User-Id");
+    }
     span_t origin;
     const char *allowed = cors_origin(app, req, &origin);
     if (!allowed)
@@ -182,7 +190,8 @@ void app_on_respond(void *arg, http_request_t *req, int status, size_t body_byte
         char value[512];
         snprintf(value, sizeof value, "%.*s", (int)origin.len, origin.ptr);
         http_add_header(req, "access-control-allow-origin", value);
-        http_add_header(req, "vary", "Origin");
+        if (!vary_user)
+            http_add_header(req, "vary", "Origin");
     }
     http_add_header(req, "access-control-expose-headers", "ETag, Idempotent-Replayed, Retry-After");
 }
@@ -195,8 +204,9 @@ static void reply_options(app_t *app, http_request_t *req, route_id_t id)
     if (cors_origin(app, req, &origin) && http_req_header(req, "access-control-request-method", &method) == 1) {
         http_add_header(req, "access-control-allow-methods", route_allow(id));
         http_add_header(req, "access-control-allow-headers",
-                        app->dev_mode ? "Authorization, Content-Type, Idempotency-Key, If-Match, X-User-Id"
-                                      : "Authorization, Content-Type, Idempotency-Key, If-Match");
+                        app->dev_mode
+                            ? "Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match, X-User-Id"
+                            : "Authorization, Content-Type, Idempotency-Key, If-Match, If-None-Match");
         http_add_header(req, "access-control-max-age", "600");
     }
     http_respond(req, &a);
@@ -357,6 +367,9 @@ void app_handle(void *arg, http_request_t *req)
         return;
     case ROUTE_ITEM:
         items_get_one(app, req, route.item);
+        return;
+    case ROUTE_VIEWER:
+        items_get_viewer(app, req, route.query);
         return;
     case ROUTE_REACTION:
         if (read)

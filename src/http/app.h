@@ -79,6 +79,9 @@ typedef struct app {
     char *openapi_json;  /* GET /v1/openapi.json, rendered at start-up (openapi.h) */
     size_t openapi_len;
     char openapi_etag[48]; /* a strong ETag of it, quoted */
+    /* Cache-Control max-age of public reads (--public-max-age, whole seconds; 0: no-cache). Atomic:
+     * a reload may change it while reads are answered. */
+    atomic_uint public_max_age_s;
 } app_t;
 
 /* The request handler (HTTP threads): routes, checks methods, dispatches. */

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/clock.h"
+#include "core/etag.h"
 #include "core/fingerprint.h"
 #include "core/ids.h"
 #include "core/itemjson.h"
@@ -14,6 +15,10 @@
 
 #define HEADER_IDEMPOTENCY_KEY "idempotency-key"
 #define HEADER_IF_MATCH "if-match"
+#define HEADER_IF_NONE_MATCH "if-none-match"
+/* An If-None-Match longer than this is ignored (answered in full): a client revalidates one tag, a
+ * cache a few. */
+#define IF_NONE_MATCH_MAX 512
 #define HEADER_CONTENT_TYPE "content-type"
 #define MEDIA_JSON "application/json"
 
@@ -37,12 +42,17 @@ typedef struct {
     http_pending_t *pending;
     bool many;     /* GET /v1/items?ids=: {"items":[…]} */
     bool reaction; /* GET /v1/items/{item}/reaction */
+    bool viewer;   /* GET /v1/viewer?ids=: {"items":[…the user's part of each…]} */
     size_t n;
     char ids[BATCH_IDS_MAX][ID_MAX_LEN];
     size_t id_lens[BATCH_IDS_MAX];
     bool known; /* a user is known: item objects carry viewer */
     char user[ID_MAX_LEN];
     size_t user_len;
+    unsigned max_age_s; /* of a public answer, as configured when the request came */
+    bool has_inm;       /* If-None-Match, given once and short enough */
+    char inm[IF_NONE_MATCH_MAX];
+    size_t inm_len;
     answer_t answer;
 } item_read_t;
 
@@ -67,6 +77,29 @@ static void reaction_answer(item_read_t *rd, span_t item, const reaction_row_t *
     answer_set_body(&rd->answer, 200, ANSWER_JSON, text, strlen(text));
     rd->answer.has_etag = true;
     rd->answer.etag_version = row->version;
+}
+
+/* Every read answer carries a weak ETag, a function of the body alone: the same on every node,
+ * changed by any change of what it shows; If-None-Match with it is answered 304. A public read (no
+ * user) may be kept by any cache for max-age; one that shows the viewer's own state is for that
+ * user alone: private, never stored. */
+static void cache_headers(item_read_t *rd)
+{
+    answer_t *a = &rd->answer;
+    if (rd->known)
+        a->cache = ANSWER_CACHE_PRIVATE;
+    if (etag_weak(a->body, a->body_len, a->weak_etag) == 0)
+        return; /* no digest: answered without a validator, and not marked cacheable */
+    if (!rd->known) {
+        a->cache = ANSWER_CACHE_PUBLIC;
+        a->max_age_s = rd->max_age_s;
+    }
+    if (rd->has_inm && etag_none_match((span_t){rd->inm, rd->inm_len}, span_of(a->weak_etag))) {
+        free(a->body);
+        a->body = NULL;
+        a->body_len = 0;
+        a->status = 304;
+    }
 }
 
 /* Reads the items (and the user's rows) from one snapshot and fills rd->answer. */
@@ -100,7 +133,10 @@ static void item_read_answer(item_read_t *rd)
     for (size_t i = 0; i < rd->n; i++) {
         if (i)
             textbuf_lit(&out, ",");
-        itemjson_append(&out, rd->app->kinds, items[i], counts[i], rd->known ? &rows[i] : NULL);
+        if (rd->viewer)
+            itemjson_viewer_append(&out, rd->app->kinds, items[i], &rows[i]);
+        else
+            itemjson_append(&out, rd->app->kinds, items[i], counts[i], rd->known ? &rows[i] : NULL);
     }
     if (rd->many)
         textbuf_lit(&out, "]}");
@@ -110,6 +146,7 @@ static void item_read_answer(item_read_t *rd)
         return;
     }
     answer_set_body(&rd->answer, 200, ANSWER_JSON, out.buf, out.len);
+    cache_headers(rd);
 }
 
 static void read_release(void *arg)
@@ -165,6 +202,13 @@ static item_read_t *item_read_new(app_t *app, http_request_t *req, span_t ids, b
         memcpy(rd->user, who->user.ptr, who->user.len);
         rd->user_len = who->user.len;
     }
+    rd->max_age_s = atomic_load_explicit(&app->public_max_age_s, memory_order_relaxed);
+    span_t inm;
+    if (http_req_header(req, HEADER_IF_NONE_MATCH, &inm) == 1 && inm.len <= sizeof rd->inm) {
+        memcpy(rd->inm, inm.ptr, inm.len);
+        rd->inm_len = inm.len;
+        rd->has_inm = true;
+    }
     return rd;
 }
 
@@ -208,6 +252,19 @@ void items_get_many(app_t *app, http_request_t *req, span_t query)
     item_read_t *rd = item_read_new(app, req, ids, true, &who);
     if (rd)
         read_and_reply(app, req, rd);
+}
+
+void items_get_viewer(app_t *app, http_request_t *req, span_t query)
+{
+    auth_t who;
+    span_t ids;
+    if (!auth_user_or_reply(app, req, true, &who) || !items_ids_or_reply(req, query, &ids))
+        return;
+    item_read_t *rd = item_read_new(app, req, ids, true, &who);
+    if (!rd)
+        return;
+    rd->viewer = true;
+    read_and_reply(app, req, rd);
 }
 
 void items_get_reaction(app_t *app, http_request_t *req, span_t item)

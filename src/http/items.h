@@ -15,6 +15,8 @@ void items_get_many(app_t *app, http_request_t *req, span_t query);
 /* The ids parameter of query (?ids=a,b,c: at most BATCH_IDS_MAX valid ids), or false having
  * replied 400 (invalid-parameter, too-many-ids, invalid-item-id). */
 bool items_ids_or_reply(http_request_t *req, span_t query, span_t *ids);
+/* GET /v1/viewer?ids=: the user's own reaction and version on each item (needs a user). */
+void items_get_viewer(app_t *app, http_request_t *req, span_t query);
 void items_get_reaction(app_t *app, http_request_t *req, span_t item);
 /* A write on one of the item routes; kind is the raw path segment for ITEM_ACTION_KIND. */
 void items_write(app_t *app, http_request_t *req, span_t item, item_action_t action, span_t kind);

@@ -37,6 +37,7 @@ enum {
     HDR_IDEM_REQ = 1 << 2,  /* Idempotency-Key required */
     HDR_IF_MATCH = 1 << 3,  /* takes If-Match */
     HDR_FILE_ETAG = 1 << 4, /* the answer has a validator of its bytes: 304 to a matching If-None-Match */
+    HDR_CACHE = 1 << 5,     /* a weak ETag of the body, Cache-Control and Vary: 304 to a matching If-None-Match */
 };
 
 typedef struct {
@@ -54,9 +55,14 @@ typedef struct {
 /* Every route as built. A new route: one line here, its schemas in openapi_schemas.c. */
 static const op_desc_t ops[] = {
     {ROUTE_ITEM, "get", "/v1/items/{item}", "getItem", "An item's counts (and the viewer's state, given a user)",
-     ACCESS_PUBLIC, "item", NULL, 200, "Item", 0, "400:invalid-item-id 429:rate-limited " ERRORS_STORE},
-    {ROUTE_ITEMS, "get", "/v1/items", "getItems", "Several items' counts at once (a feed page)", ACCESS_PUBLIC, "ids",
-     NULL, 200, "Items", 0, "400:invalid-item-id 400:too-many-ids 429:rate-limited " ERRORS_STORE},
+     ACCESS_PUBLIC, "item ifNoneMatch", NULL, 200, "Item", HDR_CACHE,
+     "400:invalid-item-id 429:rate-limited " ERRORS_STORE},
+    {ROUTE_ITEMS, "get", "/v1/items", "getItems", "Several items' counts at once (a feed page)", ACCESS_PUBLIC,
+     "ids ifNoneMatch", NULL, 200, "Items", HDR_CACHE,
+     "400:invalid-item-id 400:too-many-ids 429:rate-limited " ERRORS_STORE},
+    {ROUTE_VIEWER, "get", "/v1/viewer", "getViewer",
+     "The user's own reaction and version on several items (beside the cacheable counts of GET /v1/items)", ACCESS_USER,
+     "ids ifNoneMatch", NULL, 200, "ViewerItems", HDR_CACHE, "400:invalid-item-id 400:too-many-ids " ERRORS_STORE},
     {ROUTE_REACTION, "get", "/v1/items/{item}/reaction", "getReaction", "The user's reaction on an item", ACCESS_USER,
      "item", NULL, 200, "ReactionState", HDR_ETAG, "400:invalid-item-id " ERRORS_STORE},
     {ROUTE_REACTION, "put", "/v1/items/{item}/reaction", "setReaction", "Set the user's reaction", ACCESS_USER,
@@ -245,6 +251,11 @@ static json_t *success_response(const op_desc_t *op)
         json_object_set_new(headers, "ETag", openapi_ref("headers", "ETag"));
     if (op->headers & HDR_FILE_ETAG)
         json_object_set_new(headers, "ETag", openapi_ref("headers", "FileETag"));
+    if (op->headers & HDR_CACHE) {
+        json_object_set_new(headers, "ETag", openapi_ref("headers", "WeakETag"));
+        json_object_set_new(headers, "Cache-Control", openapi_ref("headers", "Cache-Control"));
+        json_object_set_new(headers, "Vary", openapi_ref("headers", "Vary"));
+    }
     if (op->headers & (HDR_IDEM | HDR_IDEM_REQ))
         json_object_set_new(headers, "Idempotent-Replayed", openapi_ref("headers", "Idempotent-Replayed"));
     if (json_object_size(headers))
@@ -344,6 +355,12 @@ static json_t *operation(const openapi_config_t *cfg, const op_desc_t *op)
     json_t *responses = json_pack("{s:o}", status, success_response(op));
     if (op->headers & HDR_FILE_ETAG)
         json_object_set_new(responses, "304", json_pack("{s:s}", "description", "unchanged since If-None-Match"));
+    if (op->headers & HDR_CACHE)
+        json_object_set_new(responses, "304",
+                            json_pack("{s:s,s:{s:o,s:o,s:o}}", "description",
+                                      "unchanged since If-None-Match: no body, the same validator and Cache-Control",
+                                      "headers", "ETag", openapi_ref("headers", "WeakETag"), "Cache-Control",
+                                      openapi_ref("headers", "Cache-Control"), "Vary", openapi_ref("headers", "Vary")));
     add_problem_responses(responses, codes);
     if (op->route == ROUTE_READYZ) /* not ready: the health body, not a problem */
         json_object_set_new(responses, "503",

@@ -154,6 +154,9 @@ static void add_examples(json_t *s, const openapi_config_t *cfg)
                            4, "changed", true, "cursor", "8812"));
         examples(s, "SetReaction", json_pack("[{s:s},{s:[s]}]", "reaction", k1, "reactions", k2));
         examples(s, "ReactionState", json_pack("[{s:s,s:[s],s:i}]", "item", "post-1", "reactions", k1, "version", 3));
+        examples(s, "ViewerItems",
+                 json_pack("[{s:[{s:s,s:[s],s:i},{s:s,s:[],s:i}]}]", "items", "item", "post-1", "reactions", k1,
+                           "version", 3, "item", "post-2", "reactions", "version", 0));
     } else {
         json_object_set_new(item, "viewer", json_pack("{s:s,s:i}", "reaction", k1, "version", 3));
         examples(s, "WriteResult",
@@ -161,6 +164,9 @@ static void add_examples(json_t *s, const openapi_config_t *cfg)
                            "changed", true));
         examples(s, "SetReaction", json_pack("[{s:s},{s:s}]", "reaction", k1, "reaction", "none"));
         examples(s, "ReactionState", json_pack("[{s:s,s:s,s:i}]", "item", "post-1", "reaction", k1, "version", 3));
+        examples(s, "ViewerItems",
+                 json_pack("[{s:[{s:s,s:s,s:i},{s:s,s:s,s:i}]}]", "items", "item", "post-1", "reaction", k1, "version",
+                           3, "item", "post-2", "reaction", "none", "version", 0));
     }
     examples(s, "Item", json_pack("[O]", item));
     examples(s, "Items", json_pack("[{s:[O]}]", "items", item));
@@ -214,6 +220,12 @@ static json_t *schemas_of(const openapi_config_t *cfg)
     json_object_set_new(s, "ReactionState",
                         object(state_props(cfg->many, json_pack("{s:o}", "item", schema_ref("Id"))),
                                REQUIRED("item", cfg->many ? "reactions" : "reaction", "version"), true));
+    json_object_set_new(s, "ViewerItems",
+                        object(json_pack("{s:{s:s,s:o,s:s}}", "items", "type", "array", "items",
+                                         schema_ref("ReactionState"), "description",
+                                         "one per id, in request order; an item the user never reacted to has "
+                                         "no reaction and version 0"),
+                               REQUIRED("items"), true));
     json_object_set_new(s, "WriteResult", write_result_schema(cfg->many));
     json_object_set_new(s, "SetReaction", set_body_schema(cfg->many));
     json_object_set_new(s, "Toggle",
@@ -353,7 +365,7 @@ static json_t *parameters_of(void)
                               "reacted); otherwise 412 version-mismatch"));
     json_object_set_new(p, "ifNoneMatch",
                         param("If-None-Match", "header", false, json_pack("{s:s}", "type", "string"),
-                              "an ETag from an earlier answer: 304 when the file is unchanged"));
+                              "an ETag from an earlier answer: 304 (no body) while the answer is unchanged"));
     json_object_set_new(p, "after",
                         param("after", "query", false, json_pack("{s:s}", "type", "string"),
                               "a cursor (next of the previous page); without it, from the oldest retained"));
@@ -396,6 +408,18 @@ static json_t *headers_of(void)
         h, "Retry-After",
         header("whole seconds to wait before retrying", json_pack("{s:s,s:i}", "type", "integer", "minimum", 1)));
     json_object_set_new(h, "WWW-Authenticate", header("Bearer", json_pack("{s:s}", "type", "string")));
+    json_object_set_new(h, "WeakETag",
+                        header("W/\"…\": a function of the body alone, the same on every node; it changes when "
+                               "the counts (or the viewer's state) change",
+                               json_pack("{s:s,s:s}", "type", "string", "pattern", "^W/\"[A-Za-z0-9_-]+\"$")));
+    json_object_set_new(h, "Cache-Control",
+                        header("public, max-age=N (--public-max-age; no-cache when 0) without a user; private, "
+                               "no-store when the answer holds the viewer's state",
+                               json_pack("{s:s}", "type", "string")));
+    json_object_set_new(h, "Vary",
+                        header("Authorization, X-User-Id (and Origin where CORS is configured): the answer depends "
+                               "on who asks",
+                               json_pack("{s:s}", "type", "string")));
     json_object_set_new(h, "FileETag",
                         header("a strong validator of the file's bytes", json_pack("{s:s}", "type", "string")));
     return h;

@@ -39,6 +39,7 @@ static const struct {
     {ROUTE_UI, "ui", NULL, "GET, HEAD"},
     {ROUTE_ITEM_REACTIONS, "item_reactions", NULL, "GET, HEAD"},
     {ROUTE_USER_REACTIONS, "user_reactions", NULL, "GET, HEAD"},
+    {ROUTE_VIEWER, "viewer", "/v1/viewer", "GET, HEAD"},
 };
 
 #define WEBHOOKS_PREFIX "/v1/admin/webhooks/"

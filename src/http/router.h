@@ -30,6 +30,7 @@ typedef enum {
     ROUTE_UI,             /* /ui/{file}: the static files (the whole path in item) */
     ROUTE_ITEM_REACTIONS, /* /v1/items/{item}/reactions: who reacted */
     ROUTE_USER_REACTIONS, /* /v1/users/{user}/reactions: a user's reactions */
+    ROUTE_VIEWER,         /* /v1/viewer?ids=…: the viewer's own part of several items */
     ROUTE_COUNT           /* number of routes, for per-route tables */
 } route_id_t;
 

@@ -327,6 +327,19 @@ void http_respond(http_request_t *request, const answer_t *a)
         h2o_iovec_t v = h2o_strdup(&req->pool, buf, SIZE_MAX);
         h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ETAG, NULL, v.base, v.len);
     }
+    if (a->weak_etag[0]) {
+        h2o_iovec_t v = h2o_strdup(&req->pool, a->weak_etag, SIZE_MAX);
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_ETAG, NULL, v.base, v.len);
+    }
+    if (a->cache == ANSWER_CACHE_PUBLIC && a->max_age_s) {
+        snprintf(buf, sizeof buf, "public, max-age=%u", a->max_age_s);
+        h2o_iovec_t v = h2o_strdup(&req->pool, buf, SIZE_MAX);
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, v.base, v.len);
+    } else if (a->cache == ANSWER_CACHE_PUBLIC) {
+        http_add_header_str(req, "cache-control", "no-cache");
+    } else if (a->cache == ANSWER_CACHE_PRIVATE) {
+        http_add_header_str(req, "cache-control", "private, no-store");
+    }
     if (a->replayed)
         http_add_header_str(req, "idempotent-replayed", "true");
     if (a->retry_after_s) {

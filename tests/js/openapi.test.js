@@ -168,6 +168,10 @@ test('real answers of every route match the document (development mode)', async 
   assert.equal(replay.headers.get('idempotent-replayed'), 'true');
   await call('GET', '/v1/items/{item}', `/v1/items/${item}`, { headers: u, expect: 200 });
   await call('GET', '/v1/items', `/v1/items?ids=${item},other,x:y`, { headers: u, expect: 200 });
+  const pub = await call('GET', '/v1/items', `/v1/items?ids=${item},other`, { expect: 200 });
+  await call('GET', '/v1/items', `/v1/items?ids=${item},other`, { headers: { 'If-None-Match': pub.headers.get('etag') }, expect: 304 });
+  await call('GET', '/v1/viewer', `/v1/viewer?ids=${item},other`, { headers: u, expect: 200 });
+  await call('GET', '/v1/viewer', `/v1/viewer?ids=${item}`, { expect: 401 });
   const r = await call('GET', '/v1/items/{item}/reaction', `/v1/items/${item}/reaction`, { headers: u, expect: 200 });
   assert.equal(r.headers.get('etag'), '"1"');
   await call('PUT', '/v1/items/{item}/{kind}', `/v1/items/${item}/wow`, { headers: key('k2'), expect: 200 });

@@ -39,6 +39,19 @@ static void same(const kinds_t *kinds, const char *item, const int64_t counts[],
     free(b.buf);
 }
 
+static void same_viewer(const kinds_t *kinds, const char *item, const reaction_row_t *row)
+{
+    textbuf_t b = {0};
+    itemjson_viewer_append(&b, kinds, span_of(item), row);
+    json_t *obj = json_pack("{s:s,s:o,s:I}", "item", item, kindset_member(kinds), kindset_json(kinds, row->set),
+                            "version", (json_int_t)row->version);
+    char *want = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    json_decref(obj);
+    CHECK(!b.failed && want && b.len == strlen(want) && memcmp(b.buf, want, b.len) == 0);
+    free(want);
+    free(b.buf);
+}
+
 void test_itemjson(void)
 {
     kinds_t two, sixteen;
@@ -71,6 +84,12 @@ void test_itemjson(void)
     CHECK(json_is_array(doc) && json_array_size(doc) == 2);
     json_decref(doc);
     free(page.buf);
+    /* The viewer's part (GET /v1/viewer) is byte for byte the answer of GET …/reaction. */
+    same_viewer(&two, "v1", &none);
+    same_viewer(&two, "A-z_0.9:~x", &like);
+    same_viewer(&sixteen, "post-42", &last);
+    same_viewer(&many, "m", &several);
+    same_viewer(&many, "m", &none);
 }
 
 /* A change-feed entry as text equals jansson's compact dump of changejson_entry, byte for byte. */

@@ -44,5 +44,6 @@ void test_webhooks(void);
 void test_live(void);
 void test_openapi(void);
 void test_forwarded(void);
+void test_etag(void);
 
 #endif
