@@ -8,11 +8,17 @@
 #include <stdint.h>
 
 #include "core/kinds.h"
+#include "core/policy.h"
 #include "core/reaction.h"
 #include "core/textbuf.h"
 
 /* Appends one item object; viewer NULL leaves the viewer member out. */
 void itemjson_append(textbuf_t *b, const kinds_t *kinds, span_t item, const int64_t counts[KINDS_MAX + 1],
                      const reaction_row_t *viewer);
+
+/* The same with the item's policy (NULL: none): "policy":{…} after the counts, and, when the policy
+ * hides the counts and reveal is false (anyone but an admin), "counts":null (and "reactors":null). */
+void itemjson_append_policy(textbuf_t *b, const kinds_t *kinds, span_t item, const int64_t counts[KINDS_MAX + 1],
+                            const reaction_row_t *viewer, const policy_t *policy, bool reveal);
 
 #endif
