@@ -13,7 +13,7 @@
 #include "core/reaction.h"
 #include "core/textbuf.h"
 
-#define POLICY_MAX 10000       /* policies at most */
+#define POLICY_MAX 10000        /* policies at most */
 #define POLICY_MAX_KINDS_MAX 16 /* max_kinds is 1..16 */
 #define POLICY_TARGET_MAX (ID_MAX_LEN + 1)
 

@@ -18,7 +18,7 @@ struct policies {
     const kinds_t *kinds;
     pthread_rwlock_t lock; /* guards table (swapped whole) */
     policy_table_t table;
-    atomic_bool empty;     /* no policy in force: a write or read skips the lock */
+    atomic_bool empty;         /* no policy in force: a write or read skips the lock */
     pthread_mutex_t load_lock; /* one load at a time; guards version */
     uint64_t version;          /* the version the table was loaded at (0: none yet) */
     policies_stats_t stats;
@@ -377,8 +377,7 @@ static int decide(store_write_t *tx, write_cmd_t *cmd, write_aux_t *aux)
     }
     uint64_t count = s.count + (w->put && !s.exists) - (!w->put && s.exists);
     w->new_version = s.version + 1;
-    snprintf(w->version, sizeof w->version, "%llu %llu", (unsigned long long)w->new_version,
-             (unsigned long long)count);
+    snprintf(w->version, sizeof w->version, "%llu %llu", (unsigned long long)w->new_version, (unsigned long long)count);
     if (w->put) {
         aux->keys[aux->n] = span_of(w->key);
         aux->values[aux->n++] = span_of(w->value);

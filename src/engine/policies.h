@@ -1,11 +1,11 @@
 /* policies.h — item policies as the store keeps them and every node caches them. The store keeps one
  * auxiliary record per policy ("policy/p/<target>", the policy's JSON) and a counter record
- * ("policy/c": the version and how many policies there are), shared by every node of a shared store; the version rises with every change, in the
- * change's own transaction. Each node holds the policies in memory (one immutable table behind a
- * read-write lock, swapped whole) and loads them again when the version moves: at once on the node
- * that made the change (before its answer goes out), and on a shared store within a second on the
- * others (a thread reads the version every POLICIES_POLL_MS). So a restart keeps them, and the
- * writer, which decides every write, checks each against the table in force when it decides.
+ * ("policy/c": the version and how many policies there are), shared by every node of a shared store; the version rises
+ * with every change, in the change's own transaction. Each node holds the policies in memory (one immutable table
+ * behind a read-write lock, swapped whole) and loads them again when the version moves: at once on the node that made
+ * the change (before its answer goes out), and on a shared store within a second on the others (a thread reads the
+ * version every POLICIES_POLL_MS). So a restart keeps them, and the writer, which decides every write, checks each
+ * against the table in force when it decides.
  *
  * A change is one WRITE_AUX command decided in the writer's transaction against the store's current
  * records (store_aux_read_locked: one such change at a time over every node), so the limit of
@@ -25,11 +25,11 @@
 typedef struct policies policies_t;
 
 typedef struct {
-    atomic_uint_fast64_t changes;                   /* policies put or deleted through this node */
-    atomic_uint_fast64_t refused[POLICY_VERDICTS];  /* writes refused, by verdict */
-    atomic_uint_fast64_t loads, load_failures;      /* tables loaded from the store */
-    atomic_uint_fast64_t count;                     /* policies in force */
-    atomic_uint_fast64_t epoch;                     /* rises with every table installed here */
+    atomic_uint_fast64_t changes;                  /* policies put or deleted through this node */
+    atomic_uint_fast64_t refused[POLICY_VERDICTS]; /* writes refused, by verdict */
+    atomic_uint_fast64_t loads, load_failures;     /* tables loaded from the store */
+    atomic_uint_fast64_t count;                    /* policies in force */
+    atomic_uint_fast64_t epoch;                    /* rises with every table installed here */
 } policies_stats_t;
 
 /* Loads the policies from store and, on a shared store, starts the thread that follows the version.

@@ -35,8 +35,8 @@ static void write_done(write_cmd_t *cmd)
     policy_req_t *r = (policy_req_t *)cmd;
     if (cmd->answer.status >= 200 && cmd->answer.status < 300) {
         policies_changed(r->app->policies, &r->write);
-        fprintf(stderr, "level=info event=policy action=%s target=\"%.*s\" who=\"%s\"\n", r->write.put ? "put" : "delete",
-                (int)r->write.target_len, r->write.target, r->who);
+        fprintf(stderr, "level=info event=policy action=%s target=\"%.*s\" who=\"%s\"\n",
+                r->write.put ? "put" : "delete", (int)r->write.target_len, r->write.target, r->who);
     }
     r->answer = cmd->answer; /* taken over */
     cmd->answer = (answer_t){0};
@@ -83,8 +83,9 @@ static bool policy_or_reply(app_t *app, http_request_t *req, policy_t *p)
     }
     json_error_t jerr;
     json_t *doc = body.len ? json_loadb(body.ptr, body.len, JSON_REJECT_DUPLICATES, &jerr) : json_object();
-    if (!doc) {
-        reply_problem(req, 400, "invalid-json", jerr.text);
+    if (!json_is_object(doc)) {
+        reply_problem(req, 400, "invalid-json", doc ? "the body must be a JSON object" : jerr.text);
+        json_decref(doc);
         return false;
     }
     char err[160];
