@@ -195,7 +195,8 @@ static int apply_change(policies_t *p, const policy_write_t *w, policy_table_t *
     policy_entry_t *entries = malloc((n ? n : 1) * sizeof *entries);
     if (!entries)
         return -1;
-    memcpy(entries, t->entries, at * sizeof *entries);
+    if (at)
+        memcpy(entries, t->entries, at * sizeof *entries);
     size_t k = at;
     if (w->put) {
         policy_entry_t *e = &entries[k++];
@@ -205,7 +206,8 @@ static int apply_change(policies_t *p, const policy_write_t *w, policy_table_t *
         e->policy = w->policy;
     }
     size_t rest = at + exists;
-    memcpy(entries + k, t->entries + rest, (t->n - rest) * sizeof *entries);
+    if (t->n > rest)
+        memcpy(entries + k, t->entries + rest, (t->n - rest) * sizeof *entries);
     return policy_table_build(out, entries, n);
 }
 

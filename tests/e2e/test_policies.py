@@ -380,8 +380,13 @@ class PolicyTwoNodes(PolicyCase):
                     # the write B took before it knew is the only one
                     self.assertEqual(self.assertOk(b.item(i, user=u))["viewer"]["version"],
                                      self.assertOk(a.item(i, user=u))["viewer"]["version"])
+                    # and the other way: a change on B reaches A within a second
                     self.assertOk(put_policy(b, i, {}))
-                    self.assertOk(self.write(a, i, u, "like"))
+                    t0 = time.monotonic()
+                    while self.write(a, i, u, "like")[0] != 200 and time.monotonic() - t0 < 3:
+                        time.sleep(0.02)
+                    took = time.monotonic() - t0
+                    self.assertLess(took, 1.0 * SLOW, "node A applied the policy after %.2fs" % took)
             finally:
                 b.stop()
                 b.close()

@@ -45,6 +45,7 @@ int main(void)
         {"trending", test_trending},
         {"webhooks", test_webhooks},
         {"live", test_live},
+        {"policy", test_policy},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

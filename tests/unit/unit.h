@@ -42,5 +42,6 @@ void test_trending(void);
 void test_webhooks(void);
 void test_live(void);
 void test_openapi(void);
+void test_policy(void);
 
 #endif
