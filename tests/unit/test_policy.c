@@ -51,10 +51,13 @@ static void test_bodies(void)
     CHECK(parse(&one, "{\"kinds\":[\"dislike\"],\"closed\":true,\"counts\":\"hidden\",\"max_kinds\":16}", &p) == 0);
     CHECK(p.kinds_given && p.kinds == kindset_of(2) && p.closed && p.hidden && p.max_kinds == 16);
     static const char *const bad[] = {
-        "{\"kinds\":[]}",        "{\"kinds\":[\"wow\"]}",   "{\"kinds\":\"like\"}",   "{\"kinds\":[\"like\",\"like\"]}",
-        "{\"kinds\":[\"none\"]}", "{\"max_kinds\":0}",       "{\"max_kinds\":17}",     "{\"max_kinds\":\"2\"}",
-        "{\"max_kinds\":1.5}",   "{\"closed\":1}",          "{\"counts\":\"secret\"}", "{\"counts\":null}",
-        "{\"other\":1}",         "[]",
+        "{\"kinds\":[]}",          "{\"kinds\":[\"wow\"]}",
+        "{\"kinds\":\"like\"}",    "{\"kinds\":[\"like\",\"like\"]}",
+        "{\"kinds\":[\"none\"]}",  "{\"max_kinds\":0}",
+        "{\"max_kinds\":17}",      "{\"max_kinds\":\"2\"}",
+        "{\"max_kinds\":1.5}",     "{\"closed\":1}",
+        "{\"counts\":\"secret\"}", "{\"counts\":null}",
+        "{\"other\":1}",           "[]",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(parse(&one, bad[i], &p) != 0);
@@ -124,7 +127,7 @@ static void test_check(void)
     CHECK(parse(&many, "{\"kinds\":[\"like\",\"love\"],\"max_kinds\":1}", &p) == 0);
     kindset_t like = kindset_of(1), love = kindset_of(2), haha = kindset_of(3);
     CHECK(policy_check(&many, &p, like, like | love) == POLICY_TOO_MANY);
-    CHECK(policy_check(&many, &p, like, like | haha) == POLICY_NOT_ALLOWED); /* not allowed first */
+    CHECK(policy_check(&many, &p, like, like | haha) == POLICY_NOT_ALLOWED);      /* not allowed first */
     CHECK(policy_check(&many, &p, like | love | haha, like | love) == POLICY_OK); /* removing, though over */
     CHECK(policy_check(&many, &p, like | love, love) == POLICY_OK);
     CHECK(policy_check(&many, &p, like | haha, love) == POLICY_OK); /* a set within the bound */
@@ -155,9 +158,8 @@ static void test_resolution(void)
     static const struct {
         const char *item, *want;
     } cases[] = {
-        {"c-1", "c-1"},      {"c-10", "c-10"},  {"c-11", "c-*"}, {"c-1-2", "c-1-2"}, {"c-1-3", "c-1-*"},
-        {"c-1-", "c-1-*"},   {"c-", "c-*"},     {"c", "*"},      {"d", "d*"},        {"dd", "d*"},
-        {"x", "*"},          {"c-1-22", "c-1-*"},
+        {"c-1", "c-1"}, {"c-10", "c-10"}, {"c-11", "c-*"}, {"c-1-2", "c-1-2"}, {"c-1-3", "c-1-*"}, {"c-1-", "c-1-*"},
+        {"c-", "c-*"},  {"c", "*"},       {"d", "d*"},     {"dd", "d*"},       {"x", "*"},         {"c-1-22", "c-1-*"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const policy_t *p = policy_resolve(&t, span_of(cases[i].item));
@@ -206,8 +208,12 @@ static void test_engine(void)
         return;
     policies_t *pol = NULL;
     writer_t *w = NULL;
-    writer_options_t wopt = {.queue_max = 64, .batch_max = 16, .fold_max = 1024, .idem_ttl_ms = 60000,
-                             .sweep_max = 16, .log_retention_ms = 60000};
+    writer_options_t wopt = {.queue_max = 64,
+                             .batch_max = 16,
+                             .fold_max = 1024,
+                             .idem_ttl_ms = 60000,
+                             .sweep_max = 16,
+                             .log_retention_ms = 60000};
     CHECK(policies_open(s, &one, &pol, err, sizeof err) == 0);
     wopt.policies = pol;
     CHECK(pol && writer_start(s, &one, &wopt, &w) == 0);
@@ -237,7 +243,8 @@ static void test_engine(void)
     /* a new node (a restart) loads what the store keeps */
     policies_t *again = NULL;
     CHECK(policies_open(s, &one, &again, err, sizeof err) == 0);
-    CHECK(again && policies_lookup(again, SPAN_LIT("c-9"), &got) && !got.closed && !policies_lookup(again, SPAN_LIT("d"), &got));
+    CHECK(again && policies_lookup(again, SPAN_LIT("c-9"), &got) && !got.closed &&
+          !policies_lookup(again, SPAN_LIT("d"), &got));
     policies_close(again);
     writer_stop(w);
     policies_close(pol);
