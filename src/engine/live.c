@@ -280,6 +280,8 @@ static void live_pass(live_t *l, bool scan)
     pthread_mutex_unlock(&l->lock);
     if (idle) { /* nobody watches: nothing to read; the next subscription starts following afresh */
         l->following = false;
+        if (l->opt.render_epoch) /* a new subscription starts with what is rendered now */
+            l->render_seen = atomic_load(l->opt.render_epoch);
         return;
     }
     store_read_t *snap;
@@ -401,6 +403,7 @@ int live_start(store_t *store, const kinds_t *kinds, const live_options_t *opt, 
     l->store = store;
     l->kinds = kinds;
     l->opt = *opt;
+    l->render_seen = opt->render_epoch ? atomic_load(opt->render_epoch) : 0;
     if (l->opt.interval_ms == 0)
         l->opt.interval_ms = 1;
     if (l->opt.keepalive_ms == 0)
