@@ -269,6 +269,12 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         .mode = o->reaction_mode,
     };
     const char *what = NULL;
+    char perr[128];
+    if (policies_open(app->store, app->kinds, &app->policies, perr, sizeof perr) != 0) {
+        fprintf(stderr, "tallyd: %s\n", perr);
+        return -1;
+    }
+    wopt.policies = app->policies;
     if (store_shared(app->store) && readers_start(READERS_THREADS_DEFAULT, READERS_QUEUE_MAX, &app->readers) != 0)
         what = "the reader threads";
     else if (feed_start(app->store, &app->feed) != 0)
@@ -358,6 +364,7 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     webhooks_stop(app->webhooks); /* a batch in flight stays pending in the store: sent again at the next start */
     trending_stop(app->trending); /* persists its open buckets through the writer */
     writer_stop(app->writer);
+    policies_close(app->policies);
     feed_free(app->feed);
     readers_free(app->readers);
     store_close(app->store);

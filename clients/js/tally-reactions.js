@@ -80,6 +80,9 @@ function message(err) {
   }
 }
 
+const CLOSED_MESSAGE = 'Reactions are closed on this item.';
+let statusIds = 0;
+
 export class TallyReactions extends HTMLElement {
   static get observedAttributes() { return ['item', 'kinds']; }
 
@@ -88,6 +91,7 @@ export class TallyReactions extends HTMLElement {
     this.counts = null; // {kind: n}
     this.viewer = null; // {reaction, version} or {reactions:[…], version}
     this.reactors = undefined;
+    this.policy = null; // the item's policy, when one applies: {kinds, closed, counts, max_kinds}
     this.busy = false;
     this.writeCursor = null; // the cursor of our last write: older pushed counts lack it
     this.unsubscribe = null;
@@ -120,6 +124,7 @@ export class TallyReactions extends HTMLElement {
     this.unsubscribe = null;
     this.counts = null;
     this.viewer = null;
+    this.policy = null;
     this.writeCursor = null;
     this.liveSeen = false;
     this.ready = false; // the viewer's state is known
@@ -143,10 +148,20 @@ export class TallyReactions extends HTMLElement {
     this.replaceChildren(this.group, this.status);
   }
 
+  // The kinds offered: the attribute's (or every kind the counts name, or the policy's when the counts
+  // are hidden), less those the item's policy does not allow, unless the viewer holds one (to take it back).
   kinds() {
     const attr = this.getAttribute('kinds');
-    if (attr) return [...new Set(attr.split(',').map((k) => k.trim()).filter(Boolean))];
-    return this.counts ? Object.keys(this.counts) : [];
+    let kinds;
+    if (attr) kinds = [...new Set(attr.split(',').map((k) => k.trim()).filter(Boolean))];
+    else if (this.counts) kinds = Object.keys(this.counts);
+    else kinds = this.policy ? [...this.policy.kinds] : [];
+    if (!this.policy) return kinds;
+    return kinds.filter((k) => this.policy.kinds.includes(k) || this.holds(k));
+  }
+
+  closed() {
+    return !!(this.policy && this.policy.closed);
   }
 
   many() {
@@ -192,10 +207,21 @@ export class TallyReactions extends HTMLElement {
       b.setAttribute('aria-pressed', String(this.holds(kind)));
       // Until the first read says what the viewer holds a click could not say what it wants (a count
       // the live stream pushed may be shown already): the button is not offered yet.
-      b.disabled = !this.ready;
+      // A closed item's buttons stay shown, disabled, and say why (the status region announces it).
+      b.disabled = !this.ready || this.closed();
+      if (this.closed()) b.setAttribute('aria-describedby', this.statusId());
+      else b.removeAttribute('aria-describedby');
     }
+    this.toggleAttribute('closed', this.closed());
+    if (this.closed()) this.status.textContent = CLOSED_MESSAGE;
+    else if (this.status.textContent === CLOSED_MESSAGE) this.status.textContent = '';
     this.toggleAttribute('busy', this.busy);
     this.group.setAttribute('aria-busy', String(this.busy));
+  }
+
+  statusId() {
+    if (!this.status.id) this.status.id = 'tally-status-' + (++statusIds);
+    return this.status.id;
   }
 
   // The first read. Counts already pushed by the live stream are kept: the stream started with the
@@ -203,9 +229,10 @@ export class TallyReactions extends HTMLElement {
   loaded(obj) {
     if (!obj) return;
     if (!this.liveSeen) {
-      this.counts = { ...obj.counts };
+      this.counts = obj.counts ? { ...obj.counts } : null;
       this.reactors = obj.reactors;
     }
+    this.policy = obj.policy || null;
     this.viewer = obj.viewer || null;
     this.ready = true;
     this.removeAttribute('error');
@@ -237,8 +264,9 @@ export class TallyReactions extends HTMLElement {
       if (order !== null && order < 0) return;
       this.writeCursor = null;
     }
-    this.counts = { ...msg.counts };
+    this.counts = msg.counts ? { ...msg.counts } : null;
     if (msg.reactors !== undefined) this.reactors = msg.reactors;
+    if (msg.policy !== undefined || this.policy) this.policy = msg.policy || null;
     this.liveSeen = true;
     this.render();
   }

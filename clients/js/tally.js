@@ -146,7 +146,12 @@ export class TallyClient {
 
   // --- reads ---
 
-  /** GET /v1/items/{item}: {item, counts, viewer?} (viewer when a user is known). */
+  /**
+   * GET /v1/items/{item}: {item, counts, policy?, viewer?} (viewer when a user is known). policy, when
+   * one applies: {kinds, closed, counts: 'public'|'hidden', max_kinds?}: offer only its kinds, none when
+   * closed; counts (and reactors) are null while hidden. Writes it refuses fail with a TallyError
+   * whose code is item-closed, reaction-not-allowed (problem.allowed) or too-many-reactions.
+   */
   async item(item) {
     return (await this.request('GET', `/v1/items/${checkId(item)}`)).body;
   }
@@ -226,7 +231,8 @@ export class TallyClient {
   // --- live counts ---
 
   /**
-   * Live counts of items: onCounts({item, counts, reactors?, cursor}) for each event. One stream for
+   * Live counts of items: onCounts({item, counts, reactors?, policy?, cursor}) for each event (counts
+   * null while the item's policy hides them; every item is sent again when a policy changes). One stream for
    * every subscription of this client (up to 100 items a stream), reopened when the set changes and
    * after errors (after Retry-After). Returns an unsubscribe function.
    */

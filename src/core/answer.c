@@ -27,6 +27,10 @@ static const struct {
     {"idempotency-key-mismatch", "Idempotency-Key reused with another request"},
     {"idempotency-key-in-use", "Idempotency-Key in use"},
     {"version-mismatch", "Version mismatch"},
+    {"item-closed", "Item closed"},
+    {"reaction-not-allowed", "Reaction not allowed on this item"},
+    {"too-many-reactions", "Too many reactions on this item"},
+    {"too-many-policies", "Too many policies"},
     {"unauthenticated", "Authentication required"},
     {"forbidden", "Forbidden"},
     {"not-found", "Not found"},
@@ -157,6 +161,22 @@ int answer_json(answer_t *a, int status, json_t *body)
 int answer_problem(answer_t *a, int status, const char *code, const char *detail)
 {
     return answer_from_json(a, status, ANSWER_PROBLEM, problem_object(status, code, detail));
+}
+
+int answer_policy_refusal(answer_t *a, const kinds_t *kinds, policy_verdict_t v, kindset_t allowed, unsigned max_kinds)
+{
+    const char *detail = v == POLICY_CLOSED        ? "the item is closed to reactions"
+                         : v == POLICY_NOT_ALLOWED ? "the item's policy does not allow that reaction"
+                                                   : "the item's policy allows fewer reactions per user";
+    json_t *obj = problem_object(403, policy_verdict_code(v), detail);
+    if (obj && v == POLICY_NOT_ALLOWED) {
+        kinds_t as_set = *kinds; /* an array in either mode */
+        as_set.mode = REACTION_MODE_MANY;
+        json_object_set_new(obj, "allowed", kindset_json(&as_set, allowed));
+    }
+    if (obj && v == POLICY_TOO_MANY)
+        json_object_set_new(obj, "max_kinds", json_integer((json_int_t)max_kinds));
+    return answer_from_json(a, 403, ANSWER_PROBLEM, obj);
 }
 
 int answer_version_mismatch(answer_t *a, const kinds_t *kinds, kindset_t reaction, uint64_t version)

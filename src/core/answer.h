@@ -9,6 +9,7 @@
 
 #include "core/etag.h"
 #include "core/kinds.h"
+#include "core/policy.h"
 #include "core/reaction.h"
 #include "core/span.h"
 
@@ -74,6 +75,10 @@ int answer_problem(answer_t *a, int status, const char *code, const char *detail
 
 /* 412 version-mismatch, with the row's current reaction and version as members. */
 int answer_version_mismatch(answer_t *a, const kinds_t *kinds, kindset_t reaction, uint64_t version);
+
+/* 403 for a write the item's policy refuses (v not POLICY_OK): item-closed, reaction-not-allowed
+ * (with "allowed", the kinds a write may add, as an array) or too-many-reactions (with "max_kinds"). */
+int answer_policy_refusal(answer_t *a, const kinds_t *kinds, policy_verdict_t v, kindset_t allowed, unsigned max_kinds);
 
 /* Takes ownership of a malloc'd JSON body. */
 void answer_set_body(answer_t *a, int status, answer_type_t type, char *body, size_t len);

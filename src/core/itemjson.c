@@ -5,11 +5,8 @@
 
 #include "core/kindsjson.h"
 
-void itemjson_append(textbuf_t *b, const kinds_t *kinds, span_t item, const int64_t counts[KINDS_MAX + 1],
-                     const reaction_row_t *viewer)
+static void item_counts(textbuf_t *b, const kinds_t *kinds, const int64_t counts[KINDS_MAX + 1])
 {
-    textbuf_lit(b, "{\"item\":");
-    textbuf_safe(b, item);
     textbuf_lit(b, ",\"counts\":{");
     for (int k = 1; k <= kinds->count; k++) {
         if (k > 1)
@@ -22,6 +19,31 @@ void itemjson_append(textbuf_t *b, const kinds_t *kinds, span_t item, const int6
     if (kinds->mode == REACTION_MODE_MANY) {
         textbuf_lit(b, ",\"reactors\":");
         textbuf_int(b, counts[KIND_NONE]);
+    }
+}
+
+void itemjson_append(textbuf_t *b, const kinds_t *kinds, span_t item, const int64_t counts[KINDS_MAX + 1],
+                     const reaction_row_t *viewer)
+{
+    itemjson_append_policy(b, kinds, item, counts, viewer, NULL, true);
+}
+
+void itemjson_append_policy(textbuf_t *b, const kinds_t *kinds, span_t item, const int64_t counts[KINDS_MAX + 1],
+                            const reaction_row_t *viewer, const policy_t *policy, bool reveal)
+{
+    textbuf_lit(b, "{\"item\":");
+    textbuf_safe(b, item);
+    if (policy && policy->hidden && !reveal) {
+        if (kinds->mode == REACTION_MODE_MANY)
+            textbuf_lit(b, ",\"counts\":null,\"reactors\":null");
+        else
+            textbuf_lit(b, ",\"counts\":null");
+    } else {
+        item_counts(b, kinds, counts);
+    }
+    if (policy) {
+        textbuf_lit(b, ",\"policy\":");
+        policy_append(b, kinds, policy);
     }
     if (viewer) {
         textbuf_lit(b, ",\"viewer\":{\"");

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "core/kinds.h"
+#include "core/policy.h"
 #include "core/reaction.h"
 #include "core/textbuf.h"
 
@@ -18,5 +19,9 @@ void itemjson_append(textbuf_t *b, const kinds_t *kinds, span_t item, const int6
 /* Appends the viewer's own part of one item, as GET …/reaction answers it:
  * {"item":"v1","reaction":"like","version":3} ("reactions":[…] in many mode). */
 void itemjson_viewer_append(textbuf_t *b, const kinds_t *kinds, span_t item, const reaction_row_t *row);
+/* The same with the item's policy (NULL: none): "policy":{…} after the counts, and, when the policy
+ * hides the counts and reveal is false (anyone but an admin), "counts":null (and "reactors":null). */
+void itemjson_append_policy(textbuf_t *b, const kinds_t *kinds, span_t item, const int64_t counts[KINDS_MAX + 1],
+                            const reaction_row_t *viewer, const policy_t *policy, bool reveal);
 
 #endif

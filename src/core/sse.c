@@ -12,7 +12,13 @@ void sse_retry(textbuf_t *b, unsigned ms)
 void sse_counts_event(textbuf_t *b, uint64_t cursor, const kinds_t *kinds, span_t item,
                       const int64_t counts[KINDS_MAX + 1])
 {
+    sse_counts_event_policy(b, cursor, kinds, item, counts, NULL);
+}
+
+void sse_counts_event_policy(textbuf_t *b, uint64_t cursor, const kinds_t *kinds, span_t item,
+                             const int64_t counts[KINDS_MAX + 1], const policy_t *policy)
+{
     textbuf_printf(b, "id: %" PRIu64 "\nevent: counts\ndata: ", cursor);
-    itemjson_append(b, kinds, item, counts, NULL);
+    itemjson_append_policy(b, kinds, item, counts, NULL, policy, false);
     textbuf_lit(b, "\n\n");
 }

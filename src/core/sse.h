@@ -15,6 +15,10 @@ void sse_retry(textbuf_t *b, unsigned ms);
 
 /* "id: <cursor>\nevent: counts\ndata: {"item":…,"counts":{…}}\n\n" — the item object of a read
  * (itemjson, without viewer); cursor is the change-feed position the counts are folded up to. */
+/* With the item's policy (NULL: none): its member, and counts null when it hides them (a stream is
+ * public). */
+void sse_counts_event_policy(textbuf_t *b, uint64_t cursor, const kinds_t *kinds, span_t item,
+                             const int64_t counts[KINDS_MAX + 1], const policy_t *policy);
 void sse_counts_event(textbuf_t *b, uint64_t cursor, const kinds_t *kinds, span_t item,
                       const int64_t counts[KINDS_MAX + 1]);
 

@@ -39,10 +39,11 @@ struct live {
     strmap_t watched; /* item → subscriptions watching it */
     live_request_t *pending, *pending_tail;
     /* the live thread's own */
-    bool following; /* pos is known */
-    uint64_t pos;   /* the last log entry looked at */
-    bool failing;   /* the last read failed (logged once per outage) */
-    bool resync;    /* the log was pruned past pos: every watched item is taken as changed */
+    bool following;       /* pos is known */
+    uint64_t pos;         /* the last log entry looked at */
+    bool failing;         /* the last read failed (logged once per outage) */
+    bool resync;          /* the log was pruned past pos: every watched item is taken as changed */
+    uint64_t render_seen; /* opt.render_epoch as the last full pass saw it */
     itemmap_t changed;
     uint64_t scan_upto, scan_last; /* scan_log's bounds and progress */
     size_t scan_seen;
@@ -280,6 +281,8 @@ static void live_pass(live_t *l, bool scan)
     pthread_mutex_unlock(&l->lock);
     if (idle) { /* nobody watches: nothing to read; the next subscription starts following afresh */
         l->following = false;
+        if (l->opt.render_epoch) /* a new subscription starts with what is rendered now */
+            l->render_seen = atomic_load(l->opt.render_epoch);
         return;
     }
     store_read_t *snap;
@@ -296,7 +299,10 @@ static void live_pass(live_t *l, bool scan)
     }
     if (rc == STORE_OK && checkpoint < l->pos)
         l->pos = checkpoint; /* a store moved back (a restore): follow from there */
-    if (rc == STORE_OK && scan && checkpoint > l->pos) {
+    uint64_t epoch = l->opt.render_epoch ? atomic_load(l->opt.render_epoch) : 0;
+    if (epoch != l->render_seen)
+        l->resync = true; /* what is rendered for an item changed: every watched item again */
+    if (rc == STORE_OK && scan && (checkpoint > l->pos || l->resync)) {
         uint64_t before = l->pos;
         rc = scan_log(l, snap, checkpoint);
         if (rc == STORE_OK) {
@@ -311,8 +317,10 @@ static void live_pass(live_t *l, bool scan)
         }
         if (rc != STORE_OK)
             l->pos = before; /* read them again next time */
-        else
+        else {
             l->resync = false;
+            l->render_seen = epoch;
+        }
         itemmap_free(&l->changed);
     }
     live_request_t *req = rc == STORE_OK ? take_pending(l) : NULL;
@@ -396,6 +404,7 @@ int live_start(store_t *store, const kinds_t *kinds, const live_options_t *opt, 
     l->store = store;
     l->kinds = kinds;
     l->opt = *opt;
+    l->render_seen = opt->render_epoch ? atomic_load(opt->render_epoch) : 0;
     if (l->opt.interval_ms == 0)
         l->opt.interval_ms = 1;
     if (l->opt.keepalive_ms == 0)

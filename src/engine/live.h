@@ -45,6 +45,9 @@ typedef struct {
 typedef struct {
     uint64_t interval_ms;  /* a pass at most this often: an item's changes within it become one event */
     uint64_t keepalive_ms; /* on_keepalive this often */
+    /* Optional: a number that rises when what the sink renders for an item changes without a change
+     * of its counts (the item policies in force); every watched item is sent again at the next pass. */
+    const atomic_uint_fast64_t *render_epoch;
 } live_options_t;
 
 #define LIVE_INTERVAL_MS_DEFAULT 250

@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/log.h"
 #include "engine/pipeline.h"
+#include "engine/policies.h"
 #include "engine/thread.h"
 
 #define SWEEP_INTERVAL_MS 1000
@@ -302,7 +303,23 @@ static int writer_cursor(writer_t *w, write_cmd_t *cmd)
     return answer_reserve_cursor(&cmd->answer) == 0 ? STORE_OK : STORE_ERROR;
 }
 
-/* A reaction write: idempotency record, row, If-Match, transition. */
+/* The item's policy against the write from previous to target: false having answered a refusal (403;
+ * nothing is written, nor stored under the Idempotency-Key: only 2xx and 412 answers are). */
+static bool policy_allows(writer_t *w, write_cmd_t *cmd, kindset_t previous, kindset_t target)
+{
+    const write_react_t *r = &cmd->react;
+    policy_t p;
+    if (r->no_policy || !policies_lookup(w->opt.policies, (span_t){r->item, r->item_len}, &p))
+        return true;
+    policy_verdict_t v = policy_check(w->kinds, &p, previous, target);
+    if (v == POLICY_OK)
+        return true;
+    policies_count_refusal(w->opt.policies, v);
+    answer_policy_refusal(&cmd->answer, w->kinds, v, policy_allowed(w->kinds, &p), p.max_kinds);
+    return false;
+}
+
+/* A reaction write: idempotency record, row, If-Match, policy, transition. */
 static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
 {
     write_react_t *r = &cmd->react;
@@ -322,6 +339,8 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         kindset_t previous = row.set;
         uint64_t version_before = row.version;
         kindset_t target = reaction_target(w->kinds->mode, r->op, r->arg, previous);
+        if (!policy_allows(w, cmd, previous, target))
+            return STORE_OK;
         if (target != previous && (rc = writer_transition(w, tx, item, user, &row, target, now_ms)) != STORE_OK)
             return rc;
         r->changed = target != previous;

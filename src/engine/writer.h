@@ -18,6 +18,7 @@
 #include "store/store.h"
 
 typedef struct writer writer_t;
+typedef struct policies policies_t; /* engine/policies.h */
 typedef struct write_cmd write_cmd_t;
 typedef struct writer_group writer_group_t;
 
@@ -58,6 +59,7 @@ typedef struct {
     size_t user_len;
     bool has_if_match;
     if_match_t if_match;
+    bool no_policy; /* applied as it is, whatever the item's policy (an import) */
     size_t key_len; /* Idempotency-Key; 0 = none */
     char key[IDEM_KEY_MAX + 1];
     uint8_t fingerprint[FINGERPRINT_LEN];
@@ -121,6 +123,9 @@ typedef struct {
     void (*release_begin)(void *arg);
     void (*release_end)(void *arg);
     void *release_arg;
+    /* The item policies in force (optional): each reaction write is checked against its item's, after
+     * the idempotency record and If-Match, where the row's old value is known. */
+    policies_t *policies;
 } writer_options_t;
 
 #define WRITER_QUEUE_MAX_DEFAULT 8192

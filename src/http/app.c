@@ -15,6 +15,7 @@
 #include "http/lists.h"
 #include "http/live.h"
 #include "http/metrics.h"
+#include "http/policies_admin.h"
 #include "http/router.h"
 #include "http/trends.h"
 #include "http/ui.h"
@@ -429,6 +430,12 @@ void app_handle(void *arg, http_request_t *req)
     case ROUTE_ITEM_REACTIONS:
     case ROUTE_USER_REACTIONS:
         lists_get(app, req, route.item, route.query, route.id == ROUTE_USER_REACTIONS);
+        return;
+    case ROUTE_POLICIES:
+        policies_admin_list(app, req);
+        return;
+    case ROUTE_POLICY:
+        policies_admin_one(app, req, route.item);
         return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:

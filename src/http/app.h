@@ -11,6 +11,7 @@
 #include "core/kinds.h"
 #include "core/ratelimit.h"
 #include "engine/feed.h"
+#include "engine/policies.h"
 #include "engine/readers.h"
 #include "engine/trending.h"
 #include "engine/webhooks.h"
@@ -51,6 +52,7 @@ typedef struct app {
     writer_t *writer;
     readers_t *readers; /* reads run here when the store's reads wait on a server; NULL: on the HTTP threads */
     feed_t *feed;
+    policies_t *policies; /* the item policies in force */
     trending_t *trending;
     webhooks_t *webhooks;
     const char *data_dir;

@@ -47,6 +47,7 @@ typedef struct {
     char ids[BATCH_IDS_MAX][ID_MAX_LEN];
     size_t id_lens[BATCH_IDS_MAX];
     bool known; /* a user is known: item objects carry viewer */
+    bool admin; /* hidden counts are shown */
     char user[ID_MAX_LEN];
     size_t user_len;
     unsigned max_age_s; /* of a public answer, as configured when the request came */
@@ -133,10 +134,14 @@ static void item_read_answer(item_read_t *rd)
     for (size_t i = 0; i < rd->n; i++) {
         if (i)
             textbuf_lit(&out, ",");
-        if (rd->viewer)
+        if (rd->viewer) {
             itemjson_viewer_append(&out, rd->app->kinds, items[i], &rows[i]);
-        else
-            itemjson_append(&out, rd->app->kinds, items[i], counts[i], rd->known ? &rows[i] : NULL);
+            continue;
+        }
+        policy_t p;
+        bool has = policies_lookup(rd->app->policies, items[i], &p);
+        itemjson_append_policy(&out, rd->app->kinds, items[i], counts[i], rd->known ? &rows[i] : NULL, has ? &p : NULL,
+                               rd->admin);
     }
     if (rd->many)
         textbuf_lit(&out, "]}");
@@ -198,6 +203,7 @@ static item_read_t *item_read_new(app_t *app, http_request_t *req, span_t ids, b
         rd->id_lens[rd->n++] = id.len;
     }
     rd->known = who->known;
+    rd->admin = who->admin;
     if (who->known) {
         memcpy(rd->user, who->user.ptr, who->user.len);
         rd->user_len = who->user.len;

@@ -115,6 +115,15 @@ static bool access_or_reply(app_t *app, http_request_t *req, span_t key, bool by
 {
     list_access_t access = by_user ? app->user_reactions : app->who_reacted;
     auth_t who;
+    policy_t p;
+    if (!by_user && policies_lookup(app->policies, key, &p) && p.hidden) { /* hidden counts: admins only */
+        if (!auth_user_or_reply(app, req, false, &who))
+            return false;
+        if (who.admin)
+            return true;
+        reply_problem(req, 403, "forbidden", "the item's counts are hidden: who reacted is shown to admins");
+        return false;
+    }
     if (access == LIST_ACCESS_PUBLIC)
         return auth_user_or_reply(app, req, false, &who) && read_rate_or_reply(app, req, &who);
     if (!auth_user_or_reply(app, req, true, &who))

@@ -217,6 +217,14 @@ static void on_batch(void *arg)
     batch_unref(b);
 }
 
+/* One item's event, under its policy in force (hidden counts are null: a stream is public). */
+static void counts_event(textbuf_t *b, uint64_t cursor, span_t item, const int64_t *counts)
+{
+    policy_t p;
+    bool has = policies_lookup(live.app->policies, item, &p);
+    sse_counts_event_policy(b, cursor, live.app->kinds, item, counts, has ? &p : NULL);
+}
+
 static void sink_changes(void *arg, uint64_t cursor, const live_item_t *items, size_t n)
 {
     (void)arg;
@@ -239,7 +247,7 @@ static void sink_changes(void *arg, uint64_t cursor, const live_item_t *items, s
         b->name_len[i] = items[i].item.len;
         textbuf_append(&b->buf, items[i].item.ptr, items[i].item.len);
         b->text_at[i] = b->buf.len;
-        sse_counts_event(&b->buf, cursor, live.app->kinds, items[i].item, items[i].counts);
+        counts_event(&b->buf, cursor, items[i].item, items[i].counts);
         b->text_len[i] = b->buf.len - b->text_at[i];
     }
     int threads = http_thread_count();
@@ -274,7 +282,7 @@ static void sink_initial(void *arg, uint64_t token, uint64_t cursor, const live_
     m->token = token;
     m->cursor = cursor;
     for (size_t i = 0; i < n; i++)
-        sse_counts_event(&m->text, cursor, live.app->kinds, items[i].item, items[i].counts);
+        counts_event(&m->text, cursor, items[i].item, items[i].counts);
     int thread = (int)(token & ((1u << TOKEN_THREAD_BITS) - 1));
     if (m->text.failed || http_thread_post(thread, on_initial, m) != 0) {
         free(m->text.buf);
@@ -403,7 +411,10 @@ int live_http_start(app_t *app, const live_http_options_t *opt)
         .on_initial = sink_initial,
         .on_keepalive = sink_keepalive,
     };
-    return live_start(app->store, app->kinds, &opt->follow, &sink, &live.engine);
+    live_options_t follow = opt->follow;
+    if (app->policies) /* a policy change sends every watched item again, under its new policy */
+        follow.render_epoch = &policies_stats(app->policies)->epoch;
+    return live_start(app->store, app->kinds, &follow, &sink, &live.engine);
 }
 
 void live_http_end_all(void)

@@ -79,6 +79,24 @@ static void render_requests(textbuf_t *t, app_t *app)
         }
 }
 
+/* Item policies: how many are in force, changes made through this node, writes refused by code. */
+static void render_policies(textbuf_t *t, app_t *app)
+{
+    if (!app->policies)
+        return;
+    const policies_stats_t *ps = policies_stats(app->policies);
+    gauge(t, "tally_policies", "Item policies in force on this node.",
+          (double)atomic_load_explicit(&ps->count, memory_order_relaxed));
+    counter(t, "tally_policy_changes_total", "Item policies put or deleted through this node.",
+            atomic_load_explicit(&ps->changes, memory_order_relaxed));
+    counter(t, "tally_policy_loads_total", "Times this node loaded the item policies from the store.",
+            atomic_load_explicit(&ps->loads, memory_order_relaxed));
+    metric_head(t, "tally_policy_refusals_total", "counter", "Writes refused by an item's policy, by problem code.");
+    for (int v = POLICY_CLOSED; v < POLICY_VERDICTS; v++)
+        textbuf_printf(t, "tally_policy_refusals_total{code=\"%s\"} %llu\n", policy_verdict_code((policy_verdict_t)v),
+                       (unsigned long long)atomic_load_explicit(&ps->refused[v], memory_order_relaxed));
+}
+
 /* Per webhook: the age of its oldest undelivered transition, deliveries and failures (this node's). */
 static void render_webhooks(textbuf_t *t, app_t *app)
 {
@@ -234,6 +252,7 @@ static void metrics_render(app_t *app, answer_t *a)
     gauge(&t, "tally_writes_failing", "1 for 10 s after a reaction write failed to commit (disk full?).",
           app_writes_failing(app) ? 1 : 0);
     render_webhooks(&t, app);
+    render_policies(&t, app);
     gauge(&t, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)resident_bytes());
     if (t.failed) {
         free(t.buf);

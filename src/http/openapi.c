@@ -25,7 +25,7 @@ typedef enum {
 #define ERRORS_WRITE                                                                                                   \
     "400:invalid-item-id 400:invalid-json 400:invalid-reaction 400:invalid-idempotency-key 400:invalid-if-match "      \
     "409:idempotency-key-mismatch 409:idempotency-key-in-use 412:version-mismatch 413:body-too-large "                 \
-    "415:unsupported-media-type " ERRORS_STORE
+    "415:unsupported-media-type 403:item-closed 403:reaction-not-allowed 403:too-many-reactions " ERRORS_STORE
 
 #define STATUS_PROBLEM_MIN 400
 #define STATUS_PROBLEM_MAX 599
@@ -118,6 +118,16 @@ static const op_desc_t ops[] = {
     {ROUTE_WEBHOOK_SECRET, "post", "/v1/admin/webhooks/{webhook}/secret", "rotateWebhookSecret",
      "A new secret; deliveries carry both signatures for --webhook-secret-overlap", ACCESS_ADMIN, "webhook", NULL, 200,
      "WebhookSecret", 0, "404:not-found " ERRORS_STORE},
+    {ROUTE_POLICIES, "get", "/v1/admin/policies", "listPolicies", "Every item policy in force", ACCESS_ADMIN, "", NULL,
+     200, "Policies", 0, ""},
+    {ROUTE_POLICY, "get", "/v1/admin/policies/{target}", "getPolicy", "One item policy", ACCESS_ADMIN, "target", NULL,
+     200, "Policy", 0, "404:not-found"},
+    {ROUTE_POLICY, "put", "/v1/admin/policies/{target}", "putPolicy",
+     "Set the whole policy of an item, a prefix (comment-*) or every item (*)", ACCESS_ADMIN, "target", "PolicyBody",
+     200, "Policy", 0,
+     "400:invalid-json 400:too-many-policies 413:body-too-large 415:unsupported-media-type " ERRORS_STORE},
+    {ROUTE_POLICY, "delete", "/v1/admin/policies/{target}", "deletePolicy", "Remove a policy", ACCESS_ADMIN, "target",
+     NULL, 204, NULL, 0, "404:not-found " ERRORS_STORE},
     {ROUTE_LIVE, "get", "/v1/live", "live",
      "Live counts (server-sent events): the current counts of each id, then one event per change", ACCESS_PUBLIC, "ids",
      NULL, 200, "events", 0, "400:invalid-item-id 400:too-many-ids 429:rate-limited " ERRORS_STORE},
@@ -242,7 +252,9 @@ static json_t *success_response(const op_desc_t *op)
         content = json_pack("{s:{s:{s:s,s:s}}}", "text/event-stream", "schema", "type", "string", "description",
                             "retry: 2000, then events \"counts\" whose id: is the change-feed cursor the counts are "
                             "folded up to and whose data: is {\"item\",\"counts\"} (and \"reactors\" in many "
-                            "mode); a \": keep-alive\" comment every 15 s");
+                            "mode, \"policy\" when one applies; counts null while it hides them, and every "
+                            "watched item sent again when a policy changes); a \": keep-alive\" comment every "
+                            "15 s");
     else
         content = json_pack("{s:{s:o}}", "application/json", "schema", openapi_ref("schemas", op->answer));
     json_t *r = json_pack("{s:s,s:o}", "description", op->summary, "content", content);
@@ -270,7 +282,8 @@ static json_t *request_body(const char *schema)
     if (strcmp(schema, "import") == 0)
         return json_pack("{s:b,s:{s:{s:{s:s}},s:{s:{s:s}}}}", "required", true, "content", "application/x-ndjson",
                          "schema", "type", "string", "text/csv", "schema", "type", "string");
-    bool optional = strcmp(schema, "RecountRequest") == 0 || strcmp(schema, "WebhookResume") == 0;
+    bool optional = strcmp(schema, "RecountRequest") == 0 || strcmp(schema, "WebhookResume") == 0 ||
+                    strcmp(schema, "PolicyBody") == 0;
     return json_pack("{s:b,s:{s:{s:o}}}", "required", !optional, "content", "application/json", "schema",
                      openapi_ref("schemas", schema));
 }
@@ -290,8 +303,8 @@ static json_t *tags_of(void)
     return json_pack("[{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s}]", "name", "reads", "description",
                      "counts and the viewer's state", "name", "writes", "description",
                      "reactions, with Idempotency-Key and If-Match", "name", "admin", "description",
-                     "admin rights: the change feed, hot items, recount, import, erasure", "name", "operations",
-                     "description", "health, metrics, this document", "name", "pages", "description",
+                     "admin rights: the change feed, hot items, recount, import, erasure, item policies", "name",
+                     "operations", "description", "health, metrics, this document", "name", "pages", "description",
                      "the demo page, the operator's page and the JavaScript client (static files)");
 }
 

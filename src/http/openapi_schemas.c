@@ -77,10 +77,14 @@ static json_t *item_schema(bool many)
     json_t *viewer =
         object(state_props(many, json_object()), REQUIRED(many ? "reactions" : "reaction", "version"), true);
     json_object_set_new(viewer, "description", json_string("present only when a user is known"));
-    json_t *props =
-        json_pack("{s:o,s:o,s:o}", "item", schema_ref("Id"), "counts", schema_ref("Counts"), "viewer", viewer);
+    json_t *counts = json_pack("{s:[o,{s:s}],s:s}", "oneOf", schema_ref("Counts"), "type", "null", "description",
+                               "null when the item's policy hides its counts (but for admins)");
+    json_t *props = json_pack("{s:o,s:o,s:o,s:o}", "item", schema_ref("Id"), "counts", counts, "policy",
+                              schema_ref("ItemPolicy"), "viewer", viewer);
     if (many)
-        json_object_set_new(props, "reactors", integer_min0());
+        json_object_set_new(props, "reactors",
+                            json_pack("{s:[s,s],s:i,s:s}", "type", "integer", "null", "minimum", 0, "description",
+                                      "null when the counts are hidden"));
     return object(props, many ? REQUIRED("item", "counts", "reactors") : REQUIRED("item", "counts"), true);
 }
 
@@ -112,6 +116,12 @@ static json_t *problem_schema(bool many)
         json_pack("{s:{s:s,s:s},s:{s:s},s:{s:s,s:i,s:i},s:{s:s},s:o,s:o}", "type", "type", "string", "pattern",
                   PROBLEM_TYPE_PATTERN, "title", "type", "string", "status", "type", "integer", "minimum", 400,
                   "maximum", 599, "detail", "type", "string", "version", integer_min0(), "rejected", rejected);
+    json_object_set_new(props, "allowed",
+                        json_pack("{s:s,s:o,s:s}", "type", "array", "items", schema_ref("Kind"), "description",
+                                  "reaction-not-allowed: the kinds a write may add"));
+    json_object_set_new(props, "max_kinds",
+                        json_pack("{s:s,s:s}", "type", "integer", "description",
+                                  "too-many-reactions: the kinds one user may hold on the item"));
     json_object_set_new(props, many ? "reactions" : "reaction", schema_ref(many ? "ReactionSet" : "Reaction"));
     json_t *p = object(props, REQUIRED("type", "title", "status"), false);
     json_object_set_new(p, "description",
@@ -302,6 +312,24 @@ static json_t *schemas_of(const openapi_config_t *cfg)
     json_decref(time_or_null);
     json_object_set_new(s, "ItemReactions", list_schema(cfg->many, "item", "user"));
     json_object_set_new(s, "UserReactions", list_schema(cfg->many, "user", "item"));
+    json_t *policy_props =
+        json_pack("{s:{s:s,s:o,s:i,s:b},s:{s:s},s:{s:s,s:[s,s]},s:{s:s,s:i,s:i}}", "kinds", "type", "array", "items",
+                  schema_ref("Kind"), "minItems", 1, "uniqueItems", true, "closed", "type", "boolean", "counts", "type",
+                  "string", "enum", "public", "hidden", "max_kinds", "type", "integer", "minimum", 1, "maximum", 16);
+    json_t *body = object(json_deep_copy(policy_props), NULL, true);
+    json_object_set_new(body, "description",
+                        json_string("every member optional: kinds (default every kind), closed (default false), "
+                                    "counts (default public), max_kinds (many mode; default unbounded)"));
+    json_object_set_new(s, "PolicyBody", body);
+    json_object_set_new(s, "ItemPolicy",
+                        object(json_deep_copy(policy_props), REQUIRED("kinds", "closed", "counts"), true));
+    json_object_set_new(policy_props, "target",
+                        json_pack("{s:s,s:s}", "type", "string", "description",
+                                  "an item id, a prefix ending in * (comment-*), or * for every item"));
+    json_object_set_new(s, "Policy", object(policy_props, REQUIRED("target", "kinds", "closed", "counts"), true));
+    json_object_set_new(s, "Policies",
+                        object(json_pack("{s:{s:s,s:o}}", "policies", "type", "array", "items", schema_ref("Policy")),
+                               REQUIRED("policies"), true));
     json_object_set_new(s, "Changed", object(json_pack("{s:o}", "changed", integer_min0()), REQUIRED("changed"), true));
     json_object_set_new(s, "Health",
                         object(json_pack("{s:{s:s,s:[s,s]},s:{s:s}}", "status", "type", "string", "enum", "ok",
@@ -380,6 +408,9 @@ static json_t *parameters_of(void)
               json_pack("{s:s,s:[s,s,s],s:s}", "type", "string", "enum", "1m", "1h", "24h", "default", "1h"), NULL));
     json_object_set_new(p, "trendingLimit",
                         param("limit", "query", false, bounded_int(1, TRENDING_LIMIT_MAX, 10), NULL));
+    json_object_set_new(p, "target",
+                        param("target", "path", true, json_pack("{s:s}", "type", "string"),
+                              "an item id, a prefix ending in * (comment-*), or * (every item)"));
     json_object_set_new(p, "webhook",
                         param("webhook", "path", true, json_pack("{s:s}", "type", "string"), "a webhook's id"));
     json_object_set_new(

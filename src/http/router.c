@@ -40,6 +40,8 @@ static const struct {
     {ROUTE_ITEM_REACTIONS, "item_reactions", NULL, "GET, HEAD"},
     {ROUTE_USER_REACTIONS, "user_reactions", NULL, "GET, HEAD"},
     {ROUTE_VIEWER, "viewer", "/v1/viewer", "GET, HEAD"},
+    {ROUTE_POLICIES, "policies", "/v1/admin/policies", "GET, HEAD"},
+    {ROUTE_POLICY, "policy", NULL, "GET, HEAD, PUT, DELETE"},
 };
 
 #define WEBHOOKS_PREFIX "/v1/admin/webhooks/"
@@ -133,7 +135,9 @@ void route_match(span_t target, route_t *out)
     static const struct {
         const char *prefix;
         route_id_t id;
-    } admin_prefixes[] = {{"/v1/admin/users/", ROUTE_ADMIN_USER}, {"/v1/admin/items/", ROUTE_ADMIN_ITEM}};
+    } admin_prefixes[] = {{"/v1/admin/users/", ROUTE_ADMIN_USER},
+                          {"/v1/admin/items/", ROUTE_ADMIN_ITEM},
+                          {"/v1/admin/policies/", ROUTE_POLICY}};
     for (size_t i = 0; i < sizeof admin_prefixes / sizeof admin_prefixes[0]; i++) {
         size_t n = strlen(admin_prefixes[i].prefix);
         if (path.len >= n && memcmp(path.ptr, admin_prefixes[i].prefix, n) == 0 &&
@@ -237,5 +241,5 @@ bool route_is_admin(route_id_t id)
 {
     return id == ROUTE_CHANGES || id == ROUTE_RECOUNT || id == ROUTE_IMPORT || id == ROUTE_HOT ||
            id == ROUTE_ADMIN_USER || id == ROUTE_ADMIN_ITEM || id == ROUTE_WEBHOOKS || id == ROUTE_WEBHOOK ||
-           id == ROUTE_WEBHOOK_RESUME || id == ROUTE_WEBHOOK_SECRET;
+           id == ROUTE_WEBHOOK_RESUME || id == ROUTE_WEBHOOK_SECRET || id == ROUTE_POLICIES || id == ROUTE_POLICY;
 }

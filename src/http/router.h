@@ -31,6 +31,8 @@ typedef enum {
     ROUTE_ITEM_REACTIONS, /* /v1/items/{item}/reactions: who reacted */
     ROUTE_USER_REACTIONS, /* /v1/users/{user}/reactions: a user's reactions */
     ROUTE_VIEWER,         /* /v1/viewer?ids=…: the viewer's own part of several items */
+    ROUTE_POLICIES,       /* /v1/admin/policies */
+    ROUTE_POLICY,         /* /v1/admin/policies/{target} (the target in item) */
     ROUTE_COUNT           /* number of routes, for per-route tables */
 } route_id_t;
 

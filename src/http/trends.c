@@ -53,10 +53,16 @@ void trending_get(app_t *app, http_request_t *req, span_t query)
         !trending_params_or_reply(app, req, query, &kind, &window, &limit))
         return;
     trend_entry_t top[TRENDING_LIMIT_MAX];
-    size_t n = trending_top(app->trending, kind, window, limit, top);
+    /* items whose counts are hidden are left out (but for admins): asked for in full, then cut */
+    size_t n = trending_top(app->trending, kind, window, who.admin ? limit : TRENDING_LIMIT_MAX, top), shown = 0;
     json_t *items = json_array();
-    for (size_t i = 0; items && i < n; i++)
+    for (size_t i = 0; items && i < n && shown < limit; i++) {
+        policy_t p;
+        if (!who.admin && policies_lookup(app->policies, span_of(top[i].item), &p) && p.hidden)
+            continue;
+        shown++;
         json_array_append_new(items, json_pack("{s:s,s:I}", "item", top[i].item, "gain", (json_int_t)top[i].gain));
+    }
     reply_json(req, 200,
                json_pack("{s:s,s:s,s:o,s:f}", "window", window_names[window], "reaction", kinds_name(app->kinds, kind),
                          "items", items, "error_bound", trending_error_bound(app->trending, kind, window)));

@@ -199,3 +199,34 @@ test('a first read that fails is shown, and tried again', async () => {
   assert.equal(await p.locator('tally-reactions[item="post-1"]').getAttribute('error'), null);
   await p.context().close();
 });
+
+test('item policies against a real tallyd: a disallowed kind is not offered, a closed item disabled with a reason announced', async () => {
+  const admin = { 'X-User-Id': 'admin', 'Content-Type': 'application/json' };
+  const put = (target, body) => fetch(`${tallyd.url}/v1/admin/policies/${target}`, { method: 'PUT', headers: admin, body: JSON.stringify(body) });
+  assert.equal((await put('post-1', { kinds: ['like'] })).status, 200);
+  assert.equal((await put('post-2', { closed: true, counts: 'hidden' })).status, 200);
+  const context = await browser.newContext();
+  try {
+    const p = await context.newPage();
+    await p.goto(`${tallyd.url}/ui/?user=viewer`);
+    await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"]:not([disabled])');
+    assert.equal(await btn(p, 'post-1', 'love').count(), 0, 'a kind the policy does not allow is not offered');
+    // closed (and hidden): the buttons are there, disabled, described by a status that says why
+    await p.waitForSelector('tally-reactions[item="post-2"][closed] button[data-kind="like"][disabled]');
+    const el = p.locator('tally-reactions[item="post-2"]');
+    const status = el.locator('[role="status"]');
+    assert.match(await status.textContent(), /closed/);
+    assert.equal(await status.getAttribute('aria-live'), 'polite');
+    assert.equal(await btn(p, 'post-2', 'like').getAttribute('aria-describedby'), await status.getAttribute('id'));
+    assert.equal(await count(p, 'post-2', 'like'), '', 'hidden counts are not shown');
+    // reopened: a new page offers the buttons again
+    assert.equal((await put('post-2', {})).status, 200);
+    await p.reload();
+    await p.waitForSelector('tally-reactions[item="post-2"]:not([closed]) button[data-kind="like"]:not([disabled])');
+    assert.equal(await btn(p, 'post-2', 'love').count(), 1);
+  } finally {
+    await context.close();
+    await fetch(`${tallyd.url}/v1/admin/policies/post-1`, { method: 'DELETE', headers: admin });
+    await fetch(`${tallyd.url}/v1/admin/policies/post-2`, { method: 'DELETE', headers: admin });
+  }
+});

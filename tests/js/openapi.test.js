@@ -225,6 +225,14 @@ test('real answers of every route match the document (development mode)', async 
     await call('GET', '/v1/users/{user}/reactions', '/v1/users/someone/reactions', { headers: u, expect: 403 });
     await call('DELETE', '/v1/items/{item}/{kind}', `/v1/items/${item}/love`, { headers: u, expect: 200 });
   }
+  // item policies: put, get, list, refused body, delete, unknown
+  await call('PUT', '/v1/admin/policies/{target}', '/v1/admin/policies/oa-*', { headers: admin, body: { kinds: ['like'], counts: 'hidden' }, expect: 200 });
+  await call('PUT', '/v1/admin/policies/{target}', '/v1/admin/policies/oa-*', { headers: admin, body: { kinds: [] }, expect: 400 });
+  await call('GET', '/v1/admin/policies/{target}', '/v1/admin/policies/oa-*', { headers: admin, expect: 200 });
+  await call('GET', '/v1/admin/policies', '/v1/admin/policies', { headers: admin, expect: 200 });
+  await call('GET', '/v1/items/{item}', '/v1/items/oa-1', { expect: 200 }); // counts null, policy member
+  await call('DELETE', '/v1/admin/policies/{target}', '/v1/admin/policies/oa-*', { headers: admin, expect: 204 });
+  await call('DELETE', '/v1/admin/policies/{target}', '/v1/admin/policies/oa-*', { headers: admin, expect: 404 });
   // webhooks (once the build has them): create, list, rotate, resume, delete
   if (devDoc.paths['/v1/admin/webhooks']) {
     const created = await call('POST', '/v1/admin/webhooks', '/v1/admin/webhooks', { headers: admin, body: { url: 'https://hooks.example.invalid/tally' }, expect: 201 });

@@ -48,6 +48,7 @@ int main(void)
         {"live", test_live},
         {"forwarded", test_forwarded},
         {"etag", test_etag},
+        {"policy", test_policy},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

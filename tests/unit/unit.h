@@ -45,5 +45,6 @@ void test_live(void);
 void test_openapi(void);
 void test_forwarded(void);
 void test_etag(void);
+void test_policy(void);
 
 #endif
