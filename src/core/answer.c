@@ -22,6 +22,7 @@ static const struct {
     {"too-many-ids", "Too many ids"},
     {"import-rejected", "Import rejected"},
     {"cursor-expired", "Cursor expired"},
+    {"too-many-secrets", "Too many secrets alive"},
     {"idempotency-key-required", "Idempotency-Key required"},
     {"invalid-idempotency-key", "Invalid Idempotency-Key"},
     {"idempotency-key-mismatch", "Idempotency-Key reused with another request"},

@@ -1,6 +1,7 @@
 /* import.c — parsing import records and feeding them to the writer in batches. */
 #include "engine/import.h"
 
+#include "core/csv.h"
 #include "core/kindsjson.h"
 
 #include <jansson.h>
@@ -76,33 +77,65 @@ static const char *parse_ndjson(const kinds_t *kinds, span_t line, json_t **doc,
     return record_kind(kinds, rec, (span_t){json_string_value(reaction), json_string_length(reaction)});
 }
 
-static span_t csv_field(span_t f)
-{
-    if (f.len >= 2 && f.ptr[0] == '"' && f.ptr[f.len - 1] == '"')
-        return (span_t){f.ptr + 1, f.len - 2};
-    return f;
-}
-
-/* item,user,reaction (or, with a header naming reactions, kinds joined by |) — ids cannot hold commas
- * or quotes, so a field is plain or simply quoted. */
-static const char *parse_csv(const kinds_t *kinds, span_t line, bool sets, record_t *rec)
+/* item,user,reaction (or, with a header naming reactions, kinds joined by |): one CSV record (its
+ * lines joined), its fields unquoted into out (core/csv.h). */
+static const char *parse_csv(const kinds_t *kinds, span_t text, bool sets, record_t *rec, char *out)
 {
     span_t f[3];
-    size_t pos = 0, n = 0;
-    span_t e;
-    while (parse_list_next(line, &pos, &e)) {
-        if (n == 3)
-            return "expected 3 fields: item,user,reaction";
-        f[n++] = csv_field(e);
-    }
+    size_t n = 0;
+    const char *error = csv_record(text, f, 3, &n, out);
+    if (error && n == 3) /* a fourth field */
+        return "expected 3 fields: item,user,reaction";
+    if (error)
+        return error;
     if (n != 3)
         return "expected 3 fields: item,user,reaction";
     rec->item = f[0];
     rec->user = f[1];
-    const char *error = record_check(rec);
+    error = record_check(rec);
     if (error || !sets)
         return error ? error : record_kind(kinds, rec, f[2]);
     return kindset_from_text(kinds, f[2], '|', &rec->set, rec->error, sizeof rec->error) ? rec->error : NULL;
+}
+
+/* The CSV header: item,user,reaction (or item,user,reactions in many mode), its fields quoted or
+ * not. Returns NULL (*sets: the reactions column), or what is wrong. */
+static const char *csv_header(const kinds_t *kinds, span_t text, bool *sets, char *out)
+{
+    span_t f[3];
+    size_t n = 0;
+    bool many = kinds->mode == REACTION_MODE_MANY;
+    *sets = false;
+    if (!csv_record(text, f, 3, &n, out) && n == 3 && span_eq_str(f[0], "item") && span_eq_str(f[1], "user")) {
+        *sets = many && span_eq_str(f[2], "reactions");
+        if (*sets || span_eq_str(f[2], "reaction"))
+            return NULL;
+    }
+    return many ? "the header must be item,user,reaction or item,user,reactions"
+                : "the header must be item,user,reaction";
+}
+
+/* A CSV record being read (RFC 4180: a quoted field may hold line breaks, so a record may span
+ * lines). The lines of one that does are joined in buf, at most IMPORT_LINE_MAX bytes. */
+typedef struct {
+    char *buf, *out; /* the joined lines; the unquoted fields (IMPORT_LINE_MAX + 1 bytes each) */
+    size_t len;
+    bool open, too_long; /* a record goes on with the next line; it grew past the limit */
+    uint64_t line;       /* its first line */
+    csv_scan_t scan;
+} csv_reader_t;
+
+/* Adds a line to the record under way (sep: a '\n' before it, between two of its lines). */
+static void csv_append(csv_reader_t *c, span_t line, bool sep)
+{
+    if (c->too_long || c->len + sep + line.len > IMPORT_LINE_MAX) {
+        c->too_long = true;
+        return;
+    }
+    if (sep)
+        c->buf[c->len++] = '\n';
+    memcpy(c->buf + c->len, line.ptr, line.len);
+    c->len += line.len;
 }
 
 /* Writer thread: one record's answer is final. */
@@ -135,55 +168,105 @@ static int record_submit(writer_t *w, writer_group_t *g, const record_t *rec)
     return 0;
 }
 
-/* One pass over the source: checks every line; applies the good ones when w is not NULL. */
+/* One record (text, from line lineno on): the header first, for CSV. Checked; applied when w is not
+ * NULL. Returns 1 when the rest cannot be read right (a bad header), 0, or -1. */
+static int import_record(writer_t *w, const kinds_t *kinds, const import_options_t *opt, import_report_t *rep,
+                         writer_group_t *g, span_t text, uint64_t lineno, bool *header_pending, bool *csv_sets,
+                         char *out)
+{
+    if (*header_pending) {
+        *header_pending = false;
+        const char *error = csv_header(kinds, text, csv_sets, out);
+        if (error)
+            return reject(rep, lineno, error) != 0 ? -1 : 1; /* nothing else can be read right */
+        return 0;
+    }
+    rep->read++;
+    record_t rec;
+    json_t *doc = NULL;
+    const char *error = opt->format == IMPORT_CSV ? parse_csv(kinds, text, *csv_sets, &rec, out)
+                                                  : parse_ndjson(kinds, text, &doc, &rec);
+    int rc = 0;
+    if (error)
+        rc = reject(rep, lineno, error);
+    else if (w) {
+        writer_group_wait(g, opt->batch);
+        rc = record_submit(w, g, &rec);
+    }
+    json_decref(doc);
+    return rc != 0 ? -1 : 0;
+}
+
+/* One pass over the source: checks every record; applies the good ones when w is not NULL. A CSV
+ * record may span lines (a quoted field holding a line break): its lines are joined first. */
 static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t *src, const import_options_t *opt,
                        import_report_t *rep, writer_group_t *g)
 {
     span_t line;
     uint64_t lineno = 0;
-    int got;
-    bool header_pending = opt->format == IMPORT_CSV;
+    int got, rc = 0;
+    bool csv = opt->format == IMPORT_CSV;
+    bool header_pending = csv;
     bool csv_sets = false; /* the header names reactions: kinds joined by | */
-    while ((got = src->next(src->arg, &line)) != 0) {
+    csv_reader_t c = {0};
+    if (csv && (!(c.buf = malloc(IMPORT_LINE_MAX + 1)) || !(c.out = malloc(IMPORT_LINE_MAX + 1)))) {
+        free(c.buf);
+        return -1;
+    }
+    while (rc == 0 && (got = src->next(src->arg, &line)) != 0) {
         lineno++;
-        if (got == 2) {
+        if (got == 2 && c.open) { /* the record under way cannot be read whole: it ends here */
+            c.open = false;
             rep->read++;
-            if (reject(rep, lineno, "line longer than 65536 bytes") != 0)
-                return -1;
+            rc = reject(rep, c.line, "record longer than 65536 bytes");
             continue;
         }
-        if (line.len && line.ptr[line.len - 1] == '\r')
-            line.len--;
-        if (line.len == 0)
+        if (got == 2) {
+            rep->read++;
+            rc = reject(rep, lineno, "line longer than 65536 bytes");
             continue;
-        if (header_pending) {
-            header_pending = false;
-            csv_sets = kinds->mode == REACTION_MODE_MANY && span_eq_str(line, "item,user,reactions");
-            if (!csv_sets && !span_eq_str(line, "item,user,reaction")) {
-                const char *want = kinds->mode == REACTION_MODE_MANY ? "the header must be item,user,reaction or "
-                                                                       "item,user,reactions"
-                                                                     : "the header must be item,user,reaction";
-                return reject(rep, lineno, want) != 0 ? -1 : 0; /* nothing else can be read right */
+        }
+        if (csv && lineno == 1)
+            line = csv_strip_bom(line); /* as Excel writes one */
+        if (c.open) {                   /* more of a quoted field: the line break is the field's */
+            csv_append(&c, line, true);
+            csv_scan_line(&c.scan, line);
+            if ((c.open = csv_scan_open(&c.scan)))
+                continue;
+            if (c.too_long) {
+                rep->read++;
+                rc = reject(rep, c.line, "record longer than 65536 bytes");
+            } else {
+                rc = import_record(w, kinds, opt, rep, g, (span_t){c.buf, c.len}, c.line, &header_pending, &csv_sets,
+                                   c.out);
             }
             continue;
         }
-        rep->read++;
-        record_t rec;
-        json_t *doc = NULL;
-        const char *error =
-            opt->format == IMPORT_CSV ? parse_csv(kinds, line, csv_sets, &rec) : parse_ndjson(kinds, line, &doc, &rec);
-        int rc = 0;
-        if (error)
-            rc = reject(rep, lineno, error);
-        else if (w) {
-            writer_group_wait(g, opt->batch);
-            rc = record_submit(w, g, &rec);
+        span_t bare = line;
+        if (bare.len && bare.ptr[bare.len - 1] == '\r')
+            bare.len--;
+        if (bare.len == 0)
+            continue;
+        if (csv) {
+            c.scan = (csv_scan_t){0};
+            csv_scan_line(&c.scan, line);
+            if ((c.open = csv_scan_open(&c.scan))) {
+                c.len = 0;
+                c.too_long = false;
+                c.line = lineno;
+                csv_append(&c, line, false);
+                continue;
+            }
         }
-        json_decref(doc);
-        if (rc != 0)
-            return -1;
+        rc = import_record(w, kinds, opt, rep, g, bare, lineno, &header_pending, &csv_sets, c.out);
     }
-    return 0;
+    if (rc == 0 && c.open) /* the input ended inside a quoted field: refused as it is */
+        rc = c.too_long ? (rep->read++, reject(rep, c.line, "record longer than 65536 bytes"))
+                        : import_record(w, kinds, opt, rep, g, (span_t){c.buf, c.len}, c.line, &header_pending,
+                                        &csv_sets, c.out);
+    free(c.buf);
+    free(c.out);
+    return rc < 0 ? -1 : 0;
 }
 
 int import_run(writer_t *w, const kinds_t *kinds, const import_source_t *src, const import_options_t *opt,

@@ -41,11 +41,19 @@ static char *dump(json_t *v)
     return text;
 }
 
+/* The previous secrets as "previous" (newest first); the newest also as old_secret/old_until_ms,
+ * the one previous secret a record of an older build held, so that such a node still reads it. */
 static char *def_json(const whstore_def_t *d)
 {
-    return dump(json_pack("{s:s,s:s%,s:s%,s:I,s:I}", "url", d->url, "secret", d->secret, d->secret_len, "old_secret",
-                          d->old_secret, d->old_secret_len, "old_until_ms", (json_int_t)d->old_until_ms, "created_ms",
-                          (json_int_t)d->created_ms));
+    json_t *prev = json_array();
+    for (size_t i = 0; prev && i < d->nprev; i++)
+        json_array_append_new(prev, json_pack("{s:s%,s:I}", "secret", d->prev[i].secret, d->prev[i].len, "until_ms",
+                                              (json_int_t)d->prev[i].until_ms));
+    const whstore_prev_t none = {{0}, 0, 0}, *p0 = d->nprev ? &d->prev[0] : &none;
+    return prev ? dump(json_pack("{s:s,s:s%,s:s%,s:I,s:o,s:I}", "url", d->url, "secret", d->secret, d->secret_len,
+                                 "old_secret", p0->secret, p0->len, "old_until_ms", (json_int_t)p0->until_ms,
+                                 "previous", prev, "created_ms", (json_int_t)d->created_ms))
+                : NULL;
 }
 
 static char *state_json(const whstore_state_t *s)
@@ -83,11 +91,28 @@ static uint64_t get_uint(json_t *o, const char *name)
 
 static bool parse_def(json_t *o, whstore_def_t *d)
 {
-    d->old_until_ms = get_uint(o, "old_until_ms");
     d->created_ms = get_uint(o, "created_ms");
+    d->nprev = 0;
+    json_t *prev = json_object_get(o, "previous"), *p;
+    size_t i;
+    if (json_is_array(prev)) {
+        json_array_foreach(prev, i, p)
+        {
+            whstore_prev_t *q = &d->prev[d->nprev];
+            if (d->nprev < WHSTORE_SECRETS_MAX - 1 && get_string(p, "secret", q->secret, sizeof q->secret, &q->len)) {
+                q->until_ms = get_uint(p, "until_ms");
+                d->nprev++;
+            }
+        }
+    } else { /* a record of a build with one previous secret */
+        whstore_prev_t *q = &d->prev[0];
+        if (get_string(o, "old_secret", q->secret, sizeof q->secret, &q->len) && q->len) {
+            q->until_ms = get_uint(o, "old_until_ms");
+            d->nprev = 1;
+        }
+    }
     return get_string(o, "url", d->url, sizeof d->url, NULL) &&
-           get_string(o, "secret", d->secret, sizeof d->secret, &d->secret_len) &&
-           get_string(o, "old_secret", d->old_secret, sizeof d->old_secret, &d->old_secret_len);
+           get_string(o, "secret", d->secret, sizeof d->secret, &d->secret_len);
 }
 
 static bool parse_state(json_t *o, whstore_state_t *s)
@@ -270,19 +295,47 @@ static int decide_resume(whstore_write_t *w)
     return STORE_OK;
 }
 
+/* The secret given in force; the one in force until w->until_ms, beside every earlier one whose
+ * time is not over (each keeps the time its own rotation promised). More than WHSTORE_SECRETS_MAX
+ * alive: 409, nothing changed. */
 static int decide_rotate(whstore_write_t *w)
 {
-    whstore_def_t def = w->current.def; /* the secret in force now becomes the old one */
-    memcpy(def.old_secret, def.secret, def.secret_len + 1);
-    def.old_secret_len = def.secret_len;
-    def.old_until_ms = w->def.old_until_ms;
+    const whstore_def_t *cur = &w->current.def;
+    whstore_def_t def = *cur;
+    def.nprev = 0;
+    whstore_prev_t *first = &def.prev[def.nprev++];
+    memcpy(first->secret, cur->secret, cur->secret_len + 1);
+    first->len = cur->secret_len;
+    first->until_ms = w->until_ms;
+    uint64_t soonest = 0;
+    size_t alive = 0;
+    for (size_t i = 0; i < cur->nprev; i++) {
+        if (cur->prev[i].until_ms <= w->now_ms)
+            continue; /* its time is over */
+        alive++;
+        if (!soonest || cur->prev[i].until_ms < soonest)
+            soonest = cur->prev[i].until_ms;
+        if (def.nprev < WHSTORE_SECRETS_MAX - 1)
+            def.prev[def.nprev++] = cur->prev[i];
+    }
+    if (alive + 2 > WHSTORE_SECRETS_MAX) {
+        char detail[200], when[40];
+        json_t *t = changejson_time_json(soonest);
+        snprintf(when, sizeof when, "%s", json_is_string(t) ? json_string_value(t) : "later");
+        json_decref(t);
+        snprintf(detail, sizeof detail,
+                 "at most %d secrets are alive at once (the secret in force and %d previous ones, each until its "
+                 "previous_valid_until); rotate again after %s",
+                 WHSTORE_SECRETS_MAX, WHSTORE_SECRETS_MAX - 1, when);
+        return refuse(&w->cmd, 409, "too-many-secrets", detail);
+    }
     memcpy(def.secret, w->def.secret, w->def.secret_len + 1);
     def.secret_len = w->def.secret_len;
     if (add_put(w, w->id, 'd', def_json(&def)) != 0)
         return refuse(&w->cmd, 503, "unavailable", "out of memory; retry");
     answer_json(&w->cmd.answer, 200,
                 json_pack("{s:s,s:s%,s:o}", "id", w->id, "secret", def.secret, def.secret_len, "previous_valid_until",
-                          changejson_time_json(def.old_until_ms)));
+                          changejson_time_json(first->until_ms)));
     return STORE_OK;
 }
 

@@ -1,6 +1,6 @@
 /* webhook_store.h — webhooks as the store keeps them: auxiliary records, shared by every node of a
  * shared store. Three records per webhook, under keys "webhook/<id>/…":
- *   d  the definition: url, secret, the previous secret and until when it still signs, creation time
+ *   d  the definition: url, secret, the previous secrets and until when each still signs, creation time
  *      (written by the admin routes only)
  *   r  the last resume asked for: an epoch and the cursor to go on after (admin routes only)
  *   s  the delivery state: the delivered cursor, the pending batch fixed before its first attempt
@@ -30,15 +30,23 @@
 #define WHSTORE_ERROR_MAX 16                  /* "refused-address" and the other categories */
 #define WHSTORE_KEY_MAX (16 + WHSTORE_ID_MAX) /* "webhook/<id>/s" */
 #define WHSTORE_MAX 64                        /* webhooks at most */
+#define WHSTORE_SECRETS_MAX 4                 /* secrets alive at once: the one in force and 3 rotated out */
+
+typedef struct {
+    char secret[WHSTORE_SECRET_MAX + 1];
+    size_t len;
+    uint64_t until_ms;
+} whstore_prev_t;
 
 typedef struct {
     char id[WHSTORE_ID_MAX + 1];
     char url[WHSTORE_URL_MAX + 1];
     char secret[WHSTORE_SECRET_MAX + 1];
     size_t secret_len;
-    char old_secret[WHSTORE_SECRET_MAX + 1]; /* signs too until old_until_ms (wall); empty: none */
-    size_t old_secret_len;
-    uint64_t old_until_ms;
+    /* The secrets rotated out, newest first, each signing too until the time its rotation
+     * promised (until_ms, wall): at most WHSTORE_SECRETS_MAX alive with the one in force. */
+    whstore_prev_t prev[WHSTORE_SECRETS_MAX - 1];
+    size_t nprev;
     uint64_t created_ms;
 } whstore_def_t;
 
@@ -76,7 +84,7 @@ typedef enum {
     WHSTORE_CREATE, /* a new webhook, when fewer than WHSTORE_MAX exist: else 400 */
     WHSTORE_DELETE, /* every record of id, when it exists: else 404 */
     WHSTORE_RESUME, /* a resume from the state in force (or after), when id exists: else 404 (400, 410) */
-    WHSTORE_ROTATE, /* the secret given in force, the one in force the old one: else 404 */
+    WHSTORE_ROTATE, /* the secret given in force, the one in force a previous one: else 404 (409) */
     WHSTORE_STATE,  /* the delivery state, when id still exists: else 404 and nothing written */
 } whstore_op_t;
 
@@ -88,7 +96,8 @@ typedef struct {
     write_aux_t aux;
     whstore_op_t op;
     char id[WHSTORE_ID_MAX + 1];
-    whstore_def_t def;              /* CREATE: the definition; ROTATE: the new secret and old_until_ms */
+    whstore_def_t def;              /* CREATE: the definition; ROTATE: the new secret */
+    uint64_t now_ms, until_ms;      /* ROTATE: the time of the request, and until when the old secret signs */
     whstore_state_t state;          /* CREATE, STATE */
     bool has_after;                 /* RESUME: after given, else where the state stands */
     uint64_t after, oldest, newest; /* RESUME: the log window the cursor is judged by */

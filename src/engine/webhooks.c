@@ -106,6 +106,17 @@ int webhooks_check_url(const webhooks_t *wh, const char *url, size_t len, char *
         snprintf(why, whylen, "url must start with http:// or https://");
         return -1;
     }
+    /* Credentials in the URL would be listed back by GET /v1/admin/webhooks: the authority (up to
+     * the first '/', '?' or '#' after the scheme) must hold no '@'. A receiver authenticates the
+     * sender by the signature instead. */
+    const char *auth = url + (url[4] == ':' ? 7 : 8);
+    size_t auth_len = strcspn(auth, "/?#");
+    if (memchr(auth, '@', auth_len)) {
+        snprintf(why, whylen,
+                 "url must not carry a user or password (user:password@host): the webhook list shows urls back; "
+                 "a receiver checks the Tally-Signature instead");
+        return -1;
+    }
     CURLU *u = curl_url();
     if (!u || curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK ||
         curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
@@ -391,8 +402,10 @@ static void start_attempt(webhooks_t *wh, hook_t *h)
     uint64_t t = wall_ms() / 1000;
     span_t keys[WHSIGN_KEYS_MAX] = {{h->def.secret, h->def.secret_len}};
     size_t nkeys = 1;
-    if (h->def.old_secret_len && wall_ms() < h->def.old_until_ms)
-        keys[nkeys++] = (span_t){h->def.old_secret, h->def.old_secret_len};
+    uint64_t now = wall_ms();
+    for (size_t i = 0; i < h->def.nprev && nkeys < WHSIGN_KEYS_MAX; i++) /* each until the time promised */
+        if (now < h->def.prev[i].until_ms)
+            keys[nkeys++] = (span_t){h->def.prev[i].secret, h->def.prev[i].len};
     char sig[WHSIGN_HEADER_MAX], line[HEADER_MAX + WHSIGN_HEADER_MAX];
     h->next_attempt_ms = mono_ms() + RECORD_RETRY_MS; /* when this attempt cannot even start */
     if (whsign_header(t, (span_t){h->body, h->body_len}, keys, nkeys, sig) != 0)

@@ -92,6 +92,15 @@ static void reply_ready(app_t *app, http_request_t *req)
         answer_free(&a);
         return;
     }
+    char why[256];
+    if (store_writes_refused(app->store, why, sizeof why)) {
+        answer_t a = {0};
+        answer_json(&a, 503, json_pack("{s:s,s:s}", "status", "unavailable", "reason", why));
+        a.retry_after_s = 1;
+        http_respond(req, &a);
+        answer_free(&a);
+        return;
+    }
     if (app_writes_failing(app)) {
         answer_t a = {0};
         answer_json(&a, 503,

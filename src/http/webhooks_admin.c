@@ -150,8 +150,9 @@ static int op_secret(wh_req_t *r, store_read_t *snap)
     whstore_write_decided(&r->write, WHSTORE_ROTATE, r->id);
     r->has_write = true;
     r->write.def = r->def; /* the new secret */
-    r->write.def.old_until_ms =
-        wall_ms() + __atomic_load_n(&webhooks_options(r->app->webhooks)->secret_overlap_ms, __ATOMIC_RELAXED);
+    r->write.now_ms = wall_ms();
+    r->write.until_ms =
+        r->write.now_ms + __atomic_load_n(&webhooks_options(r->app->webhooks)->secret_overlap_ms, __ATOMIC_RELAXED);
     return STORE_OK;
 }
 

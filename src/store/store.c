@@ -42,6 +42,11 @@ bool store_ready(store_t *store)
     return !store->ops->ready || store->ops->ready(store);
 }
 
+bool store_writes_refused(store_t *store, char *why, size_t len)
+{
+    return store->ops->writes_refused && store->ops->writes_refused(store, why, len);
+}
+
 int store_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
                     reaction_row_t *rows)
 {

@@ -78,6 +78,10 @@ bool store_shared(const store_t *store);
 
 /* True while the store can be used (a shared store: its server answered recently). */
 bool store_ready(store_t *store);
+/* True, with why filled, while the store serves reads but refuses every write transaction for a
+ * reason of its own (the embedded store opened on a full disk: its journal could not start; it is
+ * tried again with each write transaction, so the store recovers by itself once space frees). */
+bool store_writes_refused(store_t *store, char *why, size_t len);
 
 /* Takes the directory's exclusive instance lock (creating the directory and its parents), held
  * until the process exits. Returns the lock's fd, or -1 with err filled (another process has it). */

@@ -15,6 +15,8 @@ typedef struct store_ops {
     /* optional: NULL means not shared, always ready */
     bool (*shared)(const store_t *store);
     bool (*ready)(store_t *store);
+    /* optional: NULL means writes are never refused while the store serves reads */
+    bool (*writes_refused)(store_t *store, char *why, size_t len);
     int (*read_begin)(store_t *store, store_read_t **out);
     /* optional: NULL means store_read_begin_single is read_begin */
     int (*read_begin_single)(store_t *store, store_read_t **out);

@@ -2,12 +2,16 @@
 applied, the server keeps serving reads and stays calm (no busy loop), nothing acknowledged
 before is lost, and counts still equal the rows."""
 
+import errno
 import os
 import re
+import shutil
+import subprocess
+import tempfile
 import time
 import threading
 
-from harness import Server, TallyTestCase, embedded_only, metric
+from harness import Server, TallyTestCase, embedded_only, metric, uid
 
 MAP = "16M"  # the smallest --map-size; a few tens of thousands of rows fill it
 
@@ -88,3 +92,110 @@ class DiskFullTest(TallyTestCase):
             self.assertIn("event=commit-failed", errors)
             self.assertLess(len(re.findall("event=commit-failed", errors)), len(full) + 60,
                             "commit failures are not retried in a loop")
+
+
+def _mount_tmpfs(path, size):
+    """A tmpfs of `size` at path (needs root); returns an error text, or None when mounted."""
+    os.makedirs(path, exist_ok=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%s,mode=0755" % size, "tmpfs", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    return None if r.returncode == 0 else r.stdout.decode("utf-8", "replace").strip() or "mount failed"
+
+
+def _fill(path):
+    """Writes a file at path until the filesystem is full (returns its size)."""
+    n = 0
+    chunk = b"\0" * 65536
+    with open(path, "wb", buffering=0) as f:
+        while True:
+            try:
+                w = os.write(f.fileno(), chunk)
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    break
+                raise
+            if w <= 0:
+                break
+            n += w
+        # a last few bytes into the final partial block, so that not one byte is left
+        for size in (4096, 512, 1):
+            while True:
+                try:
+                    os.write(f.fileno(), b"\0" * size)
+                except OSError:
+                    break
+    return n
+
+
+@embedded_only("the embedded store's journal on a full disk (PostgreSQL keeps no local journal)")
+class StartOnFullDiskTest(TallyTestCase):
+    """A node whose data disk is 100 % full at a restart: it starts, serves reads, says why it
+    is not ready, refuses writes with 503 and Retry-After, and recovers by itself once space
+    frees (the journal's start is retried)."""
+
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp(prefix="tally-e2e-full-")
+        self.mnt = os.path.join(self.tmp, "mnt")
+        why = _mount_tmpfs(self.mnt, "24m")
+        if why:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            self.skipTest("cannot mount a small tmpfs (needs root): %s" % why)
+
+    def tearDown(self):
+        subprocess.run(["umount", "-l", self.mnt], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _check_full_start(self, crash, write_while_full):
+        data = os.path.join(self.mnt, "data")
+        filler = os.path.join(self.mnt, "filler")
+        with Server(data_dir=data, args=["--map-size", "16M", "--rate-limit", "off"]) as s:
+            item = uid("full")
+            before = [uid("u") for _ in range(5)]
+            for u in before:
+                self.assertEqual(s.put(item, u, "like")[0], 200)
+            s.wait_counts(item, {"like": 5, "dislike": 0})
+            if crash:
+                s.kill9()  # the journal's base and records stay: the start replays them
+            else:
+                s.stop()
+            _fill(filler)
+            s.start()
+            # Reads: everything acknowledged before.
+            self.assertEqual(s.counts(item)["like"], 5)
+            for u in before:
+                self.assertEqual(s.reaction(item, u)["reaction"], "like")
+            self.assertEqual(s.json("GET", "/healthz")[0], 200)
+            st, hdrs, doc, raw = s.json("GET", "/readyz")
+            self.assertEqual(st, 503, raw)
+            self.assertIn("no space", doc.get("reason", "").lower(), raw)
+            self.assertEqual(hdrs.get("retry-after"), "1")
+            self.assertIn("event=journal-start-deferred", s.stderr())
+            u = uid("u")
+            if write_while_full:
+                # Writes: 503 unavailable with Retry-After, not applied.
+                resp = s.put(item, u, "like")
+                self.assertProblem(resp, 503, "unavailable")
+                self.assertEqual(resp[1].get("retry-after"), "1")
+                self.assertEqual(s.reaction(item, u)["reaction"], "none")
+            # Space frees: the journal starts by itself (no write needed), writes go through.
+            os.unlink(filler)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and "event=journal-started" not in s.stderr():
+                time.sleep(0.1)
+            self.assertIn("event=journal-started", s.stderr())
+            if not write_while_full:  # (a refused write keeps /readyz at 503 for 10 s: "writes failing")
+                self.assertEqual(s.json("GET", "/readyz")[0], 200)
+            else:
+                self.assertNotIn("no space", s.json("GET", "/readyz")[2].get("reason", "").lower())
+            self.assertEqual(s.put(item, u, "like")[0], 200)
+            self.assertCounts(s, item, {"like": 6, "dislike": 0})
+            # Durable from there on: a crash keeps it.
+            s.kill9()
+            s.start()
+            self.assertCounts(s, item, {"like": 6, "dislike": 0})
+
+    def test_starts_on_a_full_disk_after_a_clean_stop(self):
+        self._check_full_start(crash=False, write_while_full=False)
+
+    def test_starts_on_a_full_disk_after_a_crash(self):
+        self._check_full_start(crash=True, write_while_full=True)

@@ -255,6 +255,41 @@ class ImportTest(DataCase, SharedServerTestCase):
         self.assertImport(resp, 6, 2, 0, [3, 4, 5, 6])
         self.assertCounts(self.srv, item, {"like": 1, "dislike": 1})
 
+    def test_csv_bom_and_rfc4180(self):
+        """A UTF-8 byte order mark (Excel writes one) and RFC 4180: quoted fields, doubled quotes,
+        CRLF, a quoted field holding a line break (one record over several lines, refused as a
+        whole: no id holds a line break), and the records after it read in step."""
+        it = uid("rfc")
+        u = [uid("u") for _ in range(6)]
+        body = ("\ufeffitem,user,reaction\r\n"          # 1 the header, after a BOM
+                '"%s","%s","like"\r\n'                  # 2 every field quoted
+                '%s,"%s",dislike\n'                      # 3 one quoted
+                '"%s","bad\r\nuser",like\r\n'            # 4-5 one record, a line break in a field
+                '%s,"x\n%s,%s,like\n",like\n'            # 6-8 one record: line 7 is inside quotes
+                '"a""b",%s,like\n'                       # 9 a doubled quote: a"b, no item id
+                '%s,%s,"dis""like"\n'                    # 10 dis"like: no such reaction
+                '%s,%s,like\n'                           # 11
+                '%s,"%s" ,like\n'                        # 12 text after a closing quote
+                '%s,%s"x,like\n'                         # 13 a quote inside an unquoted field
+                '"%s","%s",""\n'                         # 14 an empty quoted reaction
+                ) % (it, u[0], it, u[1], it, it, it, u[2], u[3], it, u[3], it, u[3], it, u[4], it, u[4],
+                     it, u[5])
+        resp = self.do_import(self.srv, body.encode("utf-8"), headers=CSV)
+        self.assertImport(resp, 10, 3, 0, [4, 6, 9, 10, 12, 13, 14])
+        self.assertEqual(self.srv.reaction(it, u[0])["reaction"], "like")
+        self.assertEqual(self.srv.reaction(it, u[1])["reaction"], "dislike")
+        self.assertEqual(self.srv.reaction(it, u[2])["reaction"], "none",
+                         "a line inside a quoted field was taken for a record")
+        self.assertEqual(self.srv.reaction(it, u[3])["reaction"], "like")
+        self.assertCounts(self.srv, it, {"like": 2, "dislike": 1})
+        # a quoted header; a quoted field still open at the end of the input is refused
+        body = '"item","user","reaction"\n%s,%s,dislike\n%s,"%s,like\n' % (it, u[0], it, u[5])
+        self.assertImport(self.do_import(self.srv, body, headers=CSV), 2, 1, 0, [3])
+        self.assertEqual(self.srv.reaction(it, u[0])["reaction"], "dislike")
+        # a BOM elsewhere than at the start is no header
+        resp = self.do_import(self.srv, "item,user,\ufeffreaction\n", headers=CSV)
+        self.assertImport(resp, 0, 0, 0, [1])
+
     def test_abort_on_error(self):
         item, u1, u2 = uid("abort"), uid("u"), uid("u")
         lines = [json.dumps({"item": item, "user": u1, "reaction": "like"}),

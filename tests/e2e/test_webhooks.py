@@ -491,6 +491,42 @@ class WebhookLifecycleTest(WebhookCase):
             self.assertProblem(s.json("POST", "/v1/admin/webhooks/%s/secret" % doc["id"], {"secret": "x"},
                                       headers=ADMIN), 400, "invalid-parameter")
 
+    def test_rotations_keep_every_promised_secret(self):
+        """Each rotation promises the secret it replaces until previous_valid_until: a second
+        rotation inside that time keeps it too; at most 4 secrets are alive at once."""
+        with Receiver() as rc, Server(args=FAST + ALLOW + QUICK + ["--webhook-secret-overlap", "4s"]) as s:
+            secrets = ["secret-zero-" + "0" * 30]
+            doc = self.create(s, rc.url(), secret=secrets[0])
+            path = "/v1/admin/webhooks/%s/secret" % doc["id"]
+            for _ in range(3):
+                rot = self.assertOk(s.json("POST", path, {}, headers=ADMIN))
+                secrets.insert(0, rot["secret"])
+            # a fourth previous secret would make five alive: refused, nothing changed
+            too_many = self.assertProblem(s.json("POST", path, {}, headers=ADMIN), 409, "too-many-secrets")
+            self.assertIn("4", too_many["detail"])
+            time.sleep(0.8)  # the delivery thread reads the definitions twice a second
+            self.writes(s, 1)
+            self.wait_for("first", lambda: len(rc.got()) == 1)
+            verify_signature(self, rc.got()[0], secrets)  # newest first, every promise kept
+            time.sleep(4.5)  # every previous secret's time is over
+            rot = self.assertOk(s.json("POST", path, {}, headers=ADMIN))
+            time.sleep(0.8)
+            self.writes(s, 1)
+            self.wait_for("second", lambda: len(rc.got()) == 2)
+            verify_signature(self, rc.got()[1], [rot["secret"], secrets[0]])
+
+    def test_url_with_userinfo_refused(self):
+        with Server(args=FAST + QUICK) as s:
+            for url in ("http://user:pass@example.com/hook", "https://user@example.com/hook",
+                        "https://:pass@example.com/", "https://@example.com/",
+                        "HTTPS://u%40x:p@example.com:8443/x?y=1"):
+                doc = self.assertProblem(s.json("POST", "/v1/admin/webhooks", {"url": url}, headers=ADMIN),
+                                         400, "invalid-parameter", url)
+                self.assertIn("user", doc["detail"])
+            self.assertEqual(self.listing(s), [])
+            ok = self.create(s, "https://example.com/a@b?c=d@e#f@g")  # an @ past the host is no userinfo
+            self.assertEqual(ok["url"], "https://example.com/a@b?c=d@e#f@g")
+
     def test_resume_and_expired(self):
         args = FAST + ALLOW + QUICK + ["--log-retention", "1s"]
         with Receiver(mode="fail") as rc, Server(args=args) as s:

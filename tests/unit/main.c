@@ -20,6 +20,7 @@ int main(void)
         void (*run)(void);
     } suites[] = {
         {"ids", test_ids},
+        {"csv", test_csv},
         {"kinds", test_kinds},
         {"reaction", test_reaction},
         {"parse", test_parse},

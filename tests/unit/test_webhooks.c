@@ -112,14 +112,18 @@ static void test_signature(void)
     char mac[WHSIGN_HEX_LEN + 1], header[WHSIGN_HEADER_MAX];
     CHECK(whsign_hmac_hex(span_of(key), 1700000000, span_of(body), mac) == 0);
     CHECK(strcmp(mac, "6935b796c0fec66e5dee52c86c7fd1218a424c32f1adb239ff2893c31e54f033") == 0);
-    span_t keys[2] = {span_of(key), SPAN_LIT("old-secret-old-secret-old-secret")};
+    span_t keys[WHSIGN_KEYS_MAX + 1] = {span_of(key), SPAN_LIT("old-secret-old-secret-old-secret"), span_of(key),
+                                        span_of(key), span_of(key)};
     CHECK(whsign_header(1700000000, span_of(body), keys, 1, header) == 0);
     CHECK(strcmp(header, "t=1700000000,v1=6935b796c0fec66e5dee52c86c7fd1218a424c32f1adb239ff2893c31e54f033") == 0);
     CHECK(whsign_header(1700000000, span_of(body), keys, 2, header) == 0);
     CHECK(strcmp(header, "t=1700000000,v1=6935b796c0fec66e5dee52c86c7fd1218a424c32f1adb239ff2893c31e54f033"
                          ",v1=d86416eb88e2afa81e0dde4ae92ce1d1f15ea732a9ec86ab27c2883cec8f50a6") == 0);
     CHECK(whsign_header(1700000000, span_of(body), keys, 0, header) != 0);
-    CHECK(whsign_header(1700000000, span_of(body), keys, 3, header) != 0);
+    /* every secret alive signs: the one in force and up to three previous ones */
+    CHECK(whsign_header(1700000000, span_of(body), keys, WHSIGN_KEYS_MAX, header) == 0);
+    CHECK(strlen(header) == 2 + 10 + WHSIGN_KEYS_MAX * (4 + WHSIGN_HEX_LEN));
+    CHECK(whsign_header(1700000000, span_of(body), keys, WHSIGN_KEYS_MAX + 1, header) != 0);
 }
 
 static void test_webhook_routes(void)
@@ -160,6 +164,97 @@ static int apply_write(store_t *s, const whstore_write_t *w)
     return store_write_commit(tx);
 }
 
+/* A rotation decided in a transaction (as the writer's WRITE_AUX does); the answer's status. */
+static int rotate(store_t *s, const char *id, const char *secret, uint64_t now_ms, uint64_t until_ms)
+{
+    static whstore_write_t w;
+    whstore_write_decided(&w, WHSTORE_ROTATE, id);
+    snprintf(w.def.secret, sizeof w.def.secret, "%s", secret);
+    w.def.secret_len = strlen(secret);
+    w.now_ms = now_ms;
+    w.until_ms = until_ms;
+    store_write_t *tx;
+    int status = -1;
+    if (store_write_begin(s, &tx) != STORE_OK)
+        return -1;
+    if (w.aux.decide(tx, &w.cmd, &w.aux) == STORE_OK)
+        status = w.cmd.answer.status;
+    for (size_t i = 0; status == 200 && i < w.aux.n; i++)
+        if (store_aux_put(tx, w.aux.keys[i], w.aux.values[i]) != STORE_OK)
+            status = -1;
+    if (status == 200 ? store_write_commit(tx) != STORE_OK : (store_write_abort(tx), false))
+        status = -1;
+    whstore_write_free(&w);
+    return status;
+}
+
+static const whstore_def_t *def_of(store_t *s, const char *id)
+{
+    static whstore_hook_t one;
+    store_read_t *r;
+    if (store_read_begin(s, &r) != STORE_OK)
+        return NULL;
+    int rc = whstore_read_one(r, span_of(id), &one);
+    store_read_end(r);
+    return rc == STORE_OK ? &one.def : NULL;
+}
+
+/* Each rotation keeps every earlier secret until the time its own rotation promised (a second
+ * rotation once dropped the first's secret early); at most four alive, a fifth refused (409) with
+ * nothing changed; secrets whose time is over are dropped; a record with one old_secret (an older
+ * build's) reads as one previous secret. */
+static void test_rotations(void)
+{
+    char dir[] = "/tmp/tally-unit-whr-XXXXXX", err[256];
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    static kinds_t kinds;
+    kinds_parse(&kinds, "like", err, sizeof err);
+    store_options_t opt = {.map_size_bytes = 1ull << 26};
+    store_t *s = NULL;
+    CHECK(store_open(dir, &kinds, &opt, &s, err, sizeof err) == STORE_OK);
+    if (!s)
+        return;
+    static whstore_def_t a = {.id = "wh_r", .url = "https://r.example/", .secret = "s0", .secret_len = 2};
+    static whstore_write_t w;
+    CHECK(whstore_write_init(&w, a.id, &a, NULL, NULL, false) == 0 && apply_write(s, &w) == STORE_OK);
+    whstore_write_free(&w);
+    CHECK(rotate(s, "wh_r", "s1", 1000, 2000) == 200);
+    CHECK(rotate(s, "wh_r", "s2", 1100, 2100) == 200);
+    const whstore_def_t *d = def_of(s, "wh_r");
+    CHECK(d && strcmp(d->secret, "s2") == 0 && d->nprev == 2);
+    CHECK(d && strcmp(d->prev[0].secret, "s1") == 0 && d->prev[0].until_ms == 2100);
+    CHECK(d && strcmp(d->prev[1].secret, "s0") == 0 && d->prev[1].until_ms == 2000); /* kept as promised */
+    CHECK(rotate(s, "wh_r", "s3", 1200, 2200) == 200);
+    CHECK(rotate(s, "wh_r", "s4", 1300, 2300) == 409); /* five alive */
+    d = def_of(s, "wh_r");
+    CHECK(d && strcmp(d->secret, "s3") == 0 && d->nprev == 3);
+    CHECK(rotate(s, "wh_r", "s4", 2000, 3000) == 200); /* s0's time is over */
+    d = def_of(s, "wh_r");
+    CHECK(d && strcmp(d->secret, "s4") == 0 && d->nprev == 3 && strcmp(d->prev[0].secret, "s3") == 0 &&
+          strcmp(d->prev[2].secret, "s1") == 0);
+    CHECK(rotate(s, "wh_r", "s5", 5000, 6000) == 200); /* every earlier one over */
+    d = def_of(s, "wh_r");
+    CHECK(d && d->nprev == 1 && strcmp(d->prev[0].secret, "s4") == 0 && d->prev[0].until_ms == 6000);
+    CHECK(rotate(s, "wh_none", "s1", 1000, 2000) == 404);
+    /* an older build's record */
+    store_write_t *tx;
+    CHECK(store_write_begin(s, &tx) == STORE_OK);
+    CHECK(store_aux_put(tx, SPAN_LIT("webhook/wh_o/d"),
+                        SPAN_LIT("{\"url\":\"https://o.example/\",\"secret\":\"n\",\"old_secret\":\"o\","
+                                 "\"old_until_ms\":9,\"created_ms\":1}")) == STORE_OK);
+    CHECK(store_write_commit(tx) == STORE_OK);
+    d = def_of(s, "wh_o");
+    CHECK(d && d->nprev == 1 && strcmp(d->prev[0].secret, "o") == 0 && d->prev[0].until_ms == 9);
+    store_close(s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 /* The records round trip through the embedded store; a delete removes every record of one webhook,
  * also when they are the last records of the table (deleting every record once voided the commit). */
 static void test_records(void)
@@ -185,9 +280,8 @@ static void test_records(void)
                               .url = "https://b.example/y",
                               .secret = "sb",
                               .secret_len = 2,
-                              .old_secret = "ob",
-                              .old_secret_len = 2,
-                              .old_until_ms = 77,
+                              .prev = {{"ob", 2, 77}, {"oc", 2, 66}},
+                              .nprev = 2,
                               .created_ms = 2};
     whstore_state_t st = {.delivered = 5,
                           .pending_to = 9,
@@ -211,7 +305,9 @@ static void test_records(void)
     CHECK(hooks[0].state.delivered == 5 && hooks[0].state.pending_to == 9 && hooks[0].state.epoch == 4);
     CHECK(strcmp(hooks[0].state.delivery_id, "d1") == 0 && strcmp(hooks[0].state.last_error, "timeout") == 0);
     CHECK(strcmp(hooks[1].def.id, "wh_b") == 0 && hooks[1].has_resume && hooks[1].resume.after == 2);
-    CHECK(strcmp(hooks[1].def.old_secret, "ob") == 0 && hooks[1].def.old_until_ms == 77);
+    CHECK(hooks[1].def.nprev == 2 && strcmp(hooks[1].def.prev[0].secret, "ob") == 0 && hooks[1].def.prev[0].len == 2 &&
+          hooks[1].def.prev[0].until_ms == 77 && strcmp(hooks[1].def.prev[1].secret, "oc") == 0 &&
+          hooks[1].def.prev[1].until_ms == 66);
     CHECK(whstore_read_one(r, SPAN_LIT("wh_b"), &one) == STORE_OK && one.resume.epoch == 5);
     CHECK(whstore_read_one(r, SPAN_LIT("wh_"), &one) == STORE_NOTFOUND);
     store_read_end(r);
@@ -267,6 +363,7 @@ void test_webhooks(void)
     test_failure_category();
     test_embedded_v4_forms();
     test_records();
+    test_rotations();
     test_cidr();
     test_destinations();
     test_signature();

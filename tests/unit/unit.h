@@ -17,6 +17,7 @@ extern int unit_passed, unit_failed;
     } while (0)
 
 void test_ids(void);
+void test_csv(void);
 void test_kinds(void);
 void test_reaction(void);
 void test_parse(void);

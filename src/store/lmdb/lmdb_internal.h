@@ -64,6 +64,9 @@ typedef struct {
     uint64_t last_start_ms; /* writer thread only */
     uint64_t interval_ms;   /* between checkpoints (store_options_t.checkpoint_interval_ms) */
     _Atomic uint64_t records, bytes, checkpoints, checkpoint_failures, last_checkpoint_ms;
+    /* Why the journal has not started (an errno; 0 once started): set while a full disk defers
+     * its start, and every write transaction is refused until a retry succeeds (lmdb_journal_start). */
+    _Atomic int start_error;
 } lmdb_journal_t;
 
 /* Epochs (lmdb_store.c): while more batches wait, the writer's batches are committed into one LMDB

@@ -795,38 +795,57 @@ int lmdb_journal_replay(lmdb_store_t *s, uint64_t base, char *err, size_t errlen
 
 /* After the opening transaction (every commit so far synced by LMDB itself): its state made the
  * base, both files emptied (their records are in it), LMDB's syncs turned off, and the checkpoint
- * thread started. From here on every write transaction is recorded. */
+ * thread started. From here on every write transaction is recorded.
+ *
+ * On a full disk (no room for the new base) the start is deferred, and the store serves reads
+ * while every write transaction is refused (lmdb_write_begin tries the start again): the base
+ * before, if any, stays with its records and its snapshot (held since the replay), so a crash
+ * meanwhile recovers as before. Returns STORE_FULL then (start_error set), STORE_ERROR on any
+ * other failure. */
 int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen)
 {
     lmdb_journal_t *j = &s->journal;
     MDB_stat st;
-    MDB_txn *replayed = j->pin; /* the old base's snapshot, held by the replay */
-    j->pin = NULL;
+    MDB_txn *pin = NULL;
     int rc = mdb_env_stat(s->env, &st);
     if (rc == MDB_SUCCESS) {
         j->psize = st.ms_psize;
-        j->ck_metas = malloc(2 * (size_t)j->psize);
+        if (!j->ck_metas)
+            j->ck_metas = malloc(2 * (size_t)j->psize);
         rc = j->ck_metas ? rebase(s) : ENOMEM;
     }
-    if (rc == MDB_SUCCESS && mdb_txn_begin(s->env, NULL, MDB_RDONLY, &j->pin) != MDB_SUCCESS)
+    if (rc == MDB_SUCCESS && mdb_txn_begin(s->env, NULL, MDB_RDONLY, &pin) != MDB_SUCCESS)
         rc = EAGAIN;
-    if (replayed)
-        mdb_txn_abort(replayed); /* the new base is on the disk: the old one's pages may go */
     if (rc == MDB_SUCCESS)
         rc = mdb_env_set_flags(s->env, MDB_NOSYNC, 1);
     if (rc != MDB_SUCCESS) {
+        if (pin)
+            mdb_txn_abort(pin);
+        bool full = rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL;
+        if (full && !atomic_load(&j->start_error))
+            fprintf(stderr,
+                    "level=warn event=journal-start-deferred reason=\"%s\" (reads served; writes refused with 503 "
+                    "until space frees, tried again with each write)\n",
+                    rc > 0 ? strerror(rc) : mdb_strerror(rc));
+        atomic_store(&j->start_error, rc == MDB_SUCCESS ? EIO : rc); /* never recording without a base */
         snprintf(err, errlen, "starting the journal: %s", rc > 0 ? strerror(rc) : mdb_strerror(rc));
-        return STORE_ERROR;
+        return full ? STORE_FULL : STORE_ERROR;
     }
+    if (j->pin)
+        mdb_txn_abort(j->pin); /* the old base's snapshot, held by the replay: the new base is on the disk */
+    j->pin = pin;
     j->cur = 0;
     j->off = 0;
     j->last_start_ms = mono_ms();
     if (pthread_create(&j->thread, NULL, checkpoint_thread, s) != 0) {
+        atomic_store(&j->start_error, EAGAIN);
         snprintf(err, errlen, "starting the journal's checkpoint thread failed");
         return STORE_ERROR;
     }
     j->thread_started = true;
     j->recording = true;
+    if (atomic_exchange(&j->start_error, 0))
+        fprintf(stderr, "level=info event=journal-started msg=\"space freed: writes accepted again\"\n");
     return STORE_OK;
 }
 

@@ -524,7 +524,8 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         snprintf(err, errlen, "initialising the store: %s", mdb_strerror(rc));
         goto fail;
     }
-    if (!s->visitor && lmdb_journal_start(s, err, errlen) != STORE_OK)
+    /* A full disk leaves the store open for reads, its writes refused until the journal starts. */
+    if (!s->visitor && (rc = lmdb_journal_start(s, err, errlen)) != STORE_OK && rc != STORE_FULL)
         goto fail;
     s->write.store = s;
     filter_start(s, opt->row_filter_bytes);
@@ -825,6 +826,21 @@ static void lmdb_write_defer(store_write_t *w_, bool (*more)(void *arg), void *a
     s->defer_arg = arg;
 }
 
+static bool lmdb_writes_refused(store_t *s_, char *why, size_t len)
+{
+    int e = atomic_load(&((lmdb_store_t *)s_)->journal.start_error);
+    if (!e)
+        return false;
+    if (e == ENOSPC || e == EDQUOT || e == MDB_MAP_FULL)
+        snprintf(why, len,
+                 "no space left in the data directory: the journal could not start (%s); reads are served, "
+                 "writes get 503 until space frees",
+                 e > 0 ? strerror(e) : mdb_strerror(e));
+    else
+        snprintf(why, len, "the journal could not start (%s); writes get 503", e > 0 ? strerror(e) : mdb_strerror(e));
+    return true;
+}
+
 static uint64_t lmdb_read_acknowledged(store_read_t *r_)
 {
     return atomic_load(&((lmdb_read_t *)r_)->store->acked_seq);
@@ -852,6 +868,15 @@ int lmdb_write_begin(store_t *s_, store_write_t **out)
         return STORE_ERROR;
     }
     s->defer = NULL;
+    if (atomic_load(&s->journal.start_error)) { /* deferred by a full disk: tried again, else refused */
+        char err[256];
+        int rc = lmdb_journal_start(s, err, sizeof err);
+        if (rc != STORE_OK) {
+            if (rc != STORE_FULL)
+                fprintf(stderr, "level=error event=write-refused reason=\"%s\"\n", err);
+            return rc;
+        }
+    }
     int rc = mdb_txn_begin(s->env, s->epoch, 0, &w->txn); /* a child of the open epoch's, if any */
     if (rc != MDB_SUCCESS) {
         epoch_commit(s); /* what the epoch holds is acknowledged: seen now, whatever this batch does */
@@ -1119,6 +1144,7 @@ int lmdb_checkpoint_put(store_write_t *w_, uint64_t seq)
 
 const store_ops_t lmdb_store_ops = {
     .close = lmdb_close,
+    .writes_refused = lmdb_writes_refused,
     .kinds = lmdb_kinds,
     .read_begin = lmdb_read_begin,
     .read_end = lmdb_read_end,
