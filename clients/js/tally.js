@@ -37,10 +37,17 @@ function checkId(id, what = 'item') {
   return id;
 }
 
+// Web Crypto: a global in browsers and Node 19 and later; Node 18 (Debian 12's) has it only as
+// node:crypto's webcrypto, loaded here once. Browsers never take the import.
+const webCrypto =
+  globalThis.crypto ??
+  (globalThis.process?.versions?.node ? (await import('node:crypto')).webcrypto : undefined);
+
 /** A fresh Idempotency-Key: crypto.randomUUID where the context has it, else 128 random bits. */
 export function newIdempotencyKey() {
-  const c = globalThis.crypto;
+  const c = webCrypto;
   if (c && typeof c.randomUUID === 'function') return c.randomUUID();
+  if (!c || typeof c.getRandomValues !== 'function') throw new Error('tally: no Web Crypto (crypto.getRandomValues) here');
   const b = c.getRandomValues(new Uint8Array(16));
   return Array.from(b, (x) => x.toString(16).padStart(2, '0')).join('');
 }

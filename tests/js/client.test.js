@@ -4,6 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
+import { execFile } from 'node:child_process';
 import { startTallyd, makeJwt } from './helpers.js';
 import { createClient, TallyError, EventStreamParser, compareCursors, isValidId } from '../../clients/js/tally.js';
 
@@ -91,6 +92,24 @@ test('an Idempotency-Key per call, the same on its retries: a lost answer is not
   const anon = createClient({ baseUrl: dev.url });
   await waitFor(async () => (await anon.item('idem-1')).counts.dislike === 1);
   assert.equal((await anon.item('idem-1')).counts.like, 0);
+});
+
+test('without a global crypto (Node 18): keys from node:crypto, and a write goes through', async () => {
+  // A child node whose global crypto is removed before the client loads, as on Node 18.
+  const script = `delete globalThis.crypto;
+    const { createClient, newIdempotencyKey } = await import(${JSON.stringify(new URL('../../clients/js/tally.js', import.meta.url).href)});
+    const k = [newIdempotencyKey(), newIdempotencyKey()];
+    const r = await createClient({ baseUrl: process.argv[1], userId: 'node18' }).add('n18-1', 'like');
+    console.log(JSON.stringify({ k, version: r.version, global: typeof globalThis.crypto }));`;
+  const out = await new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--input-type=module', '-e', script, dev.url], { timeout: 20000 }, (err, stdout, stderr) =>
+      (err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout)));
+  });
+  const got = JSON.parse(out);
+  assert.equal(got.global, 'undefined');
+  assert.match(got.k[0], /^[0-9a-f-]{32,36}$/);
+  assert.notEqual(got.k[0], got.k[1]);
+  assert.equal(got.version, 1);
 });
 
 test('503 is retried after Retry-After, within the bound', async () => {
