@@ -15,7 +15,8 @@
  * snapshot, counted in the closing line's N like the rows. */
 typedef enum { PART_ROWS, PART_CLOSING, PART_DONE } part_t;
 
-struct export {
+struct export
+{
     store_t *store;
     const kinds_t *kinds;
     store_read_t *snap; /* NULL once released */

@@ -13,9 +13,9 @@
 #include "core/textbuf.h"
 #include "store/store.h"
 
-#define EXPORT_PAGE_ROWS 1000     /* rows read (and lines rendered) per page */
+#define EXPORT_PAGE_ROWS 1000        /* rows read (and lines rendered) per page */
 #define EXPORT_TIMEOUT_DEFAULT "10m" /* how long an export may hold its snapshot */
-#define EXPORT_MAX_DEFAULT 8      /* exports at once (tallyd's --max-exports) */
+#define EXPORT_MAX_DEFAULT 8         /* exports at once (tallyd's --max-exports) */
 
 typedef enum { EXPORT_ALL, EXPORT_USER } export_kind_t;
 

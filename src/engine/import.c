@@ -134,6 +134,20 @@ static int record_submit(writer_t *w, writer_group_t *g, const record_t *rec)
     return 0;
 }
 
+/* {"export":"complete","lines":N}: the last line of an export (engine/export.h), skipped; N is kept
+ * to be checked against the records before it. */
+static bool export_closing(span_t line, uint64_t *n)
+{
+    json_t *doc = json_loadb(line.ptr, line.len, 0, NULL);
+    json_t *lines = json_object_get(doc, "lines");
+    bool closing = json_is_object(doc) && json_object_get(doc, "export") && !json_object_get(doc, "item") &&
+                   json_is_integer(lines) && json_integer_value(lines) >= 0;
+    if (closing)
+        *n = (uint64_t)json_integer_value(lines);
+    json_decref(doc);
+    return closing;
+}
+
 /* One pass over the source: checks every line; applies the good ones when w is not NULL. */
 static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t *src, const import_options_t *opt,
                        import_report_t *rep, writer_group_t *g)
@@ -165,6 +179,12 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
                 return reject(rep, lineno, want) != 0 ? -1 : 0; /* nothing else can be read right */
             }
             continue;
+        }
+        uint64_t closing_n;
+        if (opt->format == IMPORT_NDJSON && export_closing(line, &closing_n)) {
+            if (rep->read != closing_n && reject(rep, lineno, "the export's closing line counts other lines") != 0)
+                return -1;
+            continue; /* an export's closing line is not a record */
         }
         rep->read++;
         record_t rec;
