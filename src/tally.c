@@ -13,6 +13,7 @@
 #include "core/jwt.h"
 #include "core/kindsjson.h"
 #include "core/parse.h"
+#include "engine/export.h"
 #include "engine/import.h"
 #include "engine/move.h"
 #include "engine/recount.h"
@@ -428,25 +429,58 @@ static int export_user(store_t *store, store_read_t *snap, span_t user)
     return rc;
 }
 
+/* The whole store as the admin export writes it (engine/export.c): import lines page after page
+ * from one snapshot, then the closing line. */
+static int export_all(store_t *store)
+{
+    export_t *x;
+    int rc = export_open(store, EXPORT_ALL, (span_t){0}, UINT64_MAX, &x);
+    if (rc != STORE_OK)
+        return rc;
+    textbuf_t page = {0};
+    do {
+        page.len = 0;
+        rc = export_next(x, &page);
+        if (page.failed || (page.len && fwrite(page.buf, 1, page.len, stdout) != page.len))
+            rc = STORE_ERROR;
+    } while (rc == EXPORT_MORE);
+    free(page.buf);
+    export_close(x);
+    return rc == EXPORT_DONE ? STORE_OK : STORE_ERROR;
+}
+
 static int cmd_export(int argc, char **argv)
 {
     flags_t f = {0};
     int first = parse_common(argc, argv, &f);
     if (first < 0)
         return first == -1 ? 0 : EXIT_USAGE;
-    if (!f.data || first != argc)
-        return usage_error("needs --data DIR");
+    if (!f.data == !f.store || first != argc)
+        return usage_error("needs --data DIR or --store URI");
+    if (f.store && !store_location_is_url(f.store))
+        return usage_error("--store: expected a postgresql:// (or postgres://) URI");
     if (f.user && !id_valid(span_of(f.user)))
         return usage_error("--user: not a valid user id");
-    store_t *store = open_existing(f.data);
-    if (!store)
+    store_t *store = NULL;
+    if (f.store) {
+        char err[512];
+        store_options_t opt = {0};
+        if (store_open(f.store, NULL, &opt, &store, err, sizeof err) != STORE_OK) {
+            fprintf(stderr, "tally export: %s\n", err);
+            return EXIT_FAILED;
+        }
+    } else if (!(store = open_existing(f.data))) {
         return EXIT_FAILED;
-    store_read_t *snap;
-    int rc = store_read_begin(store, &snap);
-    if (rc == STORE_OK) {
-        rc = f.user ? export_user(store, snap, span_of(f.user))
-                    : store_read_rows(snap, export_row, (void *)store_kinds(store));
-        store_read_end(snap);
+    }
+    int rc = STORE_OK;
+    if (f.user) {
+        store_read_t *snap;
+        if ((rc = store_read_begin(store, &snap)) == STORE_OK) {
+            rc = export_user(store, snap, span_of(f.user));
+            store_read_end(snap);
+        }
+    } else {
+        rc = export_all(store);
     }
     store_close(store);
     if (rc != STORE_OK || fflush(stdout) != 0) {
@@ -687,9 +721,10 @@ static const command_t commands[] = {
      "  ordinary writes; tallyd must not be running on DIR; a re-run changes nothing\n",
      cmd_import},
     {"export",
-     "tally export --data DIR [--user USER]\n  every reaction row (not none) as JSON lines, the import format; with "
-     "--user,\n"
-     "  only that user's (read from the user's list: the cost of the user's reactions)\n",
+     "tally export --data DIR|--store URI [--user USER]\n"
+     "  every reaction row (not none) as JSON lines, the import format, from one\n"
+     "  snapshot, then the closing line {\"export\":\"complete\",\"lines\":N} (the admin\n"
+     "  export's lines); with --user, only that user's rows (no closing line)\n",
      cmd_export},
     {"erase-user",
      "tally erase-user --data DIR USER\n  every reaction of USER becomes none; their idempotency records are deleted\n",

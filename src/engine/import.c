@@ -168,6 +168,20 @@ static int record_submit(writer_t *w, writer_group_t *g, const record_t *rec)
     return 0;
 }
 
+/* {"export":"complete","lines":N}: the last line of an export (engine/export.h), skipped; N is kept
+ * to be checked against the records before it. */
+static bool export_closing(span_t line, uint64_t *n)
+{
+    json_t *doc = json_loadb(line.ptr, line.len, 0, NULL);
+    json_t *lines = json_object_get(doc, "lines");
+    bool closing = json_is_object(doc) && json_object_get(doc, "export") && !json_object_get(doc, "item") &&
+                   json_is_integer(lines) && json_integer_value(lines) >= 0;
+    if (closing)
+        *n = (uint64_t)json_integer_value(lines);
+    json_decref(doc);
+    return closing;
+}
+
 /* One record (text, from line lineno on): the header first, for CSV. Checked; applied when w is not
  * NULL. Returns 1 when the rest cannot be read right (a bad header), 0, or -1. */
 static int import_record(writer_t *w, const kinds_t *kinds, const import_options_t *opt, import_report_t *rep,
@@ -247,6 +261,12 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
             bare.len--;
         if (bare.len == 0)
             continue;
+        uint64_t closing_n;
+        if (!csv && export_closing(bare, &closing_n)) { /* an export's closing line is not a record */
+            if (rep->read != closing_n)
+                rc = reject(rep, lineno, "the export's closing line counts other lines");
+            continue;
+        }
         if (csv) {
             c.scan = (csv_scan_t){0};
             csv_scan_line(&c.scan, line);

@@ -66,6 +66,11 @@ http_pending_t *http_defer(http_request_t *req);
 /* Undoes http_defer when the request is answered at once after all (its own thread). */
 void http_pending_cancel(http_pending_t *p);
 
+/* On the request's own thread (http_thread_post to the index http_thread_index gave the handler):
+ * ends the deferral and gives the request back to be answered there (a stream opened on it, say), or
+ * NULL when the client left meanwhile. p is gone either way. */
+http_request_t *http_pending_take(http_pending_t *p);
+
 /* Any thread: answers the deferred request with a on its own HTTP thread (if the client is still
  * there), then calls release(arg) on that thread. a must stay valid until release is called. */
 void http_pending_respond(http_pending_t *p, const answer_t *a, void (*release)(void *), void *arg);

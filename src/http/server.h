@@ -79,6 +79,11 @@ typedef struct http_stream http_stream_t;
 http_stream_t *http_stream_open(http_request_t *req, const char *content_type, size_t max_unsent,
                                 void (*on_end)(void *arg), void *arg);
 
+/* The stream's thread: on_drain(arg) runs each time all that was written has been handed to the
+ * connection (the client is taking it), so that a long body is written one part at a time, as fast as
+ * the client reads, never all at once. */
+void http_stream_on_drain(http_stream_t *s, void (*on_drain)(void *arg));
+
 /* The stream's thread: queues n bytes. Returns 0; 1 when nothing was written because the stream is
  * ending (http_stream_end, the client left, or dropped before); -1 when the bytes written and not
  * yet sent would pass max_unsent (a client that stopped reading): the connection is then dropped,

@@ -42,6 +42,16 @@ void http_pending_cancel(http_pending_t *p)
     atomic_fetch_sub(&http_srv.pending, 1);
 }
 
+http_request_t *http_pending_take(http_pending_t *p)
+{
+    h2o_req_t *req = p->req;
+    if (req)
+        p->guard->pending = NULL;
+    free(p);
+    atomic_fetch_sub(&http_srv.pending, 1);
+    return (http_request_t *)req;
+}
+
 /* The answers a thread holds back between http_answers_hold and http_answers_flush, per HTTP thread:
  * each thread's are chained (bundled) behind the first, whose message carries them all. */
 static _Thread_local struct {
@@ -127,6 +137,7 @@ struct http_stream {
     bool disposed;     /* h2o disposed of the request while in_call */
     conn_slot_t *slot; /* its connection's, until one of the two goes */
     void (*on_end)(void *arg);
+    void (*on_drain)(void *arg); /* NULL: the writer writes when it likes */
     void *arg;
 };
 
@@ -205,6 +216,10 @@ static void stream_proceed(h2o_generator_t *g, h2o_req_t *req)
     if (s->abort_due) { /* the write went out after all: now end it */
         s->abort_due = false;
         stream_abort(s);
+        return;
+    }
+    if (s->on_drain && !s->len && !s->ending && !s->finished && s->req) {
+        s->on_drain(s->arg); /* writes (or will) the next part; s may be gone after it */
         return;
     }
     stream_push(s);
@@ -293,6 +308,11 @@ http_stream_t *http_stream_open(http_request_t *request, const char *content_typ
         h2o_socket_read_start(sock, stream_on_read);
     }
     return s;
+}
+
+void http_stream_on_drain(http_stream_t *s, void (*on_drain)(void *arg))
+{
+    s->on_drain = on_drain;
 }
 
 int http_stream_write(http_stream_t *s, const char *p, size_t n)

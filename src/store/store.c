@@ -333,3 +333,9 @@ int store_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn ex
 {
     return r->ops->read_lists_check(r, item, expect, arg, mismatches);
 }
+
+int store_export_page(store_read_t *r, span_t after_item, span_t after_user, size_t limit, store_row_fn fn, void *arg,
+                      size_t *visited)
+{
+    return r->ops->export_page(r, after_item, after_user, limit, fn, arg, visited);
+}

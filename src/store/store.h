@@ -264,6 +264,14 @@ int store_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *
 typedef int (*store_row_fn)(void *arg, span_t item, span_t user, const reaction_row_t *row);
 int store_read_rows(store_read_t *r, store_row_fn fn, void *arg);
 
+/* A page of an export: rows in key order (item, then user) strictly after (after_item, after_user),
+ * from the first when after_item is empty; at most limit rows visited, rows of none included (fn
+ * skips them), *visited says how many (fewer than limit: the end). fn returns 0 to go on. Its pages
+ * come from one snapshot held for the whole export (store_read_begin, not _single): one state of the
+ * store, whatever is written meanwhile. */
+int store_export_page(store_read_t *r, span_t after_item, span_t after_user, size_t limit, store_row_fn fn, void *arg,
+                      size_t *visited);
+
 /* The first log seq whose commit time is at or after at_ms (binary search; the log is in commit
  * order); *seq is one past the newest entry when there is none. */
 int store_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);

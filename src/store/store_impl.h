@@ -80,6 +80,8 @@ typedef struct store_ops {
     int (*lists_rebuild)(store_write_t *w);
     int (*read_list)(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg);
     int (*read_lists_check)(store_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches);
+    int (*export_page)(store_read_t *r, span_t after_item, span_t after_user, size_t limit, store_row_fn fn, void *arg,
+                       size_t *visited);
 } store_ops_t;
 
 struct store {

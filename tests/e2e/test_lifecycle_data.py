@@ -563,13 +563,15 @@ class OfflineToolTest(DataCase):
     def export(self, data):
         r = tally("export", "--data", data)
         self.assertEqual(r.returncode, 0, show(r))
+        lines = r.stdout.splitlines()
+        self.assertEqual(json.loads(lines[-1]), {"export": "complete", "lines": len(lines) - 1}, "closing line")
         rows = set()
-        for line in r.stdout.splitlines():
+        for line in lines[:-1]:
             doc = json.loads(line)
             self.assertEqual(set(doc), {"item", "user", "reaction"}, line)
             self.assertNotEqual(doc["reaction"], "none", "export lists none rows")
             rows.add((doc["item"], doc["user"], doc["reaction"]))
-        self.assertEqual(len(rows), len(r.stdout.splitlines()), "export repeats a row")
+        self.assertEqual(len(rows), len(lines) - 1, "export repeats a row")
         return rows
 
     def verify(self, data):

@@ -72,6 +72,68 @@ static int collect_name(void *arg, span_t name)
 
 /* A user's items come from the user's list, once the log is folded: only the items the user's
  * reaction is set on, however many items and users there are. */
+typedef struct {
+    size_t n, none;
+    char last_item[ID_MAX_LEN + 1], last_user[ID_MAX_LEN + 1];
+    bool ordered;
+} page_seen_t;
+
+static int page_row(void *arg, span_t item, span_t user, const reaction_row_t *row)
+{
+    page_seen_t *p = arg;
+    char key[ID_MAX_LEN + 1];
+    snprintf(key, sizeof key, "%.*s", (int)item.len, item.ptr);
+    /* the embedded store's key order: the item's length first (its key is [len][item][user]) */
+    int c = item.len != strlen(p->last_item) ? (item.len < strlen(p->last_item) ? -1 : 1) : strcmp(key, p->last_item);
+    char u[ID_MAX_LEN + 1];
+    snprintf(u, sizeof u, "%.*s", (int)user.len, user.ptr);
+    if (p->n && (c < 0 || (c == 0 && strcmp(u, p->last_user) <= 0)))
+        p->ordered = false;
+    snprintf(p->last_item, sizeof p->last_item, "%s", key);
+    snprintf(p->last_user, sizeof p->last_user, "%s", u);
+    p->n++;
+    p->none += row->set == KINDSET_EMPTY;
+    return 0;
+}
+
+/* The export's pages: key order, each after the one before, from one snapshot that writes made after
+ * it do not change. */
+static void test_export_page(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    char item[32], user[32];
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    for (int i = 0; i < 25; i++)
+        for (int u = 0; u < 10; u++) {
+            snprintf(item, sizeof item, "i%d", i);
+            snprintf(user, sizeof user, "u%d", u);
+            CHECK(apply(w, item, user, 1 + u % 2, 1000) == STORE_OK);
+            if (u == 3) /* a row at none: visited, not exported */
+                CHECK(apply(w, item, user, KIND_NONE, 1000) == STORE_OK);
+        }
+    CHECK(store_write_commit(w) == STORE_OK);
+    store_read_t *snap;
+    CHECK(store_read_begin(s, &snap) == STORE_OK);
+    CHECK(store_write_begin(s, &w) == STORE_OK); /* after the snapshot: not in the export */
+    CHECK(apply(w, "i0", "late", 1, 2000) == STORE_OK);
+    CHECK(store_write_commit(w) == STORE_OK);
+    page_seen_t seen = {.ordered = true};
+    size_t visited = 0, pages = 0;
+    do {
+        CHECK(store_export_page(snap, span_of(seen.last_item), span_of(seen.last_user), 7, page_row, &seen, &visited) ==
+              STORE_OK);
+        pages++;
+    } while (visited == 7 && pages < 100);
+    CHECK(seen.n == 250 && seen.none == 25 && seen.ordered);
+    CHECK(pages == 36); /* 250 rows, 7 a page: 35 full and one short */
+    store_read_end(snap);
+    store_close(s);
+}
+
 static void test_user_items(const char *dir)
 {
     store_t *s = open_with(dir, "like,dislike", 1ull << 30);
@@ -1498,6 +1560,8 @@ void test_store(void)
     test_full(dir);
     snprintf(dir, sizeof dir, "%s/d", base);
     test_user_items(dir);
+    snprintf(dir, sizeof dir, "%s/export", base);
+    test_export_page(dir);
     snprintf(dir, sizeof dir, "%s/e", base);
     test_schema_upgrade(dir);
     snprintf(dir, sizeof dir, "%s/f", base);

@@ -255,6 +255,8 @@ int lmdb_user_items(store_write_t *w, span_t user, span_t after, size_t limit, s
                     size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
 int lmdb_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted);
 int lmdb_read_rows(store_read_t *r, store_row_fn fn, void *arg);
+int lmdb_export_page(store_read_t *r, span_t after_item, span_t after_user, size_t limit, store_row_fn fn, void *arg,
+                     size_t *visited);
 int lmdb_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);
 int lmdb_aux_put(store_write_t *w, span_t key, span_t value);
 int lmdb_aux_delete_range(store_write_t *w, span_t from, span_t to);

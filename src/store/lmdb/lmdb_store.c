@@ -1180,6 +1180,7 @@ const store_ops_t lmdb_store_ops = {
     .read_idem = lmdb_read_idem,
     .idem_delete_user = lmdb_idem_delete_user,
     .read_rows = lmdb_read_rows,
+    .export_page = lmdb_export_page,
     .read_log_seek = lmdb_read_log_seek,
     .aux_put = lmdb_aux_put,
     .aux_delete_range = lmdb_aux_delete_range,

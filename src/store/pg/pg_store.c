@@ -1175,6 +1175,7 @@ const store_ops_t pg_store_ops = {
     .read_idem = pg_read_idem,
     .idem_delete_user = pg_idem_delete_user,
     .read_rows = pg_read_rows,
+    .export_page = pg_export_page,
     .read_log_seek = pg_read_log_seek,
     .aux_put = pg_aux_put,
     .aux_delete_range = pg_aux_delete_range,
