@@ -16,6 +16,7 @@
 #include "engine/move.h"
 #include "engine/recount.h"
 #include "engine/writer.h"
+#include "store/lmdb/lmdb.h"
 #include "store/store.h"
 
 #define EXIT_FAILED 1
@@ -127,7 +128,7 @@ static store_t *open_exclusive(const char *dir, const char *reactions, const cha
         fprintf(stderr, "tally %s: --reactions: %s\n", current->name, err);
         return NULL;
     }
-    if (store_lock_dir(dir, err, sizeof err) < 0) {
+    if (lmdb_lock_dir(dir, err, sizeof err) < 0) {
         fprintf(stderr, "tally %s: %s (stop tallyd first, or use the HTTP endpoint)\n", current->name, err);
         return NULL;
     }
@@ -413,7 +414,7 @@ static int cmd_move(int argc, char **argv)
     if (!store_location_is_url(f.store))
         return usage_error("--store: expected a postgresql:// (or postgres://) URI");
     char err[512];
-    if (store_lock_dir(f.data, err, sizeof err) < 0) {
+    if (lmdb_lock_dir(f.data, err, sizeof err) < 0) {
         fprintf(stderr, "tally move: %s (stop tallyd first)\n", err);
         return EXIT_FAILED;
     }

@@ -23,6 +23,7 @@
 #include "http/live.h"
 #include "http/server.h"
 #include "http/ui.h"
+#include "store/lmdb/lmdb.h"
 #include "store/store.h"
 
 #define EXIT_USAGE 2
@@ -770,7 +771,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc;
 
-    if (!o.store && store_lock_dir(o.data, err, sizeof err) < 0) {
+    if (!o.store && lmdb_lock_dir(o.data, err, sizeof err) < 0) {
         fprintf(stderr, "tallyd: %s\n", err);
         return 1;
     }
