@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/pg_bench.sh — tally on PostgreSQL (issue 13) beside the peers' own PostgreSQL transaction, in
+# bench/pg_bench.sh — tally on PostgreSQL beside the peers' own PostgreSQL transaction, in
 # one run. Not part of the test suite; never run by CI; prints figures and never fails on them.
 #
 #   bench/pg_bench.sh [SECONDS] [ROUNDS]        (from the project root, after make; run as root)
@@ -32,8 +32,8 @@
 # pg_locks). Ratios last. The machine is shared: compare figures of the same run only.
 #
 # Bounded: every load has a fixed duration, every wait loop a count. Environment: PG_PORT, TALLYD,
-# POP_SECONDS (default 3 × SECONDS), BENCH_KEEP=1 (keep the temporary directory), PEERS (the
-# peers' scripts, default ../shared/peers).
+# POP_SECONDS (default 3 × SECONDS), BENCH_KEEP=1 (keep the temporary directory), PEERS (required: the
+# folder of the reference peers' scripts, pg_schema.sql and B_zipf.sql; they are not in this tree).
 set -u
 { # parsed whole before it runs: editing this file during a run changes nothing
 cd "$(dirname "$0")/.."
@@ -41,7 +41,7 @@ SECS=${1:-10}
 ROUNDS=${2:-2}
 POP=${POP_SECONDS:-$((3 * SECS))}
 PORT=${PG_PORT:-56432}
-PEERS=$(cd "${PEERS:-../shared/peers}" && pwd) || { echo "pg_bench: no peers' scripts" >&2; exit 2; }
+PEERS=$(cd "${PEERS:?set PEERS to the folder of the peer scripts}" && pwd) || { echo "pg_bench: no peers' scripts" >&2; exit 2; }
 TALLYD=${TALLYD:-build/tallyd}
 PGBIN=/usr/lib/postgresql/15/bin
 [ -x "$TALLYD" ] || { echo "pg_bench: $TALLYD not built (make)" >&2; exit 2; }

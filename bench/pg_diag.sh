@@ -19,7 +19,7 @@ set -u
 cd "$(dirname "$0")/.."
 SECS=${1:-8}
 PORT=${PG_PORT:-56433}
-PEERS=$(cd "${PEERS:-../shared/peers}" && pwd) || exit 2
+PEERS=$(cd "${PEERS:?set PEERS to the folder of the peer scripts}" && pwd) || exit 2
 PGBIN=/usr/lib/postgresql/15/bin
 W=$(mktemp -d /tmp/tally-pgdiag.XXXXXX)
 chmod 755 "$W"

@@ -1,5 +1,5 @@
 #!/bin/bash
-# bench/pg_rt.sh — the writer's round trips per batch (issue 13, bottleneck 5): two tallyd builds
+# bench/pg_rt.sh — the writer's round trips per batch: two tallyd builds
 # side by side on one throwaway cluster (127.0.0.1:56443, pg_bench.sh's settings), with the peers'
 # B_zipf.sql in the same run. Not part of the test suite; prints figures, never fails on them.
 #
@@ -16,6 +16,7 @@
 # p50/p99 are then the latency at that rate).
 set -u
 cd "$(dirname "$0")/.."
+PEERS=$(cd "${PEERS:?set PEERS to the folder of the peer scripts (pg_schema.sql, B_zipf.sql)}" && pwd) || exit 2
 A=$1 B=$2 SECS=${3:-8} ROUNDS=${4:-2}
 T=$(mktemp -d /tmp/tally-rt.XXXX); chmod 755 $T; mkdir -p $T/pg; chown postgres:postgres $T/pg
 PGB=/usr/lib/postgresql/15/bin PORT=56443
@@ -30,7 +31,7 @@ runuser -u postgres -- $PGB/initdb -D $T/pg/d -A trust -E UTF8 --no-locale >/dev
 printf "port=$PORT\nlisten_addresses='127.0.0.1'\nunix_socket_directories='$T/pg'\nmax_connections=100\nshared_buffers=2GB\nmax_wal_size=8GB\ncheckpoint_timeout=30min\n" >>$T/pg/d/postgresql.conf
 runuser -u postgres -- $PGB/pg_ctl -D $T/pg/d -l $T/pg/log -w start >/dev/null
 P() { psql -h 127.0.0.1 -p $PORT -U postgres -qtAX "$@"; }
-P -c "CREATE DATABASE bench" >/dev/null; P -d bench -f ../shared/peers/pg_schema.sql >/dev/null
+P -c "CREATE DATABASE bench" >/dev/null; P -d bench -f $PEERS/pg_schema.sql >/dev/null
 P -d bench -c "ALTER TABLE reactions DISABLE TRIGGER reactions_counts" >/dev/null
 
 start() { # BIN N: N nodes on a fresh database t; URLs in U
@@ -96,7 +97,7 @@ keyed() { # BIN N
 }
 peer() {
   P -d bench -c "TRUNCATE reactions, transitions, idempotency, counts RESTART IDENTITY" -c "UPDATE agg_checkpoint SET seq=0" -c CHECKPOINT >/dev/null
-  local tps; tps=$(PGOPTIONS='-c synchronous_commit=on' pgbench -h 127.0.0.1 -p $PORT -U postgres -n -M prepared -c 16 -j 2 -T $SECS -f ../shared/peers/B_zipf.sql bench 2>/dev/null | awk '/^tps = /{print $3}')
+  local tps; tps=$(PGOPTIONS='-c synchronous_commit=on' pgbench -h 127.0.0.1 -p $PORT -U postgres -n -M prepared -c 16 -j 2 -T $SECS -f $PEERS/B_zipf.sql bench 2>/dev/null | awk '/^tps = /{print $3}')
   printf '%-16s %6.0f/s\n' peer-write $tps
   echo $tps >$T/peer.$R
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh — the benchmark harness of issue 6. Not part of the test suite; never run by CI.
+# bench/run.sh — the benchmark harness. Not part of the test suite; never run by CI.
 #
 # Starts a fresh tallyd on an empty temporary data directory and an nginx instance of its own
 # (one worker, a fixed JSON answer: the ceiling), both on 127.0.0.1 only, and runs wrk against
