@@ -203,7 +203,7 @@ int lmdb_counts_decode(const lmdb_store_t *s, span_t item, const MDB_val *val, i
 
 /* The value of counts (cfg codes; [0] the reactors) as the mode keeps it into buf; its length. */
 size_t lmdb_counts_encode(const lmdb_store_t *s, reaction_mode_t mode, const int64_t counts[KINDS_MAX + 1],
-                            uint8_t buf[1 + (KINDS_MAX + 1) * sizeof(int64_t)])
+                          uint8_t buf[1 + (KINDS_MAX + 1) * sizeof(int64_t)])
 {
     size_t off = 0;
     if (mode == REACTION_MODE_MANY) {
