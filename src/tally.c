@@ -18,6 +18,7 @@
 #include "engine/move.h"
 #include "engine/recount.h"
 #include "engine/writer.h"
+#include "store/lmdb/lmdb.h"
 #include "store/store.h"
 #include "tallyd.h"
 #include "version.h"
@@ -232,7 +233,7 @@ static store_t *open_exclusive(const char *dir, const char *reactions, const cha
         fprintf(stderr, "tally %s: --reactions: %s\n", current->name, err);
         return NULL;
     }
-    if (store_lock_dir(dir, err, sizeof err) < 0) {
+    if (lmdb_lock_dir(dir, err, sizeof err) < 0) {
         fprintf(stderr, "tally %s: %s (stop tallyd first, or use the HTTP endpoint)\n", current->name, err);
         return NULL;
     }
@@ -551,7 +552,7 @@ static int cmd_move(int argc, char **argv)
     if (!store_location_is_url(f.store))
         return usage_error("--store: expected a postgresql:// (or postgres://) URI");
     char err[512];
-    if (store_lock_dir(f.data, err, sizeof err) < 0) {
+    if (lmdb_lock_dir(f.data, err, sizeof err) < 0) {
         fprintf(stderr, "tally move: %s (stop tallyd first)\n", err);
         return EXIT_FAILED;
     }

@@ -23,6 +23,7 @@
 #include "http/live.h"
 #include "http/server.h"
 #include "http/ui.h"
+#include "store/lmdb/lmdb.h"
 #include "store/store.h"
 #include "tallyd.h"
 
@@ -417,7 +418,7 @@ int main(int argc, char **argv)
     if (rc != 0)
         return rc;
 
-    if (!o.store && store_lock_dir(o.data, err, sizeof err) < 0) {
+    if (!o.store && lmdb_lock_dir(o.data, err, sizeof err) < 0) {
         log_line("level=error event=start-failed msg=\"%s\"", err);
         return 1;
     }

@@ -3,11 +3,34 @@
  * Above this line nothing knows the storage engine. The writer thread opens one write transaction
  * per batch, applies its commands and the pipeline's fold in it, and commits once: the commit is
  * durable (on stable storage) when store_write_commit returns 0. Readers take snapshots that never
- * wait for the writer. Threads: one write transaction at a time (the writer thread); any number of
- * snapshots, each used by the thread that began it.
+ * wait for the writer. Threads: one write transaction at a time (the writer thread; on a store that
+ * folds apart also one fold transaction, on the fold thread); any number of snapshots, each used by
+ * the thread that began it.
  *
  * Reaction codes crossing this seam are the configured kind codes of kinds.h (0 = none); the store
- * keeps its own stable numbering on disk and translates. */
+ * keeps its own stable numbering on disk and translates.
+ *
+ * Return codes, for every operation below that returns int unless its entry says more:
+ *   STORE_OK           done;
+ *   STORE_ERROR        I/O, corruption or a broken rule (a snapshot asked twice in single mode):
+ *                      a write transaction is then void (abort it);
+ *   STORE_FULL         writes of the embedded store: the map or the disk is full (void, as above);
+ *   STORE_RETRY        write transactions of the PostgreSQL store only: a deadlock or serialization
+ *                      failure with another node; void, and the same batch may run again at once;
+ *   STORE_UNAVAILABLE  the PostgreSQL store only, any call that talks to the server: it cannot be
+ *                      reached (after a commit the outcome is unknown).
+ * The embedded (LMDB) store never returns STORE_RETRY or STORE_UNAVAILABLE.
+ *
+ * Memory: spans and names given to a callback (store_*_fn) are valid only during that call; spans
+ * the caller passes in are only read during the call (nothing keeps a pointer to them); a
+ * store_idem_t body read with store_idem_get is valid until the transaction's next write. Handles
+ * (store_t, store_read_t, store_write_t) are the store's: freed by store_close, store_read_end,
+ * store_write_commit / store_write_abort.
+ *
+ * The operations are listed once, in STORE_OPS below: from that list come these declarations, the
+ * table each store fills (store_impl.h) and the dispatch (store.c). Adding an operation is one
+ * entry there and one function in each store (lmdb_<name>, pg_<name>), each store's table being
+ * made from the same list (lmdb_ops.c, pg_ops.c). */
 #ifndef TALLY_STORE_STORE_H
 #define TALLY_STORE_STORE_H
 
@@ -57,121 +80,9 @@ typedef struct {
     const char *reaction_mode;
 } store_options_t;
 
-/* True when location is a postgresql:// (or postgres://) URI rather than a directory. */
-bool store_location_is_url(const char *location);
-
-/* Opens (creating if needed) the store at location: a directory for the embedded store, or a
- * postgresql:// URI. Checks the schema and the kinds: a kind stored before
- * must still be configured; new kinds are added. With kinds NULL, the stored kinds are used as
- * configured (for tools that read an existing directory). Returns STORE_OK, or an error with err
- * filled. */
-int store_open(const char *location, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
-               size_t errlen);
-void store_close(store_t *store);
-
-/* The kinds in force: codes 1..count as used across this seam. */
-const kinds_t *store_kinds(const store_t *store);
-
-/* True when other processes may write to the store too (a database shared by several nodes): what
- * follows the log (the fold, long polls) must then look for entries it was not told about. */
-bool store_shared(const store_t *store);
-
-/* True while the store can be used (a shared store: its server answered recently). */
-bool store_ready(store_t *store);
-/* True, with why filled, while the store serves reads but refuses every write transaction for a
- * reason of its own (the embedded store opened on a full disk: its journal could not start; it is
- * tried again with each write transaction, so the store recovers by itself once space frees). */
-bool store_writes_refused(store_t *store, char *why, size_t len);
-
-/* Takes the directory's exclusive instance lock (creating the directory and its parents), held
- * until the process exits. Returns the lock's fd, or -1 with err filled (another process has it). */
-int store_lock_dir(const char *dir, char *err, size_t errlen);
-
-/* --- snapshots (any thread) --- */
-int store_read_begin(store_t *store, store_read_t **out);
-/* A snapshot for exactly one question (one store_read_* call: a feed page, a list page): a server
- * store answers it with one statement, which is a snapshot of its own, instead of a transaction
- * around it (measured: bench/RESULTS.md, "List pages on PostgreSQL"). Such a store refuses a second
- * question on it; the embedded store, which has no such mode, answers it as from store_read_begin. */
-int store_read_begin_single(store_t *store, store_read_t **out);
-void store_read_end(store_read_t *r);
-/* counts[code] for codes 1..kinds->count; zeros for an item nobody reacted to. */
-int store_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
-/* The row, or {KIND_NONE, 0} when there is none: every row a write was answered for, even one the
- * snapshot does not have yet (store_write_defer). A snapshot that outlived two of the embedded
- * store's epochs is moved forward by it (rare): hold no cursor or value of r across this call. */
-int store_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
-
-/* counts and, when user is not empty, the user's row for each of n items (a feed page) from the
- * snapshot: as n calls of the two above, in as few round trips as the store can. */
-int store_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
-                    reaction_row_t *rows);
-
-/* --- the write transaction (writer thread only) --- */
-int store_write_begin(store_t *store, store_write_t **out);
-/* True when the store's fold runs in transactions of its own (store_fold_begin), on a thread of its
- * own beside the writer's batches (a database server's store: a second session, so the fold's work
- * runs on the server in parallel with the batches'); false when the writer's own transactions fold
- * (the embedded store, one writer). A shared store folds apart. */
-bool store_folds_apart(const store_t *store);
-/* A write transaction for the fold alone (fold thread only; store_folds_apart true): the same calls
- * as a writer's transaction, on a connection of its own. Only it may fold (store_write_may_fold). */
-int store_fold_begin(store_t *store, store_write_t **out);
-int store_write_commit(store_write_t *w); /* durable on STORE_OK; w is gone either way */
-/* store_write_commit, and where the positions taken at commit begin: the transaction's k-th entry
- * appended with store_log_append (k from 1) that got *seq 0 is at *log_base + k. *log_base is 0
- * when the store gave every position at append (or nothing was appended). */
-int store_write_commit_at(store_write_t *w, uint64_t *log_base);
-void store_write_abort(store_write_t *w);
-/* Before store_write_commit: if more(arg) says, once the transaction is durable, that more commands
- * wait behind it, the store may leave its effects on everything but the rows (store_read_row sees a
- * committed row at once) unseen by readers for a moment, to show them with the next transactions'
- * (the embedded store's epochs: one B-tree commit for many batches), or at store_flush. Durable on
- * commit all the same. more is asked after the sync, when what came in meanwhile is queued. */
-void store_write_defer(store_write_t *w, bool (*more)(void *arg), void *arg);
-/* Whether committed transactions are not yet seen by readers (after store_write_defer), and making
- * them seen (writer thread, no transaction open): STORE_OK, or an error when the store could not. */
-bool store_pending(const store_t *store);
-int store_flush(store_t *store);
-
-/* Names the rows and idempotency records the batch's commands will read, before any is read: a
- * shared store locks the ones that exist in one order (so two processes' batches cannot deadlock) and
- * reads them in one round trip. Rows not named may still be read (slower). keys[i] is (user, key).
- * fold_scan > 0 says this transaction will fold (store_write_may_fold said yes): it will read the
- * checkpoint and then scan fold_scan log entries after it, and the store may read (and lock) both in
- * that same round trip; 0: no fold, or one it need not prepare. */
 typedef struct {
     span_t a, b;
 } store_pair_t;
-int store_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
-                        size_t nkeys, size_t fold_scan);
-
-/* True when this process may fold the log into the counts now (a shared store lets one process at a
- * time, the others leave it to that one; a store that folds apart lets only its fold transactions). */
-bool store_write_may_fold(store_write_t *w);
-
-int store_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
-int store_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
-
-/* Appends t to the log under the next sequence number (*seq; 0 when the number is only known at
- * commit, as on a shared store, where positions are taken in commit order). */
-int store_log_append(store_write_t *w, const transition_t *t, uint64_t *seq);
-
-/* Writes t at log position seq, above every position in the log: moving a store to another keeps
- * the positions, so change-feed cursors stay valid. log_append goes on after it. */
-int store_log_put(store_write_t *w, uint64_t seq, const transition_t *t);
-
-/* Calls fn for each log entry with seq > after, in order, at most limit of them. fn returns 0 to go
- * on, non-zero to stop. The transition's spans are valid only during the call. */
-typedef int (*store_log_fn)(void *arg, uint64_t seq, const transition_t *t);
-int store_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg);
-
-/* counts[item][code] += deltas[code] for each configured kind. */
-int store_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1]);
-
-/* The pipeline's checkpoint: the last log seq folded into the counts. */
-int store_checkpoint_get(store_write_t *w, uint64_t *seq);
-int store_checkpoint_put(store_write_t *w, uint64_t seq);
 
 /* Idempotency records, keyed (user, key). */
 typedef struct {
@@ -188,33 +99,15 @@ typedef struct {
      * in the commit itself. Records read back from the store are complete (0). */
     uint32_t cursor_ordinal;
 } store_idem_t;
-int store_idem_get(store_write_t *w, span_t user, span_t key, store_idem_t *rec);
-int store_idem_put(store_write_t *w, span_t user, span_t key, const store_idem_t *rec);
-/* Deletes up to limit records whose expiry is at or before now_ms; *deleted says how many. */
-int store_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *deleted);
 
-/* --- snapshot views: recount, the change feed, statistics (any thread) --- */
-
-int store_read_checkpoint(store_read_t *r, uint64_t *seq);
-int store_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg);
-/* The oldest and newest retained log seq (0, 0 when the log is empty). */
-int store_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last);
-/* The newest log position a write answer has named: past this snapshot's newest entry while the
- * store shows batches later than it answers them (store_write_defer); a cursor up to it is one this
- * server gave. 0 when the store does not keep it (its snapshots show every answered write). */
-uint64_t store_read_acknowledged(store_read_t *r);
-/* The cursors this server gave, as the change feed and a webhook's resume judge them: newest is the
- * snapshot's newest entry or checkpoint (pruning never passes the checkpoint), or the newest position
- * a write answer named when that is later (store_read_acknowledged); oldest is the oldest entry still
- * retained (newest + 1 when the log is empty). */
-int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
-/* Counts item's rows per kind (the truth the counts are checked against). */
-int store_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
-/* Calls fn for each item that has rows or a counts record, in key order, starting after `after`
- * (from the first when after is empty), at most limit; *visited says how many. fn returns 0 to go
- * on. The item span is valid only during the call. */
+/* Callbacks of the walks below: return 0 to go on, non-zero to stop (the walk then returns
+ * STORE_OK). Their spans are valid only during the call. */
+typedef int (*store_log_fn)(void *arg, uint64_t seq, const transition_t *t);
 typedef int (*store_item_fn)(void *arg, span_t item);
-int store_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited);
+typedef int (*store_name_fn)(void *arg, span_t name);
+typedef int (*store_idem_fn)(void *arg, span_t user, span_t key, const store_idem_t *rec);
+typedef int (*store_row_fn)(void *arg, span_t item, span_t user, const reaction_row_t *row);
+typedef int (*store_aux_fn)(void *arg, span_t key, span_t value);
 
 typedef struct {
     uint64_t rows, items, log_entries, log_bytes, idem_records, used_bytes, checkpoint;
@@ -232,81 +125,12 @@ typedef struct {
     uint64_t commits; /* the B-tree's commits of batches that changed something (an epoch's share one) */
     double last_checkpoint_seconds;
 } store_stats_t;
-int store_stats(store_t *store, store_stats_t *st);
-
-/* A consistent, compacted copy of the store into dir (which must exist and be empty); safe while
- * the store is in use, also by another process. */
-int store_backup(store_t *store, const char *dir);
-
-/* Walks one item's users (its rows, in key order, strictly after `after`, from the first when empty),
- * or the items one user's reaction is set on, visiting at most limit names. The user's walk reads
- * what the store keeps by user: on the embedded store the user's list (below), in position order and
- * from the first every time (`after` is not used: the caller folds the log first, in the same
- * transaction, so the list is exact and the rows a walk cleared have left it); on PostgreSQL the rows
- * by user, in item order after `after`. Either way its cost is in proportion to the user's reactions;
- * last is the last name visited, to go on after it (empty when the walk starts over). The name is
- * valid during the call. Writer thread. */
-typedef int (*store_name_fn)(void *arg, span_t name);
-int store_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
-                     size_t *visited);
-int store_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
-                     size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
-
-/* Every idempotency record, in key order (moving a store). fn returns 0 to go on; spans are valid
- * only during the call. */
-typedef int (*store_idem_fn)(void *arg, span_t user, span_t key, const store_idem_t *rec);
-int store_read_idem(store_read_t *r, store_idem_fn fn, void *arg);
-
-/* Deletes up to limit idempotency records of user. */
-int store_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted);
-
-/* Every row in key order (export). fn returns 0 to go on. */
-typedef int (*store_row_fn)(void *arg, span_t item, span_t user, const reaction_row_t *row);
-int store_read_rows(store_read_t *r, store_row_fn fn, void *arg);
-
-/* A page of an export: rows in key order (item, then user) strictly after (after_item, after_user),
- * from the first when after_item is empty; at most limit rows visited, rows of none included (fn
- * skips them), *visited says how many (fewer than limit: the end). fn returns 0 to go on. Its pages
- * come from one snapshot held for the whole export (store_read_begin, not _single): one state of the
- * store, whatever is written meanwhile. */
-int store_export_page(store_read_t *r, span_t after_item, span_t after_user, size_t limit, store_row_fn fn, void *arg,
-                      size_t *visited);
-
-/* The first log seq whose commit time is at or after at_ms (binary search; the log is in commit
- * order); *seq is one past the newest entry when there is none. */
-int store_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);
-
-/* Auxiliary records of other modules (trending's summaries), keyed by text. Writer thread for
- * writes; reads from a snapshot, in key order, for the keys that start with prefix. */
-int store_aux_put(store_write_t *w, span_t key, span_t value);
-int store_aux_delete_range(store_write_t *w, span_t from, span_t to); /* from ≤ key < to */
-typedef int (*store_aux_fn)(void *arg, span_t key, span_t value);
-int store_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
-/* The records whose key starts with prefix as the write transaction sees them now (its own puts
- * included), in key order: for a decision that must hold against the store's current state. A
- * shared store first takes a lock named by prefix until the transaction ends, so two writers (of
- * any node) deciding from the same records run one after the other. Writer thread. */
-int store_aux_read_locked(store_write_t *w, span_t prefix, store_aux_fn fn, void *arg);
-
-/* Deletes log entries from the oldest on, while seq <= upto_seq and their commit time is before
- * before_ms, at most limit. Writer thread. */
-int store_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
 
 /* --- the lists: who reacted to an item, what a user reacted to ---
  * Kept by the fold from the log, in the fold's transaction (so they lag no more than the counts):
  * per pair (item, user) whose set is not empty, an entry under "any kind" at the position of the
  * pair's last change and one under each kind of the set at the position where that kind joined,
  * in two indexes: by item (its users) and by user (their items). Positions are log seqs. */
-
-/* Applies the net change of one pair (core/listchange.h) to both indexes, in place of what they
- * held for it. Each pair at most once per fold; changes follow the log's order. Writer thread. */
-int store_list_apply(store_write_t *w, span_t item, span_t user, const list_change_t *c);
-
-/* Builds both indexes anew from the rows and the retained log, in this transaction: every pair
- * whose set is not empty, at the positions of its transitions in the retained log; a pair (or a
- * kind) that changed before the oldest retained entry at position 0 with the oldest entry's time
- * (the upgrade of a store made before the lists, a moved store). Writer thread. */
-int store_lists_rebuild(store_write_t *w);
 
 /* One entry of a list page: the other name of the pair, its position and time under the list's
  * kind, and the pair's set as the lists know it. The name is valid only during the call. */
@@ -320,15 +144,260 @@ typedef struct {
     bool has_cursor;
     size_t limit;
 } store_list_query_t;
-/* Calls fn for at most q->limit entries, newest first. fn returns 0 to go on. */
-int store_read_list(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg);
-
-/* The check that the lists equal the rows. For one item: every row compared with the lists' entries
- * for it, in both indexes, and every entry of the item's index with a row; a row's set is the one
- * expect gives (the set as folded: a pair changed by the log after the checkpoint has its set before
- * that change). With item empty: the two indexes' sizes against each other (an entry of the user
- * index without its twin in the item index). *mismatches counts what disagrees. Any thread. */
 typedef kindset_t (*store_list_expect_fn)(void *arg, span_t user, kindset_t row_set);
-int store_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches);
+
+/* --- above both stores (store_open.c) --- */
+
+/* True when location is a postgresql:// (or postgres://) URI rather than a directory. Any thread. */
+bool store_location_is_url(const char *location);
+
+/* Opens (creating if needed) the store at location: a directory for the embedded store, or a
+ * postgresql:// URI. Checks the schema and the kinds. The embedded store: a kind stored before must
+ * still be configured; new kinds are added. The PostgreSQL store refuses any set of kinds other than
+ * the stored one, new kinds too (the nodes sharing a database must agree), and shared settings
+ * (store_options_t) other than the stored ones. With kinds NULL, the stored kinds are used as
+ * configured (for tools that read an existing store). Returns STORE_OK with *out set, or STORE_ERROR with err
+ * filled (nothing to close). kinds and opt are copied. Any thread; one store_open per location and
+ * process. */
+int store_open(const char *location, const kinds_t *kinds, const store_options_t *opt, store_t **out, char *err,
+               size_t errlen);
+
+/* The cursors this server gave, as the change feed and a webhook's resume judge them: newest is the
+ * snapshot's newest entry or checkpoint (pruning never passes the checkpoint), or the newest position
+ * a write answer named when that is later (store_read_acknowledged); oldest is the oldest entry still
+ * retained (newest + 1 when the log is empty). Made of the operations below; the snapshot's thread. */
+int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
+
+/* --- the operations ---
+ * X(return type, name, handle, (parameters), (arguments)) for an operation that returns a value,
+ * P(name, handle, (parameters), (arguments)) for one that returns nothing; store_<name> is the
+ * call, handle the parameter whose table it is routed to. Thread words: "any thread"; "r's thread"
+ * (the thread that began the snapshot); "w's thread" (the thread that began the write transaction:
+ * the writer's, or the fold thread's for a store_fold_begin transaction; asserted); "writer thread"
+ * (the one thread that begins write transactions; asserted where the store can tell). */
+#define STORE_OPS(X, P)                                                                                                \
+    /* --- the store --- */                                                                                            \
+    /* Frees the store (NULL: nothing). Nothing else may use it during or after the call: snapshots                    \
+     * ended, no write transaction open (asserted), the fold and writer threads stopped. */                            \
+    P(close, store, (store_t * store), (store))                                                                        \
+    /* The kinds in force: codes 1..count as used across this seam; valid until store_close. Any thread. */            \
+    X(const kinds_t *, kinds, store, (const store_t *store), (store))                                                  \
+    /* True when other processes may write to the store too (a database shared by several nodes): what                 \
+     * follows the log (the fold, long polls) must then look for entries it was not told about. Any thread. */         \
+    X(bool, shared, store, (const store_t *store), (store))                                                            \
+    /* True while the store can be used (a shared store: its server answered recently; the embedded                    \
+     * store: always). Any thread; does not wait for the server. */                                                    \
+    X(bool, ready, store, (store_t * store), (store))                                                                  \
+    /* True, with why filled (len bytes at most), while the store serves reads but refuses every write                 \
+     * transaction for a reason of its own (the embedded store opened on a full disk: its journal could                \
+     * not start; it is tried again with each write transaction, so the store recovers by itself once                  \
+     * space frees). The PostgreSQL store: false always. Any thread. */                                                \
+    X(bool, writes_refused, store, (store_t * store, char *why, size_t len), (store, why, len))                        \
+    /* Counts and sizes for /metrics and `tally stats` (estimates on a shared store). STORE_OK, or an error            \
+     * (st then partly filled). Any thread. */                                                                         \
+    X(int, stats, store, (store_t * store, store_stats_t * st), (store, st))                                           \
+    /* A consistent, compacted copy of the store into dir (which must exist and be empty); safe while the              \
+     * store is in use, also by another process. STORE_ERROR when dir is not empty or a write fails; the               \
+     * PostgreSQL store: STORE_ERROR always (pg_dump is its backup). Any thread. */                                    \
+    X(int, backup, store, (store_t * store, const char *dir), (store, dir))                                            \
+                                                                                                                       \
+    /* --- snapshots (any thread begins one; then only that thread uses it) --- */                                     \
+    /* Begins a snapshot: *out until store_read_end. STORE_OK, STORE_ERROR (too many readers),                         \
+     * STORE_UNAVAILABLE. A server store begins its transaction at the first question. */                              \
+    X(int, read_begin, store, (store_t * store, store_read_t * *out), (store, out))                                    \
+    /* A snapshot for exactly one question (one store_read_* call: a feed page, a list page): a server                 \
+     * store answers it with one statement, which is a snapshot of its own, instead of a transaction                   \
+     * around it (measured: bench/RESULTS.md, "List pages on PostgreSQL"). Such a store refuses a second               \
+     * question on it (STORE_ERROR); the embedded store answers it as from store_read_begin. */                        \
+    X(int, read_begin_single, store, (store_t * store, store_read_t * *out), (store, out))                             \
+    /* Ends the snapshot and frees it (NULL: nothing). r's thread. */                                                  \
+    P(read_end, r, (store_read_t * r), (r))                                                                            \
+    /* counts[code] for codes 1..kinds->count (counts[0]: the reactors, many mode); zeros for an item                  \
+     * nobody reacted to. r's thread. */                                                                               \
+    X(int, read_counts, r, (store_read_t * r, span_t item, int64_t counts[KINDS_MAX + 1]), (r, item, counts))          \
+    /* The row, or {KIND_NONE, 0} when there is none (STORE_OK either way): every row a write was answered             \
+     * for, even one the snapshot does not have yet (store_write_defer). A snapshot that outlived two of the           \
+     * embedded store's epochs is moved forward by it (rare): hold no cursor or value of r across this call.           \
+     * r's thread. */                                                                                                  \
+    X(int, read_row, r, (store_read_t * r, span_t item, span_t user, reaction_row_t * row), (r, item, user, row))      \
+    /* counts and, when user is not empty, the user's row for each of n items (a feed page) from the                   \
+     * snapshot: as n calls of the two above, in as few round trips as the store can. r's thread. */                   \
+    X(int, read_many, r,                                                                                               \
+      (store_read_t * r, const span_t *items, size_t n, span_t user, int64_t(*counts)[KINDS_MAX + 1],                  \
+       reaction_row_t *rows),                                                                                          \
+      (r, items, n, user, counts, rows))                                                                               \
+    /* The checkpoint as of the snapshot. r's thread. */                                                               \
+    X(int, read_checkpoint, r, (store_read_t * r, uint64_t * seq), (r, seq))                                           \
+    /* Calls fn for each log entry with seq > after, in order, at most limit. r's thread. */                           \
+    X(int, read_log, r, (store_read_t * r, uint64_t after, size_t limit, store_log_fn fn, void *arg),                  \
+      (r, after, limit, fn, arg))                                                                                      \
+    /* The oldest and newest retained log seq (0, 0 when the log is empty). r's thread. */                             \
+    X(int, read_log_bounds, r, (store_read_t * r, uint64_t * first, uint64_t * last), (r, first, last))                \
+    /* The newest log position a write answer has named: past this snapshot's newest entry while the                   \
+     * store shows batches later than it answers them (store_write_defer); a cursor up to it is one this               \
+     * server gave. 0 when the store does not keep it (the PostgreSQL store: its snapshots show every                  \
+     * answered write). Never fails. r's thread. */                                                                    \
+    X(uint64_t, read_acknowledged, r, (store_read_t * r), (r))                                                         \
+    /* Counts item's rows per kind (the truth the counts are checked against). r's thread. */                          \
+    X(int, read_tally_item, r, (store_read_t * r, span_t item, int64_t counts[KINDS_MAX + 1]), (r, item, counts))      \
+    /* Calls fn for each item that has rows or a counts record, in key order, starting after `after`                   \
+     * (from the first when after is empty), at most limit; *visited says how many. r's thread. */                     \
+    X(int, read_items, r,                                                                                              \
+      (store_read_t * r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited),                    \
+      (r, after, limit, fn, arg, visited))                                                                             \
+    /* Every idempotency record, in key order (moving a store). r's thread. */                                         \
+    X(int, read_idem, r, (store_read_t * r, store_idem_fn fn, void *arg), (r, fn, arg))                                \
+    /* Every row in key order (export). r's thread. */                                                                 \
+    X(int, read_rows, r, (store_read_t * r, store_row_fn fn, void *arg), (r, fn, arg))                                 \
+    /* A page of an export: rows in key order (item, then user) strictly after (after_item, after_user),               \
+     * from the first when after_item is empty; at most limit rows visited, rows of none included (fn                  \
+     * skips them), *visited says how many (fewer than limit: the end). fn returns 0 to go on. Its pages               \
+     * come from one snapshot held for the whole export (store_read_begin, not _single): one state of the              \
+     * store, whatever is written meanwhile. r's thread. */                                                            \
+    X(int, export_page, r,                                                                                             \
+      (store_read_t * r, span_t after_item, span_t after_user, size_t limit, store_row_fn fn, void *arg,               \
+       size_t *visited),                                                                                               \
+      (r, after_item, after_user, limit, fn, arg, visited))                                                            \
+    /* The first log seq whose commit time is at or after at_ms (binary search; the log is in commit                   \
+     * order); *seq is one past the newest entry when there is none. r's thread. */                                    \
+    X(int, read_log_seek, r, (store_read_t * r, uint64_t at_ms, uint64_t * seq), (r, at_ms, seq))                      \
+    /* The auxiliary records (store_aux_put) whose key starts with prefix, in key order. r's thread. */                \
+    X(int, read_aux, r, (store_read_t * r, span_t prefix, store_aux_fn fn, void *arg), (r, prefix, fn, arg))           \
+    /* Calls fn for at most q->limit entries of a list, newest first. r's thread. */                                   \
+    X(int, read_list, r, (store_read_t * r, const store_list_query_t *q, store_list_fn fn, void *arg),                 \
+      (r, q, fn, arg))                                                                                                 \
+    /* The check that the lists equal the rows. For one item: every row compared with the lists' entries               \
+     * for it, in both indexes, and every entry of the item's index with a row; a row's set is the one                 \
+     * expect gives (the set as folded: a pair changed by the log after the checkpoint has its set before              \
+     * that change). With item empty: the two indexes' sizes against each other (an entry of the user                  \
+     * index without its twin in the item index). *mismatches counts what disagrees. r's thread. */                    \
+    X(int, read_lists_check, r,                                                                                        \
+      (store_read_t * r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches),                   \
+      (r, item, expect, arg, mismatches))                                                                              \
+                                                                                                                       \
+    /* --- the write transaction --- */                                                                                \
+    /* Begins the write transaction (*out until commit or abort). Writer thread; one at a time                         \
+     * (asserted). STORE_OK, STORE_ERROR, STORE_FULL, STORE_UNAVAILABLE. */                                            \
+    X(int, write_begin, store, (store_t * store, store_write_t * *out), (store, out))                                  \
+    /* True when the store's fold runs in transactions of its own (store_fold_begin), on a thread of its               \
+     * own beside the writer's batches (the PostgreSQL store: a second session, so the fold's work runs on             \
+     * the server in parallel with the batches'); false when the writer's own transactions fold (the                   \
+     * embedded store, one writer). A shared store folds apart. Any thread. */                                         \
+    X(bool, folds_apart, store, (const store_t *store), (store))                                                       \
+    /* A write transaction for the fold alone (fold thread only; store_folds_apart true, else                          \
+     * STORE_ERROR): the same calls as a writer's transaction, on a connection of its own. Only it may                 \
+     * fold (store_write_may_fold). */                                                                                 \
+    X(int, fold_begin, store, (store_t * store, store_write_t * *out), (store, out))                                   \
+    /* Commits: durable on STORE_OK; w is gone either way. STORE_UNAVAILABLE: the outcome is unknown                   \
+     * (it may have been applied). w's thread. */                                                                      \
+    X(int, write_commit, w, (store_write_t * w), (w))                                                                  \
+    /* store_write_commit, and where the positions taken at commit begin: the transaction's k-th entry                 \
+     * appended with store_log_append (k from 1) that got *seq 0 is at *log_base + k. *log_base is 0                   \
+     * when the store gave every position at append (or nothing was appended). w's thread. */                          \
+    X(int, write_commit_at, w, (store_write_t * w, uint64_t * log_base), (w, log_base))                                \
+    /* Drops everything the transaction did; w is gone. w's thread. */                                                 \
+    P(write_abort, w, (store_write_t * w), (w))                                                                        \
+    /* Before store_write_commit: if more(arg) says, once the transaction is durable, that more commands               \
+     * wait behind it, the store may leave its effects on everything but the rows (store_read_row sees a               \
+     * committed row at once) unseen by readers for a moment, to show them with the next transactions'                 \
+     * (the embedded store's epochs: one B-tree commit for many batches), or at store_flush. Durable on                \
+     * commit all the same. more is asked after the sync, when what came in meanwhile is queued. The                   \
+     * PostgreSQL store ignores it. w's thread. */                                                                     \
+    P(write_defer, w, (store_write_t * w, bool (*more)(void *arg), void *arg), (w, more, arg))                         \
+    /* Whether committed transactions are not yet seen by readers (after store_write_defer). Writer thread. */         \
+    X(bool, pending, store, (const store_t *store), (store))                                                           \
+    /* Makes them seen: STORE_OK, or an error when the store could not. Writer thread, no transaction open             \
+     * (asserted). */                                                                                                  \
+    X(int, flush, store, (store_t * store), (store))                                                                   \
+    /* Names the rows and idempotency records the batch's commands will read, before any is read: a                    \
+     * shared store locks the ones that exist in one order (so two processes' batches cannot deadlock) and             \
+     * reads them in one round trip; the embedded store has nothing to do. Rows not named may still be                 \
+     * read (slower). keys[i] is (user, key). fold_scan > 0 says this transaction will fold                            \
+     * (store_write_may_fold said yes): it will read the checkpoint and then scan fold_scan log entries                \
+     * after it, and the store may read (and lock) both in that same round trip; 0: no fold, or one it                 \
+     * need not prepare. w's thread. */                                                                                \
+    X(int, write_prepare, w,                                                                                           \
+      (store_write_t * w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys,              \
+       size_t fold_scan),                                                                                              \
+      (w, rows, nrows, keys, nkeys, fold_scan))                                                                        \
+    /* True when this process may fold the log into the counts now (a shared store lets one process at a               \
+     * time, the others leave it to that one; a store that folds apart lets only its fold transactions).               \
+     * w's thread. */                                                                                                  \
+    X(bool, write_may_fold, w, (store_write_t * w), (w))                                                               \
+    /* The row as the transaction sees it, or {KIND_NONE, 0}. w's thread. */                                           \
+    X(int, row_get, w, (store_write_t * w, span_t item, span_t user, reaction_row_t * row), (w, item, user, row))      \
+    /* Writes the row (KIND_NONE / an empty set: deletes it). w's thread. */                                           \
+    X(int, row_put, w, (store_write_t * w, span_t item, span_t user, const reaction_row_t *row), (w, item, user, row)) \
+    /* Appends t to the log under the next sequence number (*seq; 0 when the number is only known at                   \
+     * commit, as on a shared store, where positions are taken in commit order). w's thread. */                        \
+    X(int, log_append, w, (store_write_t * w, const transition_t *t, uint64_t *seq), (w, t, seq))                      \
+    /* Writes t at log position seq, above every position in the log: moving a store to another keeps                  \
+     * the positions, so change-feed cursors stay valid. log_append goes on after it. w's thread. */                   \
+    X(int, log_put, w, (store_write_t * w, uint64_t seq, const transition_t *t), (w, seq, t))                          \
+    /* Calls fn for each log entry with seq > after, in order, at most limit of them. w's thread. */                   \
+    X(int, log_scan, w, (store_write_t * w, uint64_t after, size_t limit, store_log_fn fn, void *arg),                 \
+      (w, after, limit, fn, arg))                                                                                      \
+    /* counts[item][code] += deltas[code] for each configured kind ([0]: the reactors). w's thread. */                 \
+    X(int, counts_add, w, (store_write_t * w, span_t item, const int64_t deltas[KINDS_MAX + 1]), (w, item, deltas))    \
+    /* The pipeline's checkpoint: the last log seq folded into the counts. w's thread. */                              \
+    X(int, checkpoint_get, w, (store_write_t * w, uint64_t * seq), (w, seq))                                           \
+    X(int, checkpoint_put, w, (store_write_t * w, uint64_t seq), (w, seq))                                             \
+    /* Deletes log entries from the oldest on, while seq <= upto_seq and their commit time is before                   \
+     * before_ms, at most limit; *deleted says how many. w's thread. */                                                \
+    X(int, log_prune, w, (store_write_t * w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t * deleted),   \
+      (w, upto_seq, before_ms, limit, deleted))                                                                        \
+    /* Auxiliary records of other modules (trending's summaries), keyed by text: put, and delete every                 \
+     * key with from <= key < to. w's thread. */                                                                       \
+    X(int, aux_put, w, (store_write_t * w, span_t key, span_t value), (w, key, value))                                 \
+    X(int, aux_delete_range, w, (store_write_t * w, span_t from, span_t to), (w, from, to))                            \
+    /* The records whose key starts with prefix as the write transaction sees them now (its own puts                   \
+     * included), in key order: for a decision that must hold against the store's current state. A                     \
+     * shared store first takes a lock named by prefix until the transaction ends, so two writers (of                  \
+     * any node) deciding from the same records run one after the other. w's thread. */                                \
+    X(int, aux_read_locked, w, (store_write_t * w, span_t prefix, store_aux_fn fn, void *arg), (w, prefix, fn, arg))   \
+                                                                                                                       \
+    /* --- idempotency records, keyed (user, key) --- */                                                               \
+    /* STORE_OK with *rec (its body valid until the transaction's next write), or STORE_NOTFOUND.                      \
+     * An expired record may still be found: the caller judges expires_ms. w's thread. */                              \
+    X(int, idem_get, w, (store_write_t * w, span_t user, span_t key, store_idem_t * rec), (w, user, key, rec))         \
+    /* Writes the record (rec->body copied). w's thread. */                                                            \
+    X(int, idem_put, w, (store_write_t * w, span_t user, span_t key, const store_idem_t *rec), (w, user, key, rec))    \
+    /* Deletes up to limit records whose expiry is at or before now_ms; *deleted says how many. w's thread. */         \
+    X(int, idem_sweep, w, (store_write_t * w, uint64_t now_ms, size_t limit, size_t * deleted),                        \
+      (w, now_ms, limit, deleted))                                                                                     \
+    /* Deletes up to limit idempotency records of user; *deleted says how many. w's thread. */                         \
+    X(int, idem_delete_user, w, (store_write_t * w, span_t user, size_t limit, size_t * deleted),                      \
+      (w, user, limit, deleted))                                                                                       \
+                                                                                                                       \
+    /* --- the lists, and the walks that erase a user or an item --- */                                                \
+    /* Applies the net change of one pair (core/listchange.h) to both indexes, in place of what they                   \
+     * held for it. Each pair at most once per fold; changes follow the log's order. w's thread. */                    \
+    X(int, list_apply, w, (store_write_t * w, span_t item, span_t user, const list_change_t *c), (w, item, user, c))   \
+    /* Builds both indexes anew from the rows and the retained log, in this transaction: every pair                    \
+     * whose set is not empty, at the positions of its transitions in the retained log; a pair (or a                   \
+     * kind) that changed before the oldest retained entry at position 0 with the oldest entry's time                  \
+     * (the upgrade of a store made before the lists, a moved store). w's thread. */                                   \
+    X(int, lists_rebuild, w, (store_write_t * w), (w))                                                                 \
+    /* Walks one item's users (its rows, in key order, strictly after `after`, from the first when                     \
+     * empty), visiting at most limit names; *visited says how many. w's thread. */                                    \
+    X(int, item_users, w,                                                                                              \
+      (store_write_t * w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited),      \
+      (w, item, after, limit, fn, arg, visited))                                                                       \
+    /* Walks the items one user's reaction is set on, at most limit names. The embedded store reads the                \
+     * user's list, in position order and from the first every time (`after` is not used: the caller                   \
+     * folds the log first, in the same transaction, so the list is exact and the rows a walk cleared                  \
+     * have left it); PostgreSQL the rows by user, in item order after `after`. Either way its cost is                 \
+     * in proportion to the user's reactions; last is the last name visited, to go on after it (empty                  \
+     * when the walk starts over). w's thread. */                                                                      \
+    X(int, user_items, w,                                                                                              \
+      (store_write_t * w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg, size_t *visited,       \
+       char last[ID_MAX_LEN], size_t *last_len),                                                                       \
+      (w, user, after, limit, fn, arg, visited, last, last_len))
+
+#define STORE_DECLARE_OP(ret, name, handle, params, args) ret store_##name params;
+#define STORE_DECLARE_PROC(name, handle, params, args) void store_##name params;
+STORE_OPS(STORE_DECLARE_OP, STORE_DECLARE_PROC)
+#undef STORE_DECLARE_OP
+#undef STORE_DECLARE_PROC
 
 #endif

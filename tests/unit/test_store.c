@@ -10,6 +10,7 @@
 #include "core/journalrec.h"
 #include "engine/pipeline.h"
 #include "engine/recount.h"
+#include "store/lmdb/lmdb.h"
 #include "store/lmdb/lmdb_internal.h" /* the journal's guard: a change made behind its back */
 #include "store/store.h"
 #include "unit.h"
@@ -653,7 +654,7 @@ static void test_foreign_dirs(const char *base)
         mdb_env_close(env);
     }
     char err[512] = "";
-    CHECK(store_lock_dir(dir, err, sizeof err) >= 0 && !file_exists(dir, "tallyd.lock")); /* the lock writes nothing */
+    CHECK(lmdb_lock_dir(dir, err, sizeof err) >= 0 && !file_exists(dir, "tallyd.lock")); /* the lock writes nothing */
 
     /* a data.mdb that is not LMDB: it and lock.mdb keep their bytes */
     snprintf(dir, sizeof dir, "%s/garbage", base);

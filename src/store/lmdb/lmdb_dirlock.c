@@ -38,7 +38,7 @@ static int make_dirs(const char *dir)
     return mkdir(path, 0750) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-/* The directory this process holds the lock of (store_lock_dir), if any. */
+/* The directory this process holds the lock of (lmdb_lock_dir), if any. */
 static bool held;
 static dev_t held_dev;
 static ino_t held_ino;
@@ -73,7 +73,7 @@ int lmdb_dir_owner(const char *dir, int *taken, char *err, size_t errlen)
  * nothing into it (the marker is checked before anything is written). An existing tallyd.lock is
  * locked as well, so that a tallyd of an earlier version (which locks only that file) and this one
  * never run on one directory together. */
-int store_lock_dir(const char *dir, char *err, size_t errlen)
+int lmdb_lock_dir(const char *dir, char *err, size_t errlen)
 {
     if (make_dirs(dir) != 0) {
         snprintf(err, errlen, "cannot create data directory %s: %s", dir, strerror(errno));

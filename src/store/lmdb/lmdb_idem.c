@@ -39,6 +39,7 @@ static bool idem_key_ok(span_t key_text)
 int lmdb_idem_get(store_write_t *w_, span_t user, span_t key_text, store_idem_t *rec)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
     if (!idem_key_ok(key_text))
         return STORE_ERROR;
     char kbuf[KEY_BUF_LEN];
@@ -78,6 +79,7 @@ int lmdb_read_idem(store_read_t *r_, store_idem_fn fn, void *arg)
 int lmdb_idem_put(store_write_t *w_, span_t user, span_t key_text, const store_idem_t *rec)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
     const lmdb_store_t *s = w->store;
     if (!idem_key_ok(key_text))
         return STORE_ERROR;
@@ -112,6 +114,7 @@ int lmdb_idem_put(store_write_t *w_, span_t user, span_t key_text, const store_i
 int lmdb_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *deleted)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
     const lmdb_store_t *s = w->store;
     MDB_cursor *cur;
     *deleted = 0;
@@ -146,6 +149,7 @@ int lmdb_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *de
 int lmdb_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *deleted)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
     const lmdb_store_t *s = w->store;
     char pbuf[KEY_BUF_LEN + 1], ebuf[8 + KEY_BUF_LEN];
     size_t plen = lmdb_pair_key(pbuf, user, (span_t){"", 0});

@@ -1,8 +1,9 @@
 /* lmdb_internal.h — what the files of the LMDB store share: its structs, key and value layouts,
- * and helpers. Only src/store/store_lmdb*.c include it; nothing above the seam does. */
+ * and helpers. Only the files of src/store/lmdb/ include it; nothing above the seam does. */
 #ifndef TALLY_STORE_LMDB_INTERNAL_H
 #define TALLY_STORE_LMDB_INTERNAL_H
 
+#include <assert.h>
 #include <limits.h>
 #include <lmdb.h>
 #include <pthread.h>
@@ -122,7 +123,12 @@ struct lmdb_write {
     lmdb_store_t *store;
     uint64_t next_seq;
     bool active;
+    pthread_t thread; /* the one that began it: only it may use the transaction (LMDB's rule too) */
 };
+
+/* A write transaction's calls: it is open, and used on the thread that began it. Cheap, so kept in
+ * release builds (asserts are not compiled out here). */
+#define LMDB_WRITE_CHECK(w) assert((w)->active &&pthread_equal((w)->thread, pthread_self()))
 
 struct lmdb_store {
     store_t base;
@@ -197,7 +203,7 @@ static inline uint16_t lmdb_get_u16(const uint8_t *p)
 int lmdb_dir_claim(const char *dir, char *err, size_t errlen);
 
 /* Whether this process is the directory's owner, the one that recovers and journals the store: 1
- * when it holds the lock already (store_lock_dir) or has just taken it (*taken: its fd, to close at
+ * when it holds the lock already (lmdb_lock_dir) or has just taken it (*taken: its fd, to close at
  * the store's close; else -1), 0 when another process holds it (a tool beside a running tallyd:
  * the store is then read-only here), -1 with err filled. */
 int lmdb_dir_owner(const char *dir, int *taken, char *err, size_t errlen);
@@ -221,50 +227,29 @@ kindset_t lmdb_set_from_db(const lmdb_store_t *s, uint32_t db);
 int lmdb_txn_lists_rebuild(const lmdb_store_t *s, MDB_txn *txn);
 /* The item of a rows or counts key ([len][item]…), or false when the key is malformed. */
 bool lmdb_key_item(const MDB_val *key, span_t *item);
+/* The floor below the other files (lmdb_codec.c): a meta record written; the row as txn sees it
+ * (without the overlay); bad bytes on the disk reported (STORE_ERROR); a set as the row's first
+ * byte; a counts value decoded and encoded as the mode keeps it; the auxiliary records under prefix
+ * in key order. */
+int lmdb_meta_put(MDB_txn *txn, MDB_dbi meta, const char *name, const void *data, size_t len);
+int lmdb_txn_row_get(const lmdb_store_t *s, MDB_txn *txn, span_t item, span_t user, reaction_row_t *row);
+int lmdb_corrupt(span_t item, const char *what);
+uint8_t lmdb_set_encode(const lmdb_store_t *s, kindset_t set, uint16_t *several);
+int lmdb_counts_decode(const lmdb_store_t *s, span_t item, const MDB_val *val, int64_t counts[KINDS_MAX + 1]);
+size_t lmdb_counts_encode(const lmdb_store_t *s, reaction_mode_t mode, const int64_t counts[KINDS_MAX + 1],
+                          uint8_t buf[1 + (KINDS_MAX + 1) * sizeof(int64_t)]);
+int lmdb_aux_walk(MDB_txn *txn, MDB_dbi dbi, span_t prefix, store_aux_fn fn, void *arg);
+/* LMDB's commit of the open epoch (lmdb_write.c; writer thread, no batch open): readers see its
+ * batches. */
+int lmdb_epoch_commit(lmdb_store_t *s);
 
-/* The operations of store.h (lmdb_store.c, lmdb_idem.c, lmdb_views.c), gathered in lmdb_store_ops. */
-void lmdb_close(store_t *store);
-const kinds_t *lmdb_kinds(const store_t *store);
-int lmdb_read_begin(store_t *store, store_read_t **out);
-void lmdb_read_end(store_read_t *r);
-int lmdb_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
-int lmdb_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
-int lmdb_write_begin(store_t *store, store_write_t **out);
-int lmdb_write_commit(store_write_t *w);
-void lmdb_write_abort(store_write_t *w);
-int lmdb_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
-int lmdb_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
-int lmdb_log_append(store_write_t *w, const transition_t *t, uint64_t *seq);
-int lmdb_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg);
-int lmdb_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1]);
-int lmdb_checkpoint_get(store_write_t *w, uint64_t *seq);
-int lmdb_checkpoint_put(store_write_t *w, uint64_t seq);
-int lmdb_idem_get(store_write_t *w, span_t user, span_t key, store_idem_t *rec);
-int lmdb_idem_put(store_write_t *w, span_t user, span_t key, const store_idem_t *rec);
-int lmdb_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *deleted);
-int lmdb_read_checkpoint(store_read_t *r, uint64_t *seq);
-int lmdb_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg);
-int lmdb_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last);
-int lmdb_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
-int lmdb_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited);
-int lmdb_stats(store_t *store, store_stats_t *st);
-int lmdb_backup(store_t *store, const char *dir);
-int lmdb_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
-                    size_t *visited);
-int lmdb_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
-                    size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
-int lmdb_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted);
-int lmdb_read_rows(store_read_t *r, store_row_fn fn, void *arg);
-int lmdb_export_page(store_read_t *r, span_t after_item, span_t after_user, size_t limit, store_row_fn fn, void *arg,
-                     size_t *visited);
-int lmdb_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);
-int lmdb_aux_put(store_write_t *w, span_t key, span_t value);
-int lmdb_aux_delete_range(store_write_t *w, span_t from, span_t to);
-int lmdb_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
-int lmdb_aux_read_locked(store_write_t *w, span_t prefix, store_aux_fn fn, void *arg);
-int lmdb_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
-int lmdb_log_put(store_write_t *w, uint64_t seq, const transition_t *t);
-int lmdb_read_idem(store_read_t *r, store_idem_fn fn, void *arg);
+/* The operations of store.h, lmdb_<name> for each entry of STORE_OPS, gathered in lmdb_store_ops
+ * (lmdb_ops.c). */
+#define LMDB_DECLARE_OP(ret, name, handle, params, args) ret lmdb_##name params;
+#define LMDB_DECLARE_PROC(name, handle, params, args) void lmdb_##name params;
+STORE_OPS(LMDB_DECLARE_OP, LMDB_DECLARE_PROC)
+#undef LMDB_DECLARE_OP
+#undef LMDB_DECLARE_PROC
 /* Whether a key of idem is a list entry rather than an idempotency record. */
 static inline bool lmdb_idem_is_list(const MDB_val *key)
 {
@@ -283,10 +268,6 @@ int lmdb_delete_matching(MDB_txn *txn, MDB_dbi db, lmdb_match_fn match, void *ar
 int lmdb_idem_drop_lists(const lmdb_store_t *s, MDB_txn *txn);
 /* Drops expiry entries without their record (stores before schema 4 left an erased user's). */
 int lmdb_idem_exp_tidy(const lmdb_store_t *s, MDB_txn *txn);
-int lmdb_list_apply(store_write_t *w, span_t item, span_t user, const list_change_t *c);
-int lmdb_lists_rebuild(store_write_t *w);
-int lmdb_read_list(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg);
-int lmdb_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches);
 /* Every change inside a write transaction goes through these (lmdb_journal.c), which keep it for
  * the journal's record of the transaction: mdb_put (not MDB_RESERVE: the value must be whole when
  * given), mdb_del of a key, mdb_cursor_put, mdb_cursor_del, and emptying a database. */

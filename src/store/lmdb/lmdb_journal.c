@@ -823,10 +823,9 @@ int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen)
             mdb_txn_abort(pin);
         bool full = rc == ENOSPC || rc == EDQUOT || rc == MDB_MAP_FULL;
         if (full && !atomic_load(&j->start_error))
-            fprintf(stderr,
-                    "level=warn event=journal-start-deferred reason=\"%s\" (reads served; writes refused with 503 "
-                    "until space frees, tried again with each write)\n",
-                    rc > 0 ? strerror(rc) : mdb_strerror(rc));
+            log_line("level=warn event=journal-start-deferred reason=\"%s\" (reads served; writes refused with 503 "
+                     "until space frees, tried again with each write)",
+                     rc > 0 ? strerror(rc) : mdb_strerror(rc));
         atomic_store(&j->start_error, rc == MDB_SUCCESS ? EIO : rc); /* never recording without a base */
         snprintf(err, errlen, "starting the journal: %s", rc > 0 ? strerror(rc) : mdb_strerror(rc));
         return full ? STORE_FULL : STORE_ERROR;
@@ -845,7 +844,7 @@ int lmdb_journal_start(lmdb_store_t *s, char *err, size_t errlen)
     j->thread_started = true;
     j->recording = true;
     if (atomic_exchange(&j->start_error, 0))
-        fprintf(stderr, "level=info event=journal-started msg=\"space freed: writes accepted again\"\n");
+        log_line("level=info event=journal-started msg=\"space freed: writes accepted again\"");
     return STORE_OK;
 }
 

@@ -235,6 +235,7 @@ static int txn_list_apply(const lmdb_store_t *s, MDB_txn *txn, span_t item, span
 int lmdb_list_apply(store_write_t *w_, span_t item, span_t user, const list_change_t *c)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
     return txn_list_apply(w->store, w->txn, item, user, c);
 }
 
@@ -339,6 +340,7 @@ int lmdb_txn_lists_rebuild(const lmdb_store_t *s, MDB_txn *txn)
 int lmdb_lists_rebuild(store_write_t *w_)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
     return lmdb_txn_lists_rebuild(w->store, w->txn);
 }
 
@@ -353,6 +355,7 @@ int lmdb_user_items(store_write_t *w_, span_t user, span_t after, size_t limit, 
     (void)after;
     (void)last;
     lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
     const lmdb_store_t *s = w->store;
     *visited = 0;
     *last_len = 0;
@@ -587,4 +590,45 @@ int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn ex
     if (result == STORE_OK)
         *mismatches += diff(have_entries, want_entries);
     return result;
+}
+
+/* --- walks over one item's rows and over the items a user has rows on, for deletion and erasure (writer) --- */
+
+/* Calls fn(arg, rest) for the keys of dbi that start with [len][prefix] and sort after
+ * [len][prefix][after], at most limit; rest is the key past the prefix. */
+static int prefix_walk(MDB_txn *txn, MDB_dbi dbi, span_t prefix, span_t after, size_t limit,
+                       int (*fn)(void *arg, span_t rest), void *arg, size_t *visited)
+{
+    char start[KEY_BUF_LEN + 1], pbuf[KEY_BUF_LEN];
+    size_t plen = lmdb_pair_key(pbuf, prefix, (span_t){"", 0});
+    size_t slen = lmdb_pair_key(start, prefix, after);
+    if (after.len)
+        start[slen++] = '\0'; /* strictly after: the smallest key greater than prefix+after */
+    MDB_cursor *cur;
+    *visited = 0;
+    int rc = mdb_cursor_open(txn, dbi, &cur);
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    MDB_val key = {slen, start}, val;
+    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS && *visited < limit;
+         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
+        if (key.mv_size <= plen || memcmp(key.mv_data, pbuf, plen) != 0)
+            break;
+        char rest[KEY_BUF_LEN];
+        size_t rlen = key.mv_size - plen;
+        memcpy(rest, (const char *)key.mv_data + plen, rlen);
+        (*visited)++;
+        if (fn(arg, (span_t){rest, rlen}) != 0)
+            break;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+}
+
+int lmdb_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                    size_t *visited)
+{
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
+    return prefix_walk(w->txn, w->store->rows, item, after, limit, fn, arg, visited);
 }

@@ -1,9 +1,93 @@
-/* store_lmdb_views.c — the LMDB store's reads for recount, the change feed, export and statistics;
- * walks over one item's or one user's rows; log pruning and the log by time; auxiliary records;
- * backup. */
+/* lmdb_views.c — the embedded store's reads, from a snapshot only: counts and rows (with the
+ * overlay of an open epoch), a feed page, the log and its bounds, recount's tallies, the items,
+ * export's rows, the log by time, auxiliary records, statistics. */
 #include "store/lmdb/lmdb_internal.h"
 
+#include <assert.h>
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/journalrec.h"
+
+/* --- snapshots --- */
+
+int lmdb_read_begin(store_t *s_, store_read_t **out)
+{
+    lmdb_store_t *s = (lmdb_store_t *)s_;
+    lmdb_read_t *r = malloc(sizeof *r);
+    if (!r)
+        return STORE_ERROR;
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &r->txn);
+    if (rc != MDB_SUCCESS) {
+        free(r);
+        return lmdb_rc(rc);
+    }
+    /* pairs in the row filter were added before the commits this snapshot sees (store_write_commit) */
+    atomic_thread_fence(memory_order_acquire);
+    r->store = s;
+    r->base.ops = &lmdb_store_ops;
+    *out = &r->base;
+    return STORE_OK;
+}
+
+void lmdb_read_end(store_read_t *r_)
+{
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    if (!r)
+        return;
+    mdb_txn_abort(r->txn);
+    free(r);
+}
+
+/* No single-statement mode here: a snapshot is as cheap as one question. */
+int lmdb_read_begin_single(store_t *s_, store_read_t **out)
+{
+    return lmdb_read_begin(s_, out);
+}
+
+int lmdb_read_counts(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX + 1])
+{
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    return lmdb_counts_get(r->store, r->txn, item, counts);
+}
+
+/* The overlay first: a row an open epoch's batch wrote is not in any snapshot yet. */
+int lmdb_read_row(store_read_t *r_, span_t item, span_t user, reaction_row_t *row)
+{
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    char kbuf[KEY_BUF_LEN];
+    MDB_val key = {lmdb_pair_key(kbuf, item, user), kbuf};
+    for (;;) {
+        uint8_t vbuf[ROW_VALUE_SET_LEN];
+        size_t vlen = 0;
+        bool gone = false;
+        int found = lmdb_overlay_get(&r->store->overlay, (uint64_t)mdb_txn_id(r->txn), &key, vbuf, &vlen, &gone);
+        if (found == 0)
+            return lmdb_txn_row_get(r->store, r->txn, item, user, row);
+        if (found > 0) {
+            MDB_val val = {vlen, vbuf};
+            *row = (reaction_row_t){KIND_NONE, 0};
+            if (!gone)
+                lmdb_row_decode(r->store, &val, row);
+            return STORE_OK;
+        }
+        /* a snapshot older than the rows the overlay still holds: a newer one (rare) */
+        mdb_txn_reset(r->txn);
+        int rc = mdb_txn_renew(r->txn);
+        if (rc != MDB_SUCCESS)
+            return lmdb_rc(rc);
+    }
+}
+
+uint64_t lmdb_read_acknowledged(store_read_t *r_)
+{
+    return atomic_load(&((lmdb_read_t *)r_)->store->acked_seq);
+}
 
 /* --- snapshot views for recount, the change feed and statistics --- */
 
@@ -61,16 +145,6 @@ int lmdb_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX
     }
     mdb_cursor_close(cur);
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
-}
-
-/* The item of a rows or counts key ([len][item]…), or false when the key is malformed. */
-bool lmdb_key_item(const MDB_val *key, span_t *item)
-{
-    const uint8_t *p = key->mv_data;
-    if (key->mv_size < 1 || key->mv_size < (size_t)1 + p[0])
-        return false;
-    *item = (span_t){(const char *)p + 1, p[0]};
-    return true;
 }
 
 /* Positions cur at the first key whose item sorts after `after` (all keys when after is empty). */
@@ -175,72 +249,6 @@ int lmdb_stats(store_t *s_, store_stats_t *st)
     return lmdb_rc(rc);
 }
 
-int lmdb_backup(store_t *s_, const char *dir)
-{
-    lmdb_store_t *s = (lmdb_store_t *)s_;
-    return lmdb_rc(mdb_env_copy2(s->env, dir, MDB_CP_COMPACT));
-}
-
-int lmdb_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
-{
-    lmdb_write_t *w = (lmdb_write_t *)w_;
-    MDB_cursor *cur;
-    MDB_val key, val;
-    *deleted = 0;
-    int rc = mdb_cursor_open(w->txn, w->store->log, &cur);
-    if (rc != MDB_SUCCESS)
-        return lmdb_rc(rc);
-    while (*deleted < limit && (rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST)) == MDB_SUCCESS) {
-        if (lmdb_get_u64(key.mv_data) > upto_seq || val.mv_size < 8 || lmdb_get_u64(val.mv_data) >= before_ms)
-            break;
-        if ((rc = lmdb_cursor_del(cur)) != MDB_SUCCESS)
-            break;
-        (*deleted)++;
-    }
-    mdb_cursor_close(cur);
-    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
-}
-
-/* --- walks over one item's rows and over the items a user has rows on, for deletion and erasure (writer) --- */
-
-/* Calls fn(arg, rest) for the keys of dbi that start with [len][prefix] and sort after
- * [len][prefix][after], at most limit; rest is the key past the prefix. */
-static int prefix_walk(MDB_txn *txn, MDB_dbi dbi, span_t prefix, span_t after, size_t limit,
-                       int (*fn)(void *arg, span_t rest), void *arg, size_t *visited)
-{
-    char start[KEY_BUF_LEN + 1], pbuf[KEY_BUF_LEN];
-    size_t plen = lmdb_pair_key(pbuf, prefix, (span_t){"", 0});
-    size_t slen = lmdb_pair_key(start, prefix, after);
-    if (after.len)
-        start[slen++] = '\0'; /* strictly after: the smallest key greater than prefix+after */
-    MDB_cursor *cur;
-    *visited = 0;
-    int rc = mdb_cursor_open(txn, dbi, &cur);
-    if (rc != MDB_SUCCESS)
-        return lmdb_rc(rc);
-    MDB_val key = {slen, start}, val;
-    for (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE); rc == MDB_SUCCESS && *visited < limit;
-         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-        if (key.mv_size <= plen || memcmp(key.mv_data, pbuf, plen) != 0)
-            break;
-        char rest[KEY_BUF_LEN];
-        size_t rlen = key.mv_size - plen;
-        memcpy(rest, (const char *)key.mv_data + plen, rlen);
-        (*visited)++;
-        if (fn(arg, (span_t){rest, rlen}) != 0)
-            break;
-    }
-    mdb_cursor_close(cur);
-    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
-}
-
-int lmdb_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
-                    size_t *visited)
-{
-    lmdb_write_t *w = (lmdb_write_t *)w_;
-    return prefix_walk(w->txn, w->store->rows, item, after, limit, fn, arg, visited);
-}
-
 /* The items where user has a row: each item's rows are one key range, so the user's row is one
  * lookup in it, and the next item is one seek away (seek_after_item). A visit is one item; the
  * cursor stays on its page while keys are near. */
@@ -309,66 +317,22 @@ int lmdb_read_log_seek(store_read_t *r_, uint64_t at_ms, uint64_t *seq)
     return STORE_OK;
 }
 
-int lmdb_aux_put(store_write_t *w_, span_t key, span_t value)
-{
-    lmdb_write_t *w = (lmdb_write_t *)w_;
-    MDB_val k = {key.len, (void *)key.ptr}, v = {value.len, (void *)value.ptr};
-    return lmdb_rc(lmdb_put(w->txn, w->store->aux, &k, &v, 0));
-}
-
-int lmdb_aux_delete_range(store_write_t *w_, span_t from, span_t to)
-{
-    lmdb_write_t *w = (lmdb_write_t *)w_;
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(w->txn, w->store->aux, &cur);
-    if (rc != MDB_SUCCESS)
-        return lmdb_rc(rc);
-    MDB_val key, val;
-    /* Seek again after each deletion: once the last record of the database is deleted, the
-     * cursor has no current record (MDB_GET_CURRENT fails with EINVAL, voiding the commit). */
-    for (key = (MDB_val){from.len, (void *)from.ptr};
-         (rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) == MDB_SUCCESS;
-         key = (MDB_val){from.len, (void *)from.ptr}) {
-        size_t n = key.mv_size < to.len ? key.mv_size : to.len;
-        int cmp = memcmp(key.mv_data, to.ptr, n);
-        if (cmp > 0 || (cmp == 0 && key.mv_size >= to.len))
-            break;
-        if ((rc = lmdb_cursor_del(cur)) != MDB_SUCCESS)
-            break;
-    }
-    mdb_cursor_close(cur);
-    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
-}
-
-/* The records under prefix in txn (a snapshot or the write transaction). */
-static int aux_walk(MDB_txn *txn, MDB_dbi dbi, span_t prefix, store_aux_fn fn, void *arg)
-{
-    MDB_cursor *cur;
-    int rc = mdb_cursor_open(txn, dbi, &cur);
-    if (rc != MDB_SUCCESS)
-        return lmdb_rc(rc);
-    MDB_val key = {prefix.len, (void *)prefix.ptr}, val;
-    /* LMDB takes no empty key: every record is read from the first */
-    for (rc = mdb_cursor_get(cur, &key, &val, prefix.len ? MDB_SET_RANGE : MDB_FIRST); rc == MDB_SUCCESS;
-         rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT)) {
-        if (key.mv_size < prefix.len || memcmp(key.mv_data, prefix.ptr, prefix.len) != 0)
-            break;
-        if (fn(arg, (span_t){key.mv_data, key.mv_size}, (span_t){val.mv_data, val.mv_size}) != 0)
-            break;
-    }
-    mdb_cursor_close(cur);
-    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
-}
-
 int lmdb_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
 {
     lmdb_read_t *r = (lmdb_read_t *)r_;
-    return aux_walk(r->txn, r->store->aux, prefix, fn, arg);
+    return lmdb_aux_walk(r->txn, r->store->aux, prefix, fn, arg);
 }
 
-/* One writer thread, one write transaction at a time: no lock is needed to decide. */
-int lmdb_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *arg)
+/* A page's counts and rows from the B-tree (and the overlay): no round trips to save, so one lookup
+ * of each per item. */
+int lmdb_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                   reaction_row_t *rows)
 {
-    lmdb_write_t *w = (lmdb_write_t *)w_;
-    return aux_walk(w->txn, w->store->aux, prefix, fn, arg);
+    int rc = STORE_OK;
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) {
+        rc = lmdb_read_counts(r, items[i], counts[i]);
+        if (rc == STORE_OK && user.len)
+            rc = lmdb_read_row(r, items[i], user, &rows[i]);
+    }
+    return rc;
 }

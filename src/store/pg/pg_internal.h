@@ -207,59 +207,13 @@ static inline long pg_db_set(const pg_store_t *s, kindset_t set)
     return -db;
 }
 
-/* Operations of store.h, gathered in pg_store_ops (pg_store.c, pg_write.c, pg_views.c). */
-void pg_close(store_t *s);
-const kinds_t *pg_kinds(const store_t *s);
-bool pg_shared(const store_t *s);
-bool pg_ready(store_t *s);
-int pg_read_begin(store_t *s, store_read_t **out);
-int pg_read_begin_single(store_t *s, store_read_t **out);
-void pg_read_end(store_read_t *r);
-int pg_read_counts(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
-int pg_read_row(store_read_t *r, span_t item, span_t user, reaction_row_t *row);
-int pg_read_many(store_read_t *r, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
-                 reaction_row_t *rows);
-int pg_write_begin(store_t *s, store_write_t **out);
-int pg_fold_begin(store_t *s, store_write_t **out);
-int pg_write_commit(store_write_t *w);
-int pg_write_commit_at(store_write_t *w, uint64_t *log_base);
-void pg_write_abort(store_write_t *w);
-int pg_write_prepare(store_write_t *w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys,
-                     size_t fold_scan);
-bool pg_write_may_fold(store_write_t *w);
-int pg_row_get(store_write_t *w, span_t item, span_t user, reaction_row_t *row);
-int pg_row_put(store_write_t *w, span_t item, span_t user, const reaction_row_t *row);
-int pg_log_append(store_write_t *w, const transition_t *t, uint64_t *seq);
-int pg_log_put(store_write_t *w, uint64_t seq, const transition_t *t);
-int pg_read_idem(store_read_t *r, store_idem_fn fn, void *arg);
-int pg_log_scan(store_write_t *w, uint64_t after, size_t limit, store_log_fn fn, void *arg);
-int pg_counts_add(store_write_t *w, span_t item, const int64_t deltas[KINDS_MAX + 1]);
-int pg_checkpoint_get(store_write_t *w, uint64_t *seq);
-int pg_checkpoint_put(store_write_t *w, uint64_t seq);
-int pg_idem_get(store_write_t *w, span_t user, span_t key, store_idem_t *rec);
-int pg_idem_put(store_write_t *w, span_t user, span_t key, const store_idem_t *rec);
-int pg_idem_sweep(store_write_t *w, uint64_t now_ms, size_t limit, size_t *deleted);
-int pg_read_checkpoint(store_read_t *r, uint64_t *seq);
-int pg_read_log(store_read_t *r, uint64_t after, size_t limit, store_log_fn fn, void *arg);
-int pg_read_log_bounds(store_read_t *r, uint64_t *first, uint64_t *last);
-int pg_read_tally_item(store_read_t *r, span_t item, int64_t counts[KINDS_MAX + 1]);
-int pg_read_items(store_read_t *r, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited);
-int pg_stats(store_t *s, store_stats_t *st);
-int pg_backup(store_t *s, const char *dir);
-int pg_item_users(store_write_t *w, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
-                  size_t *visited);
-int pg_user_items(store_write_t *w, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
-                  size_t *visited, char last[ID_MAX_LEN], size_t *last_len);
-int pg_idem_delete_user(store_write_t *w, span_t user, size_t limit, size_t *deleted);
-int pg_read_rows(store_read_t *r, store_row_fn fn, void *arg);
-int pg_export_page(store_read_t *r, span_t after_item, span_t after_user, size_t limit, store_row_fn fn, void *arg,
-                   size_t *visited);
-int pg_read_log_seek(store_read_t *r, uint64_t at_ms, uint64_t *seq);
-int pg_aux_put(store_write_t *w, span_t key, span_t value);
-int pg_aux_delete_range(store_write_t *w, span_t from, span_t to);
-int pg_read_aux(store_read_t *r, span_t prefix, store_aux_fn fn, void *arg);
-int pg_aux_read_locked(store_write_t *w, span_t prefix, store_aux_fn fn, void *arg);
-int pg_log_prune(store_write_t *w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted);
+/* The operations of store.h, pg_<name> for each entry of STORE_OPS, gathered in pg_store_ops
+ * (pg_ops.c). */
+#define PG_DECLARE_OP(ret, name, handle, params, args) ret pg_##name params;
+#define PG_DECLARE_PROC(name, handle, params, args) void pg_##name params;
+STORE_OPS(PG_DECLARE_OP, PG_DECLARE_PROC)
+#undef PG_DECLARE_OP
+#undef PG_DECLARE_PROC
 
 /* Statements of a write transaction: BEGIN is sent before the first. */
 PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params, int *rc);
@@ -297,10 +251,6 @@ static inline uint64_t pg_log_range_end(uint64_t after, uint64_t limit)
     return limit > (uint64_t)INT64_MAX - after ? (uint64_t)INT64_MAX : after + limit;
 }
 
-int pg_list_apply(store_write_t *w, span_t item, span_t user, const list_change_t *c);
-int pg_lists_rebuild(store_write_t *w);
-int pg_read_list(store_read_t *r, const store_list_query_t *q, store_list_fn fn, void *arg);
-int pg_read_lists_check(store_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches);
 /* The lists' changes of the transaction into the commit's pipeline. */
 int pg_lists_flush(pg_write_t *w);
 /* The statements that build the lists from tally_rows and tally_log (a rebuild, the upgrade from 1). */

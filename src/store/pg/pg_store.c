@@ -94,8 +94,8 @@ int pg_result_rc(pg_store_t *s, PGconn *conn, const PGresult *res, const char *w
         return STORE_UNAVAILABLE;
     }
     const char *msg = res ? PQresultErrorMessage(res) : PQerrorMessage(conn);
-    log_line("level=error event=pg-error what=%s sqlstate=%s error=\"%.*s\"\n", what, state ? state : "-",
-             (int)strcspn(msg, ""), msg);
+    log_line("level=error event=pg-error what=%s sqlstate=%s error=\"%.*s\"", what, state ? state : "-",
+             (int)strcspn(msg, "\n"), msg);
     return state && strcmp(state, "53100") == 0 ? STORE_FULL : STORE_ERROR;
 }
 
@@ -868,6 +868,14 @@ bool pg_ready(store_t *s_)
     return atomic_load(&((pg_store_t *)s_)->up);
 }
 
+bool pg_writes_refused(store_t *s_, char *why, size_t len)
+{
+    (void)s_;
+    (void)why;
+    (void)len;
+    return false; /* the server refuses what it must itself (STORE_FULL, STORE_UNAVAILABLE) */
+}
+
 int pg_backup(store_t *s_, const char *dir)
 {
     (void)s_;
@@ -1129,57 +1137,3 @@ int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void 
     }
     return STORE_OK;
 }
-
-const store_ops_t pg_store_ops = {
-    .list_apply = pg_list_apply,
-    .lists_rebuild = pg_lists_rebuild,
-    .read_list = pg_read_list,
-    .read_lists_check = pg_read_lists_check,
-    .close = pg_close,
-    .kinds = pg_kinds,
-    .shared = pg_shared,
-    .ready = pg_ready,
-    .read_begin = pg_read_begin,
-    .read_begin_single = pg_read_begin_single,
-    .read_end = pg_read_end,
-    .read_counts = pg_read_counts,
-    .read_row = pg_read_row,
-    .read_many = pg_read_many,
-    .write_begin = pg_write_begin,
-    .fold_begin = pg_fold_begin,
-    .write_commit = pg_write_commit,
-    .write_commit_at = pg_write_commit_at,
-    .write_abort = pg_write_abort,
-    .write_prepare = pg_write_prepare,
-    .write_may_fold = pg_write_may_fold,
-    .row_get = pg_row_get,
-    .row_put = pg_row_put,
-    .log_append = pg_log_append,
-    .log_put = pg_log_put,
-    .log_scan = pg_log_scan,
-    .counts_add = pg_counts_add,
-    .checkpoint_get = pg_checkpoint_get,
-    .checkpoint_put = pg_checkpoint_put,
-    .idem_get = pg_idem_get,
-    .idem_put = pg_idem_put,
-    .idem_sweep = pg_idem_sweep,
-    .read_checkpoint = pg_read_checkpoint,
-    .read_log = pg_read_log,
-    .read_log_bounds = pg_read_log_bounds,
-    .read_tally_item = pg_read_tally_item,
-    .read_items = pg_read_items,
-    .stats = pg_stats,
-    .backup = pg_backup,
-    .item_users = pg_item_users,
-    .user_items = pg_user_items,
-    .read_idem = pg_read_idem,
-    .idem_delete_user = pg_idem_delete_user,
-    .read_rows = pg_read_rows,
-    .export_page = pg_export_page,
-    .read_log_seek = pg_read_log_seek,
-    .aux_put = pg_aux_put,
-    .aux_delete_range = pg_aux_delete_range,
-    .read_aux = pg_read_aux,
-    .aux_read_locked = pg_aux_read_locked,
-    .log_prune = pg_log_prune,
-};

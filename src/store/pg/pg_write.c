@@ -822,3 +822,28 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     w->active = w->began = false;
     return rc;
 }
+
+/* A store shared by nodes folds on a connection of its own (pg_fold_begin). */
+bool pg_folds_apart(const store_t *s_)
+{
+    (void)s_;
+    return true;
+}
+
+/* Every commit is seen by readers at once: nothing to defer, nothing pending. */
+void pg_write_defer(store_write_t *w_, bool (*more)(void *arg), void *arg)
+{
+    (void)w_, (void)more, (void)arg;
+}
+
+bool pg_pending(const store_t *s_)
+{
+    (void)s_;
+    return false;
+}
+
+int pg_flush(store_t *s_)
+{
+    (void)s_;
+    return STORE_OK;
+}
