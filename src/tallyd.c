@@ -12,8 +12,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <systemd/sd-daemon.h>
+
 #include "core/clock.h"
 #include "core/kinds.h"
+#include "core/log.h"
 #include "core/netallow.h"
 #include "core/parse.h"
 #include "engine/recount.h"
@@ -26,9 +29,6 @@
 #include "store/lmdb/lmdb.h"
 #include "store/store.h"
 #include "tallyd.h"
-
-#include "core/log.h"
-#include <systemd/sd-daemon.h>
 
 #define EXIT_USAGE 2
 #define LISTEN_BACKLOG 1024
@@ -272,7 +272,7 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
     const char *what = NULL;
     char perr[128];
     if (policies_open(app->store, app->kinds, &app->policies, perr, sizeof perr) != 0) {
-        fprintf(stderr, "tallyd: %s\n", perr);
+        log_line("level=error event=start-failed msg=\"%s\"", perr);
         return -1;
     }
     wopt.policies = app->policies;

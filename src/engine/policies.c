@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 #include "engine/thread.h"
 
 #define PREFIX "policy/"
@@ -97,8 +98,7 @@ static int collect(void *arg, span_t key, span_t value)
     int rc = policy_from_json(l->kinds, doc, &pol, err, sizeof err);
     json_decref(doc);
     if (rc != 0) { /* a record this build cannot read: it is left out, and said so */
-        fprintf(stderr, "level=warn event=policy-unreadable target=\"%.*s\" error=\"%s\"\n", (int)target.len,
-                target.ptr, err);
+        log_line("level=warn event=policy-unreadable target=\"%.*s\" error=\"%s\"", (int)target.len, target.ptr, err);
         return 0;
     }
     if (l->n == l->cap) {
@@ -225,7 +225,7 @@ void policies_changed(policies_t *p, const policy_write_t *w)
     }
     pthread_mutex_unlock(&p->load_lock);
     if (rc != STORE_OK && policies_refresh(p, false) != STORE_OK) /* the follower (or the next change) tries again */
-        fprintf(stderr, "level=warn event=policy-load error=\"reading the policies failed\"\n");
+        log_line("level=warn event=policy-load error=\"reading the policies failed\"");
 }
 
 static void *follow_main(void *arg)

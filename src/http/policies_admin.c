@@ -10,6 +10,7 @@
 #include <strings.h>
 
 #include "core/clock.h"
+#include "core/log.h"
 
 #define MEDIA_JSON "application/json"
 
@@ -35,8 +36,8 @@ static void write_done(write_cmd_t *cmd)
     policy_req_t *r = (policy_req_t *)cmd;
     if (cmd->answer.status >= 200 && cmd->answer.status < 300) {
         policies_changed(r->app->policies, &r->write);
-        fprintf(stderr, "level=info event=policy action=%s target=\"%.*s\" who=\"%s\"\n",
-                r->write.put ? "put" : "delete", (int)r->write.target_len, r->write.target, r->who);
+        log_line("level=info event=policy action=%s target=\"%.*s\" who=\"%s\"", r->write.put ? "put" : "delete",
+                 (int)r->write.target_len, r->write.target, r->who);
     }
     r->answer = cmd->answer; /* taken over */
     cmd->answer = (answer_t){0};
