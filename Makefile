@@ -10,7 +10,7 @@ SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sa
 
 # Debian packages the build, the tests and the tools need (one place; `make deps` installs what is missing).
 DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq-dev postgresql-15 libjansson-dev libssl-dev libcurl4-openssl-dev zlib1g-dev libsystemd-dev \
-                python3 python3-jwt python3-cryptography clang clang-format libclang-rt-14-dev curl xxd chromium chromium-driver
+                python3 python3-jwt python3-cryptography clang clang-format libclang-rt-14-dev curl xxd chromium chromium-driver nginx
 
 CORE_SRC   := $(wildcard src/core/*.c)
 LIB_SRC    := $(CORE_SRC) $(wildcard src/store/*.c) $(wildcard src/store/*/*.c) $(wildcard src/engine/*.c)
