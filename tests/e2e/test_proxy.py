@@ -13,6 +13,7 @@ import http.server
 import itertools
 import json
 import os
+import queue
 import re
 import shutil
 import socket
@@ -30,6 +31,7 @@ SITE = os.path.join(REPO_ROOT, "dist", "nginx", "tally.conf")
 SECRET = "proxy-test-secret-0123456789abcdefghij"
 BURST = 10
 LIVE_PER_CLIENT = 2
+FLOOD = 256 << 20  # far more than the sockets between the stand-in and the client hold
 
 _hosts = itertools.count(2)
 
@@ -99,6 +101,11 @@ def raw_exchange(host, port, data, source=None, timeout=5.0):
     finally:
         s.close()
     return out
+
+
+def nginx_page(body):
+    """Whether an answer is one of nginx's own error pages (tallyd's are problem+json)."""
+    return b"<center>nginx</center>" in body
 
 
 def status_of(raw):
@@ -316,9 +323,11 @@ class NginxFrontTest(TallyTestCase):
             time.sleep(0.05)
         self.assertEqual(doc["counts"], {"like": 1, "dislike": 0})
         self.assertEqual(doc["viewer"]["reaction"], "like")
-        # a token near tallyd's 8 KiB limit passes nginx's header buffers
-        big = bearer(uid("u"), pad=5600)
-        self.assertGreater(len(big["Authorization"]), 7000)
+        # a token at tallyd's 8 KiB limit passes nginx's header buffers (its line is longer
+        # than nginx's default 8k buffer)
+        user = uid("u")
+        big = next(b for b in (bearer(user, pad=n) for n in range(6000, 6200))
+                   if 8192 - 8 <= len(b["Authorization"]) - len("Bearer ") <= 8192)
         st, _, body = self.via(path, src, dict(big, **{"Content-Type": "application/json"}),
                                "PUT", b'{"reaction":"dislike"}')
         self.assertEqual(st, 200, body[:300])
@@ -338,12 +347,14 @@ class NginxFrontTest(TallyTestCase):
                        b"13\r\n{\"reaction\":\"like\"}\r\n0\r\n\r\n")
                 got = raw_exchange(self.nginx.host, self.nginx.port, raw, source=src)
                 self.assertEqual(status_of(got), want, got[:300])
+                self.assertTrue(nginx_page(got), got[:300])
                 self.assertEqual(self.logged(target, wait=False), [], "tallyd saw it")
         # and a body over tallyd's limits stops at nginx
         target = "/v1/items/%s/reaction" % uid("big")
-        st, _, _ = self.via(target, src, dict(bearer(uid("u")), **{
+        st, _, body = self.via(target, src, dict(bearer(uid("u")), **{
             "Content-Type": "application/json"}), "PUT", b" " * 9000)
         self.assertEqual(st, 413)
+        self.assertTrue(nginx_page(body), body[:300])
         self.assertEqual(self.logged(target, wait=False), [], "tallyd saw the big body")
 
     # ---- the operators' routes -------------------------------------------------------------
@@ -355,19 +366,22 @@ class NginxFrontTest(TallyTestCase):
             st, body = self.direct(path, "127.0.0.1", admin)
             self.assertEqual(st, 200, (path, body[:300]))
         before = self.logged_count()
+        passed_on = ("/V1/ADMIN/webhooks", "/METRICS")  # not tallyd's routes either
         for path in ("/metrics", "/metrics?x=1", "/metrics/", "//metrics", "/./metrics",
                      "/%6detrics", "/v1/admin/webhooks", "/v1/admin/hot", "/v1//admin/hot",
                      "/v1/%61dmin/webhooks", "/v1/admin%2Fwebhooks", "/v1/x/../admin/hot",
-                     "/v1/changes", "/v1/changes?wait=1", "/ui/admin", "/ui/admin.js",
-                     "/V1/ADMIN/webhooks", "/METRICS"):
+                     "/v1/changes", "/v1/changes?wait=1", "/ui/admin", "/ui/admin.js") + passed_on:
             with self.subTest(path=path):
                 st, _, body = self.via(path, src, admin)
                 self.assertEqual(st, 404, (path, body[:300]))
+                self.assertEqual(nginx_page(body), path not in passed_on, (path, body[:300]))
         # absolute-form targets are routed on their path by both
         raw = (b"GET http://tally.example/v1/admin/webhooks HTTP/1.1\r\nHost: x\r\n"
                b"Authorization: " + admin["Authorization"].encode() + b"\r\n"
                b"Connection: close\r\n\r\n")
-        self.assertEqual(status_of(raw_exchange(self.nginx.host, self.nginx.port, raw, src)), 404)
+        got = raw_exchange(self.nginx.host, self.nginx.port, raw, src)
+        self.assertEqual(status_of(got), 404, got[:300])
+        self.assertTrue(nginx_page(got), got[:300])
         # whatever reached tallyd through nginx was answered 404 by tallyd's own router
         with open(self.log) as f:
             seen = [ln for ln in f.readlines()[before:] if " proxy=" in ln]
@@ -390,6 +404,7 @@ class EchoUpstream:
 
     def __init__(self):
         self.release = threading.Event()
+        self.flooded = queue.Queue()
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -399,6 +414,9 @@ class EchoUpstream:
                 pass
 
             def do_GET(self):
+                if self.path == "/v1/live?ids=flood":
+                    self.flood()
+                    return
                 if self.path.startswith("/v1/live"):
                     self.send_response(200)
                     self.send_header("Content-Type", "text/event-stream")
@@ -418,6 +436,25 @@ class EchoUpstream:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
+
+            def flood(self):
+                """Events as fast as they can be written, until FLOOD bytes or a write is
+                blocked for a second: how much was written is put in outer.flooded."""
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                event = b"event: counts\ndata: %s\n\n" % (b"x" * 65000)
+                sent = 0
+                self.connection.settimeout(1.0)
+                try:
+                    while sent < FLOOD:
+                        self.chunk(event)
+                        sent += len(event)
+                except OSError:
+                    pass
+                outer.flooded.put(sent)
+                self.close_connection = True
 
             def chunk(self, data):
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
@@ -499,6 +536,18 @@ class NginxRequestTest(unittest.TestCase):
             self.assertFalse(s.ended)
         finally:
             self.up.release.set()
+            s.close()
+
+    def test_a_client_that_stops_reading_holds_back_the_stream(self):
+        """nginx stores none of a live stream: a client that stops reading stops the upstream's
+        writes too (tallyd then drops the stream once 64 KiB wait), where a buffering proxy
+        would take it all, into memory and temporary files."""
+        s = SSEClient(self.nginx, ["flood"], source=client_addr(), rcvbuf=4096)
+        try:
+            self.assertEqual(s.status, 200)
+            sent = self.up.flooded.get(timeout=60)
+            self.assertLess(sent, FLOOD // 4, "nginx took %d bytes the client never read" % sent)
+        finally:
             s.close()
 
 
