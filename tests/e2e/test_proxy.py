@@ -335,14 +335,15 @@ class NginxFrontTest(TallyTestCase):
     def test_nginx_refuses_conflicting_framing_before_tallyd(self):
         src = client_addr()
         cases = [
-            (b"Content-Length: 19\r\nTransfer-Encoding: chunked\r\n", 400),
-            (b"Content-Length: 19\r\nContent-Length: 5\r\n", 400),
-            (b"Transfer-Encoding: gzip, chunked\r\n", 501),
+            (b"1.1", b"Content-Length: 19\r\nTransfer-Encoding: chunked\r\n", 400),
+            (b"1.1", b"Content-Length: 19\r\nContent-Length: 5\r\n", 400),
+            (b"1.1", b"Transfer-Encoding: gzip, chunked\r\n", 501),
+            (b"1.0", b"Transfer-Encoding: chunked\r\n", 400),
         ]
-        for head, want in cases:
-            with self.subTest(head=head):
+        for version, head, want in cases:
+            with self.subTest(version=version, head=head):
                 target = "/v1/items/%s/reaction" % uid("smug")
-                raw = (b"PUT " + target.encode() + b" HTTP/1.1\r\nHost: tally\r\n" + head +
+                raw = (b"PUT " + target.encode() + b" HTTP/" + version + b"\r\nHost: tally\r\n" + head +
                        b"Content-Type: application/json\r\n\r\n"
                        b"13\r\n{\"reaction\":\"like\"}\r\n0\r\n\r\n")
                 got = raw_exchange(self.nginx.host, self.nginx.port, raw, source=src)
