@@ -231,16 +231,18 @@ class NginxFrontTest(TallyTestCase):
     # ---- live counts -----------------------------------------------------------------------
     def test_two_clients_behind_nginx_have_their_own_live_stream_caps(self):
         a, b = client_addr(), client_addr()
+        # signed in, so that opening streams spends none of the anonymous read tokens
+        auth = "Authorization: %s\r\n" % bearer(uid("u"))["Authorization"]
         streams = []
         try:
             for _ in range(LIVE_PER_CLIENT):
-                streams.append(SSEClient(self.nginx, [uid("l")], source=a))
+                streams.append(SSEClient(self.nginx, [uid("l")], source=a, headers=auth))
                 self.assertEqual(streams[-1].status, 200)
-            over = SSEClient(self.nginx, [uid("l")], source=a)
+            over = SSEClient(self.nginx, [uid("l")], source=a, headers=auth)
             streams.append(over)
             self.assertEqual(over.status, 503, over.raw)
             self.assertEqual(json.loads(over.body)["type"], "urn:tally:error:overloaded")
-            other = SSEClient(self.nginx, [uid("l")], source=b)
+            other = SSEClient(self.nginx, [uid("l")], source=b, headers=auth)
             streams.append(other)
             self.assertEqual(other.status, 200)
         finally:
@@ -249,7 +251,7 @@ class NginxFrontTest(TallyTestCase):
         # closed through nginx, the streams free a's slots in tallyd
         deadline = time.monotonic() + 5 * SLOW
         while True:
-            s = SSEClient(self.nginx, [uid("l")], source=a)
+            s = SSEClient(self.nginx, [uid("l")], source=a, headers=auth)
             s.close()
             if s.status == 200 or time.monotonic() > deadline:
                 break
