@@ -23,7 +23,7 @@ import threading
 import time
 import unittest
 
-from harness import REPO_ROOT, SLOW, TALLYD, Server, TallyTestCase, child_env, uid
+from harness import REPO_ROOT, SLOW, TALLYD, Server, TallyTestCase, child_env, metric, uid
 from nginx_front import HAVE_NGINX, NO_NGINX, Nginx
 from test_live import SSEClient
 
@@ -201,6 +201,8 @@ class NginxFrontTest(TallyTestCase):
 
     def test_the_access_log_names_the_client_whatever_it_wrote(self):
         a = client_addr()
+        named, invalid = (metric(self.srv, "tally_forwarded_total"),
+                          metric(self.srv, "tally_forwarded_invalid_total"))
         for sent in ("203.0.113.9", "203.0.113.9, 10.0.0.1", "garbage!!, unknown", None):
             target = "/v1/items/" + uid("log")
             headers = {"X-Forwarded-For": sent} if sent else {}
@@ -211,6 +213,9 @@ class NginxFrontTest(TallyTestCase):
             self.assertEqual(len(lines), 1, lines)
             self.assertEqual(self.field(lines[0], "peer"), a, (sent, lines[0]))
             self.assertEqual(self.field(lines[0], "proxy"), "127.0.0.1", lines[0])
+        # what the client wrote is never read, so never found malformed either
+        self.assertEqual(metric(self.srv, "tally_forwarded_invalid_total"), invalid)
+        self.assertGreaterEqual(metric(self.srv, "tally_forwarded_total"), named + 4)
 
     def test_a_spoofed_header_sent_to_tallyd_directly_is_ignored(self):
         target = "/v1/items/" + uid("direct")
