@@ -65,6 +65,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 stage unit build/san/unit_tests
 stage journal-lint tests/lint_journal.sh
 stage log-lint tests/lint_log.sh
+stage json-lint tests/lint_json.sh
 stage fuzz-regress make --no-print-directory fuzz-regress
 # The slow test (the 1-minute trending window expiring, ~75 s of waiting, little CPU) runs beside
 # the stages below, against the release build, instead of adding its wait to the suite's time.

@@ -721,6 +721,23 @@ def metric(srv, name):
     return None
 
 
+NUMBER_RE = re.compile(rb'(?<![\w."])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w."])')
+
+
+def significant_digits(text):
+    """The digits of a decimal number's text from its first non-zero one to its last: "0.050" 1,
+    "1.25e-05" 3, "100" 1."""
+    mantissa = re.split(r"[eE]", text.lstrip("+-"))[0].replace(".", "")
+    return len(mantissa.strip("0")) or 1
+
+
+def long_reals(raw):
+    """The reals of a JSON text (bytes) printed with more than 15 significant digits, as jansson's
+    default %.17g prints 0.05 (0.050000000000000003); integers are left alone."""
+    return [t.decode() for t in NUMBER_RE.findall(raw)
+            if re.search(rb"[.eE]", t) and significant_digits(t.decode()) > 15]
+
+
 def split_cursor(doc):
     """A write answer without its "cursor" member, and the cursor (an int, or None when absent).
     API.md § Live counts: an answer that changed something carries its transition's cursor (a

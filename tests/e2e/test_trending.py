@@ -18,7 +18,8 @@ import threading
 import time
 import unittest
 
-from harness import SLOW, Client, Server, SharedServerTestCase, TallyTestCase, uid, metric
+from harness import (SLOW, Client, Server, SharedServerTestCase, TallyTestCase, long_reals, metric,
+                     uid)
 
 ADMIN = {"X-User-Id": "admin"}
 WINDOWS = ("1m", "1h", "24h")
@@ -263,6 +264,18 @@ class TrendingTest(TrendCase):
                 self.assertEqual([e["item"] for e in doc["items"][:3]], top, (w, doc))
                 self.assertWithinBound(doc, exact, "like")
             self.assertEqual(s.json("GET", "/healthz")[0], 200)
+
+    def test_reals_in_15_digits(self):
+        """A real in a JSON answer is printed with at most 15 significant digits: an error bound
+        of 1/20 is 0.05, not jansson's default 0.050000000000000003."""
+        with Server(args=["--trending-capacity", "20"]) as s:
+            self.assertOk(s.put(uid("r"), uid("u"), "like"))
+            doc = self.poll_trending(s, lambda d: d["items"], window="1m")
+            self.assertEqual(doc["error_bound"], 1 / 20, doc)
+            st, _, raw = s.request("GET", "/v1/trending?window=1m")
+            self.assertEqual(st, 200)
+            self.assertIn(b'"error_bound":0.05}', raw)
+            self.assertEqual(long_reals(raw), [])
 
     def test_taken_back_and_switched(self):
         with Server(args=["--rate-limit", "off"]) as s:
