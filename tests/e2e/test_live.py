@@ -359,6 +359,32 @@ class LiveCapsTest(TallyTestCase):
                     c.close()
             srv.stop()
 
+    def test_head_answers_as_get_without_opening_a_stream(self):
+        """HEAD /v1/live: the GET's status and headers, no body, and no stream: it takes no slot of
+        the caps, and past a cap it is the GET's 503."""
+        with Server(args=NO_LIMIT + ["--max-live-streams", "2", "--max-live-streams-per-client", "1"]) as srv:
+            target = "/v1/live?ids=" + uid("h")
+            for _ in range(3):  # more than either cap: none of them holds a slot
+                st, fields, body = srv.exchange("HEAD", target)
+                got = dict(fields)
+                self.assertEqual((st, body, got.get("content-type"), got.get("cache-control")),
+                                 (200, b"", "text/event-stream", "no-cache"), fields)
+            self.assertEqual((metric(srv, "tally_live_streams"), metric(srv, "tally_live_streams_opened_total")),
+                             (0, 0))
+            self.assertEqual(srv.exchange("HEAD", "/v1/live")[0], 400, "no ids: the GET's 400")
+            stream = SSEClient(srv, [uid("c")], source="127.0.0.1")
+            try:
+                self.assertEqual(stream.status, 200)
+                st, fields, body = srv.exchange("HEAD", target)
+                self.assertEqual(st, 503, "a second stream of this client would be refused")
+                self.assertEqual(dict(fields).get("content-type"), "application/problem+json")
+                self.assertEqual(body, b"")
+                self.assertIn("retry-after", dict(fields))
+            finally:
+                stream.close()
+            self.assertEqual(metric(srv, "tally_live_streams_opened_total"), 1)
+            srv.stop()
+
     def test_cap_must_be_below_max_connections(self):
         with Server(start=False) as srv:
             rc, _, err = run_tallyd(srv.store_args() + ["--listen", "127.0.0.1:0", "--max-connections", "100",
