@@ -57,9 +57,11 @@ static void histogram(textbuf_t *t, const char *name, const char *help, const hi
 {
     metric_head(t, name, "histogram", help);
     uint64_t cumulative = 0;
+    char le[SAMPLE_VALUE_MAX];
     for (size_t i = 0; i < h->nbounds; i++) {
         cumulative += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
-        textbuf_printf(t, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cumulative);
+        textbuf_printf(t, "%s_bucket{le=\"%s\"} %llu\n", name, sample_value(le, h->bounds[i]),
+                       (unsigned long long)cumulative);
     }
     cumulative += atomic_load_explicit(&h->counts[h->nbounds], memory_order_relaxed);
     textbuf_printf(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
