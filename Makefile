@@ -27,10 +27,24 @@ TALLYD_SRC := $(LIB_SRC) $(HTTP_SRC) src/flags.c src/tallyd.c src/tallyd_flags.c
 TALLY_SRC  := $(LIB_SRC) src/flags.c src/tallyd_flags.c src/tally.c $(VERSION_GEN)
 UNIT_SRC   := $(LIB_SRC) src/flags.c src/http/router.c src/http/openapi.c src/http/openapi_schemas.c $(UI_GEN) $(VERSION_GEN) $(wildcard tests/unit/*.c)
 
+# make install: PREFIX (default /usr/local) and DESTDIR as usual. With PREFIX=/usr (a package) the
+# configuration goes to /etc/tally and the unit to /lib/systemd/system, else under PREFIX.
+PREFIX     ?= /usr/local
+BINDIR     ?= $(PREFIX)/bin
+SBINDIR    ?= $(PREFIX)/sbin
+MANDIR     ?= $(PREFIX)/share/man
+SYSCONFDIR ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
+UNITDIR    ?= $(if $(filter /usr,$(PREFIX)),/lib/systemd/system,$(PREFIX)/lib/systemd/system)
+# The service's data directory (the unit's StateDirectory=tally), set in the installed configuration.
+STATEDIR   ?= /var/lib/tally
+# Man pages from man/*.in and each program's --help (scripts/gen_man.sh); the configuration file
+# from tallyd's flag table (tallyd --print-config-template): the three cannot disagree.
+MAN_PAGES  := $(BUILD)/man/tallyd.8 $(BUILD)/man/tally.1
+
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 
-.PHONY: all deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean
-all: $(BUILD)/tallyd $(BUILD)/tally
+.PHONY: all deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean install uninstall
+all: $(BUILD)/tallyd $(BUILD)/tally $(MAN_PAGES)
 
 deps:
 	@missing=""; for p in $(DEB_PACKAGES); do \
@@ -66,7 +80,7 @@ $(UI_GEN): scripts/embed_files.sh $(foreach f,$(UI_FILES),$(lastword $(subst =, 
 $(BUILD)/rel/%.o: %.c
 	@mkdir -p $(dir $@)
 	@echo "  CC $<"
-	@$(CC) $(CFLAGS_COMMON) $(CFLAGS) -c $< -o $@
+	@$(CC) $(CPPFLAGS) $(CFLAGS_COMMON) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/san/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -74,16 +88,49 @@ $(BUILD)/san/%.o: %.c
 	@$(CC) $(CFLAGS_COMMON) $(SAN_FLAGS) -c $< -o $@
 
 $(BUILD)/tallyd: $(call obj,rel,$(TALLYD_SRC))
-	$(CC) $(CFLAGS) -pthread -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
 
 $(BUILD)/tally: $(call obj,rel,$(TALLY_SRC))
-	$(CC) $(CFLAGS) -pthread -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
+
+$(BUILD)/man/tallyd.8: man/tallyd.8.in scripts/gen_man.sh $(BUILD)/tallyd
+	@mkdir -p $(dir $@)
+	@echo "  MAN $@"
+	@scripts/gen_man.sh $(BUILD)/tallyd $< $@
+
+$(BUILD)/man/tally.1: man/tally.1.in scripts/gen_man.sh $(BUILD)/tally
+	@mkdir -p $(dir $@)
+	@echo "  MAN $@"
+	@scripts/gen_man.sh $(BUILD)/tally $< $@
+
+# The unit and the configuration file are written at install time, for the PREFIX given then. An
+# existing configuration file is kept (the new one is written beside it as tallyd.conf.new).
+install: all
+	install -d $(DESTDIR)$(SBINDIR) $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man1 \
+	  $(DESTDIR)$(SYSCONFDIR)/tally $(DESTDIR)$(UNITDIR)
+	install -m 755 $(BUILD)/tallyd $(DESTDIR)$(SBINDIR)/tallyd
+	install -m 755 $(BUILD)/tally $(DESTDIR)$(BINDIR)/tally
+	install -m 644 $(BUILD)/man/tallyd.8 $(DESTDIR)$(MANDIR)/man8/tallyd.8
+	install -m 644 $(BUILD)/man/tally.1 $(DESTDIR)$(MANDIR)/man1/tally.1
+	sed -e 's|/usr/sbin/tallyd|$(SBINDIR)/tallyd|' -e 's|/etc/tally/|$(SYSCONFDIR)/tally/|g' dist/tallyd.service \
+	  > $(BUILD)/tallyd.service
+	install -m 644 $(BUILD)/tallyd.service $(DESTDIR)$(UNITDIR)/tallyd.service
+	$(BUILD)/tallyd --print-config-template --data $(STATEDIR) > $(BUILD)/tallyd.conf
+	@conf=$(DESTDIR)$(SYSCONFDIR)/tally/tallyd.conf; \
+	if [ -e $$conf ] && ! cmp -s $(BUILD)/tallyd.conf $$conf; then \
+	  install -m 644 $(BUILD)/tallyd.conf $$conf.new; echo "kept $$conf; the new one is $$conf.new"; \
+	else install -m 644 $(BUILD)/tallyd.conf $$conf; echo "installed $$conf"; fi
+
+# Leaves the configuration file (and any data) in place.
+uninstall:
+	rm -f $(DESTDIR)$(SBINDIR)/tallyd $(DESTDIR)$(BINDIR)/tally $(DESTDIR)$(MANDIR)/man8/tallyd.8 \
+	  $(DESTDIR)$(MANDIR)/man1/tally.1 $(DESTDIR)$(UNITDIR)/tallyd.service
 
 $(BUILD)/san/tallyd: $(call obj,san,$(TALLYD_SRC))
 	$(CC) $(SAN_FLAGS) -pthread -o $@ $^ $(LDLIBS)
 
 $(BUILD)/corrupt_count: $(call obj,rel,$(LIB_SRC) tests/tools/corrupt_count.c)
-	$(CC) $(CFLAGS) -pthread -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
 
 # Test-only: keeps a store's LMDB environment open, as a tool beside tallyd does.
 $(BUILD)/hold_env: tests/tools/hold_env.c
