@@ -43,7 +43,7 @@ MAN_PAGES  := $(BUILD)/man/tallyd.8 $(BUILD)/man/tally.1
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 
-.PHONY: all deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean install uninstall
+.PHONY: all deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean install uninstall deb
 all: $(BUILD)/tallyd $(BUILD)/tally $(MAN_PAGES)
 
 deps:
@@ -120,6 +120,20 @@ install: all
 	if [ -e $$conf ] && ! cmp -s $(BUILD)/tallyd.conf $$conf; then \
 	  install -m 644 $(BUILD)/tallyd.conf $$conf.new; echo "kept $$conf; the new one is $$conf.new"; \
 	else install -m 644 $(BUILD)/tallyd.conf $$conf; echo "installed $$conf"; fi
+
+# The Debian package, build/tally_<version>_<arch>.deb, built by dpkg-buildpackage from a copy of
+# the tree in build/pkg/tally-<version>/ (its results go to the copy's parent, and its clean step
+# runs make clean there, never here). debian/changelog's version must be VERSION's.
+deb:
+	@v=$$(dpkg-parsechangelog -S Version) && [ "$$v" = "$$(cat VERSION)" ] || \
+	  { echo "debian/changelog's version $$v is not VERSION's $$(cat VERSION)"; exit 1; }
+	@v=$$(cat VERSION); src=$(BUILD)/pkg/tally-$$v; rm -rf $(BUILD)/pkg && mkdir -p $$src && \
+	if git rev-parse --git-dir >/dev/null 2>&1; then \
+	  git ls-files -z --cached --others --exclude-standard | xargs -0 cp -P --parents -t $$src; \
+	else tar --exclude=./$(BUILD) --exclude=./node_modules --exclude=./data -cf - . | tar -xf - -C $$src; fi
+	cd $(BUILD)/pkg/tally-$$(cat VERSION) && dpkg-buildpackage -us -uc -b
+	cp $(BUILD)/pkg/tally_$$(cat VERSION)_*.deb $(BUILD)/
+	@ls $(BUILD)/tally_$$(cat VERSION)_*.deb
 
 # Leaves the configuration file (and any data) in place.
 uninstall:
