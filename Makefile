@@ -8,9 +8,27 @@ CFLAGS  ?= -O2 -g
 LDLIBS  := -lm -lh2o-evloop -llmdb -lz -lpq -ljansson -lcurl -lssl -lcrypto -lsystemd -lpthread
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-# Debian packages the build, the tests and the tools need (one place; `make deps` installs what is missing).
-DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq-dev postgresql-15 libjansson-dev libssl-dev libcurl4-openssl-dev zlib1g-dev libsystemd-dev \
-                python3 python3-jwt python3-cryptography clang clang-format libclang-rt-14-dev curl xxd chromium chromium-driver
+# The Debian packages, named here only. `make deps` (and so `make run`) installs what building and
+# running need; `make test-deps` (and so `make test` and CI) adds what only the tests and the tools
+# need: a database server, sanitizer runtimes, a browser, the packaging tools. debian/control's
+# Build-Depends are BUILD_PACKAGES (tests/package checks it).
+BUILD_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq-dev libjansson-dev libssl-dev \
+                  libcurl4-openssl-dev zlib1g-dev libsystemd-dev xxd
+RUN_PACKAGES   := curl
+PG_PACKAGES    := postgresql-15
+DEB_TOOLS      := debhelper dpkg-dev fakeroot
+TEST_PACKAGES  := $(PG_PACKAGES) $(DEB_TOOLS) python3 python3-jwt python3-cryptography clang clang-format \
+                  libclang-rt-14-dev chromium chromium-driver lintian groff-base man-db systemd
+
+# Installs the missing ones of the packages $(1) (as root, from Debian's archive).
+define apt_install
+	@missing=""; for p in $(1); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+endef
 
 CORE_SRC   := $(wildcard src/core/*.c)
 LIB_SRC    := $(CORE_SRC) $(wildcard src/store/*.c) $(wildcard src/store/*/*.c) $(wildcard src/engine/*.c)
@@ -43,16 +61,20 @@ MAN_PAGES  := $(BUILD)/man/tallyd.8 $(BUILD)/man/tally.1
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 
-.PHONY: all deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean install uninstall deb
+.PHONY: all deps test-deps pg-deps deb-deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean install uninstall deb
 all: $(BUILD)/tallyd $(BUILD)/tally $(MAN_PAGES)
 
 deps:
-	@missing=""; for p in $(DEB_PACKAGES); do \
-	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	fi
+	$(call apt_install,$(BUILD_PACKAGES) $(RUN_PACKAGES))
+
+pg-deps:
+	$(call apt_install,$(PG_PACKAGES))
+
+deb-deps: deps
+	$(call apt_install,$(DEB_TOOLS))
+
+test-deps: deps
+	$(call apt_install,$(TEST_PACKAGES))
 	@$(MAKE) --no-print-directory npm-deps
 
 # The JavaScript test tools (package.json, exact versions in package-lock.json): the OpenAPI
@@ -124,7 +146,7 @@ install: all
 # The Debian package, build/tally_<version>_<arch>.deb, built by dpkg-buildpackage from a copy of
 # the tree in build/pkg/tally-<version>/ (its results go to the copy's parent, and its clean step
 # runs make clean there, never here). debian/changelog's version must be VERSION's.
-deb:
+deb: deb-deps
 	@v=$$(dpkg-parsechangelog -S Version) && [ "$$v" = "$$(cat VERSION)" ] || \
 	  { echo "debian/changelog's version $$v is not VERSION's $$(cat VERSION)"; exit 1; }
 	@v=$$(cat VERSION); src=$(BUILD)/pkg/tally-$$v; rm -rf $(BUILD)/pkg && mkdir -p $$src && \
@@ -162,16 +184,16 @@ run: deps all
 	$(BUILD)/tallyd --listen 127.0.0.1:8080 --data ./data
 
 # A throwaway local PostgreSQL and two tallyd nodes on it (8081, 8082); Ctrl-C stops everything.
-run-pg: deps all
+run-pg: deps pg-deps all
 	scripts/run_pg.sh
 
 # The whole suite: unit tests (sanitized), end-to-end against the release build and the sanitized
 # one, and against the release build on PostgreSQL (tests/run_all.sh).
-test: deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/syncorder.so $(BUILD)/hold_env fuzz-build
+test: test-deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/syncorder.so $(BUILD)/hold_env fuzz-build
 	@tests/run_all.sh
 
 # The JavaScript tests alone: OpenAPI (redocly lint, ajv), the client, the pages in headless Chromium.
-js-test: npm-deps all
+js-test: test-deps all
 	tests/js/run.sh
 
 unit: $(BUILD)/san/unit_tests

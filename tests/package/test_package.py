@@ -103,6 +103,18 @@ def test_changelog_version_is_version():
     assert changelog_version() == VERSION, (changelog_version(), VERSION)
 
 
+def test_build_depends_are_the_makefiles():
+    # the Makefile names the packages; debian/control's Build-Depends must be the same build set
+    r = run(["make", "-s", "--no-print-directory", "-f", "Makefile", "-f", "-", "print-build-packages"],
+            input="print-build-packages:\n\t@echo $(BUILD_PACKAGES)\n")
+    assert r.returncode == 0, r.stderr
+    makefile = set(r.stdout.split()) - {"build-essential"}  # implied by every Debian build
+    control = open(os.path.join(TOP, "debian", "control")).read()
+    field = re.search(r"^Build-Depends:(.*?)^\S", control, re.M | re.S).group(1)
+    names = {re.sub(r"\s*\(.*\)", "", d).strip() for d in field.split(",") if d.strip()}
+    assert names - {"debhelper-compat"} == makefile, names ^ makefile
+
+
 def test_deb_builds():
     r = run(["make", "--no-print-directory", "deb"])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
