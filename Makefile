@@ -218,4 +218,5 @@ clean:
 include fuzz/fuzz.mk
 -include bench/bench.mk
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+# (not the package's copy in $(BUILD)/pkg/, whose etc/logrotate.d is a directory)
+-include $(shell find $(BUILD) -path $(BUILD)/pkg -prune -o -name '*.d' -type f -print 2>/dev/null)

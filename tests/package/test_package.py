@@ -144,10 +144,14 @@ def test_lintian_clean():
 
 def test_contents():
     for f in ["usr/sbin/tallyd", "usr/bin/tally", "usr/share/man/man8/tallyd.8.gz", "usr/share/man/man1/tally.1.gz",
-              "etc/tally/tallyd.conf", "lib/systemd/system/tallyd.service", "usr/share/doc/tally/copyright"]:
+              "etc/tally/tallyd.conf", "lib/systemd/system/tallyd.service", "usr/share/doc/tally/copyright",
+              "etc/logrotate.d/tally"]:
         assert os.path.exists(os.path.join(ROOT, f)), f
     conffiles = open(os.path.join(SCRATCH, "DEBIAN", "conffiles")).read().split()
-    assert conffiles == ["/etc/tally/tallyd.conf"], conffiles
+    assert sorted(conffiles) == ["/etc/logrotate.d/tally", "/etc/tally/tallyd.conf"], conffiles
+    # the access log is rotated by reloading tallyd (it reopens the file), not by copytruncate
+    rotate = open(os.path.join(ROOT, "etc/logrotate.d/tally")).read()
+    assert "systemctl reload tallyd" in rotate and "copytruncate" not in rotate, rotate
     control = open(os.path.join(SCRATCH, "DEBIAN", "control")).read()
     depends = re.search(r"^Depends: (.*)$", control, re.M).group(1)
     for bad in ["postgresql", "clang", "chromium", "build-essential", "-dev", "python", "nodejs", "lintian"]:
@@ -328,7 +332,7 @@ def test_make_install_layout():
     r = run(["make", "--no-print-directory", "install", "DESTDIR=" + dest, "PREFIX=/usr"])
     assert r.returncode == 0, r.stdout + r.stderr
     want = {f[:-3] if f.endswith(".gz") else f for f in installed_files(ROOT) 
-            if not f.startswith(("usr/share/doc/", "usr/share/lintian/"))}
+            if not f.startswith(("usr/share/doc/", "usr/share/lintian/", "etc/logrotate.d/"))}
     assert installed_files(dest) == want, installed_files(dest) ^ want
     assert open(os.path.join(dest, "etc/tally/tallyd.conf")).read() == open(os.path.join(ROOT, "etc/tally/tallyd.conf")).read()
     # a second install keeps a changed configuration file
