@@ -9,7 +9,7 @@ LDLIBS  := -lm -lh2o-evloop -llmdb -lz -lpq -ljansson -lcurl -lssl -lcrypto -lsy
 SAN_FLAGS := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 # Debian packages the build, the tests and the tools need (one place; `make deps` installs what is missing).
-DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq-dev postgresql-15 libjansson-dev libssl-dev libcurl4-openssl-dev zlib1g-dev libsystemd-dev \
+DEB_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq-dev postgresql-15 libjansson-dev libssl-dev libcurl4-openssl-dev zlib1g-dev libsystemd-dev patroni etcd-server \
                 python3 python3-jwt python3-cryptography clang clang-format libclang-rt-14-dev curl xxd chromium chromium-driver
 
 CORE_SRC   := $(wildcard src/core/*.c)
