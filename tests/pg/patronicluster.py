@@ -29,9 +29,9 @@ detached) in destroy(), which atexit (and SIGTERM) also runs for whatever is sti
 
 Environment:
   TALLY_PG_BIN        PostgreSQL's binaries (default /usr/lib/postgresql/15/bin)
-  TALLY_PATRONI       the patroni script (default /usr/bin/patroni), run by TALLY_PATRONI_PYTHON
+  TALLY_PATRONI_BIN   the patroni script (default /usr/bin/patroni), run by TALLY_PATRONI_PYTHON
   TALLY_PATRONI_PYTHON  default /usr/bin/python3 (Debian's: Patroni's modules are there)
-  TALLY_ETCD          default /usr/bin/etcd
+  TALLY_ETCD_BIN      default /usr/bin/etcd
   TALLY_PG_KEEP       if set, destroy() stops the processes but keeps the directories
 
 Run as a script for a smoke test (a failover without tally): python3 tests/pg/patronicluster.py
@@ -53,9 +53,9 @@ import pgcluster
 from pgcluster import (PG_BIN, PG_USER, PgError, _children, _pid_alive, _same_process,
                        _start_time, _wait_gone, free_port)
 
-PATRONI = os.environ.get("TALLY_PATRONI", "/usr/bin/patroni")
+PATRONI = os.environ.get("TALLY_PATRONI_BIN", "/usr/bin/patroni")
 PATRONI_PYTHON = os.environ.get("TALLY_PATRONI_PYTHON", "/usr/bin/python3")
-ETCD = os.environ.get("TALLY_ETCD", "/usr/bin/etcd")
+ETCD = os.environ.get("TALLY_ETCD_BIN", "/usr/bin/etcd")
 KEEP = bool(os.environ.get("TALLY_PG_KEEP"))
 ETCD_START_TIMEOUT_S = 30
 CLUSTER_START_TIMEOUT_S = 120  # initdb, the leader, pg_basebackup, the standby streaming in sync
@@ -368,6 +368,22 @@ class Member:
         _wait_gone(left, 5)
         self.killed.extend(left)
 
+    def kill9_postmaster(self, children_grace_s=5.0):
+        """SIGKILL of the postmaster alone (its patroni lives on and, within
+        primary_start_timeout, starts it again in place). Returns the killed PID."""
+        pm = self.postmaster_pid()
+        if pm is None:
+            raise PgError("%s: no running postmaster to kill" % self.name)
+        pm_st = _start_time(pm)
+        kids = _children(pm)
+        _signal(pm, pm_st, signal.SIGKILL)
+        _wait_gone([(pm, pm_st)], 10)
+        _wait_gone(kids, children_grace_s)
+        for pid, st in kids:
+            _signal(pid, st, signal.SIGKILL)
+        _wait_gone(kids, 5)
+        return pm
+
     def stop(self):
         """SIGTERM to patroni (it stops PostgreSQL, fast mode, and gives up its leader key);
         after STOP_TIMEOUT_S, SIGKILL. Then whatever is left of the postmaster: SIGQUIT
@@ -428,6 +444,12 @@ class Member:
         rc, out = pgcluster._run(self.psql_argv(db) + ["-c", statement], timeout,
                                  "%s: psql %r" % (self.name, statement[:80]))
         return out.strip()
+
+    def try_sql(self, statement, db="postgres", timeout=10):
+        """Like sql(), but None when the server does not answer (starting, gone)."""
+        rc, out = pgcluster._run(self.psql_argv(db) + ["-c", statement], timeout, "psql",
+                                 check=False)
+        return out.strip() if rc == 0 else None
 
     def log_tail(self, n=4000):
         return _log_tail(self.log, n)
@@ -539,11 +561,8 @@ class PatroniCluster:
         while time.monotonic() < deadline:
             m = self.leader()
             last = self.roles()
-            if m is not None and m is not exclude:
-                rc, out = pgcluster._run(m.psql_argv() + ["-c", "SELECT pg_is_in_recovery()"], 10,
-                                         "psql", check=False)
-                if rc == 0 and out.strip() == "f":
-                    return m
+            if m is not None and m is not exclude and m.try_sql("SELECT pg_is_in_recovery()") == "f":
+                return m
             for x in self.members:
                 if x is not exclude and x.proc is not None and x.proc.poll() is not None:
                     raise PgError("%s: patroni exited (status %s)\n%s" % (
