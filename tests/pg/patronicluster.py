@@ -38,6 +38,7 @@ Run as a script for a smoke test (a failover without tally): python3 tests/pg/pa
 """
 
 import atexit
+import base64
 import http.client
 import json
 import os
@@ -61,6 +62,10 @@ ETCD_START_TIMEOUT_S = 30
 CLUSTER_START_TIMEOUT_S = 120  # initdb, the leader, pg_basebackup, the standby streaming in sync
 STOP_TIMEOUT_S = 20
 REPLICATION_USER = "replicator"
+
+
+class PortClash(PgError):
+    """A member's port was taken between free_port() and its bind (start_cluster retries)."""
 
 
 def check_binaries():
@@ -187,6 +192,24 @@ class Etcd:
             return r.status == 200 and json.loads(body).get("health") == "true"
         except (OSError, ValueError, http.client.HTTPException):
             return False
+
+    def delete_prefix(self, prefix):
+        """Deletes every key under prefix (the v3 API's JSON gateway); returns how many."""
+        key = prefix.encode()
+        end = key[:-1] + bytes([key[-1] + 1])
+        body = json.dumps({"key": base64.b64encode(key).decode(),
+                           "range_end": base64.b64encode(end).decode()})
+        c = http.client.HTTPConnection("127.0.0.1", self.client_port, timeout=5)
+        try:
+            c.request("POST", "/v3/kv/deleterange", body=body,
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            doc = json.loads(r.read() or b"{}")
+        finally:
+            c.close()
+        if r.status != 200:
+            raise PgError("etcd deleterange %s: %s %r" % (prefix, r.status, doc))
+        return int(doc.get("deleted", 0))
 
     def stop(self):
         """SIGTERM, then SIGKILL after STOP_TIMEOUT_S; by the PID we started."""
@@ -563,6 +586,7 @@ class PatroniCluster:
             last = self.roles()
             if m is not None and m is not exclude and m.try_sql("SELECT pg_is_in_recovery()") == "f":
                 return m
+            self._check_ports()
             for x in self.members:
                 if x is not exclude and x.proc is not None and x.proc.poll() is not None:
                     raise PgError("%s: patroni exited (status %s)\n%s" % (
@@ -590,9 +614,16 @@ class PatroniCluster:
                 if all(rows.get(m.name) == ["streaming", "sync"] for m in others[:1]) and \
                         any(r == "sync_standby" for r, _ in roles.values()):
                     return lead
+            self._check_ports()
             time.sleep(0.2)
         raise PgError("%s: no synchronous standby within %ss (%r)\n%s" % (
             self.name, timeout, last, self._logs()))
+
+    def _check_ports(self):
+        for m in self.members:
+            if "Address already in use" in m.log_tail(20000):
+                raise PortClash("%s: a port of %s was taken meanwhile\n%s" % (
+                    self.name, m.name, m.log_tail()))
 
     def _logs(self):
         return "\n".join("--- %s (%s) ---\n%s" % (m.name, m.log, m.log_tail()) for m in self.members)
@@ -632,14 +663,26 @@ def start_cluster(name, etcd, pg_ports=None, api_ports=None, members=2, dcs=None
     (call once per shard, with a different name, on the same etcd). pg_ports / api_ports:
     PostgreSQL's and the REST API's port of each member (free ones when not given). dcs:
     overrides of DEFAULT_DCS (e.g. {"primary_start_timeout": 0}). Returns once the standby
-    is synchronous."""
-    c = PatroniCluster(name, etcd, members=members, pg_ports=pg_ports, api_ports=api_ports, dcs=dcs)
-    try:
-        c.start(timeout=timeout)
-    except BaseException:
-        c.destroy()
-        raise
-    return c
+    is synchronous. A port taken meanwhile is retried with fresh ones (when none were given)."""
+    for attempt in range(3):
+        c = PatroniCluster(name, etcd, members=members, pg_ports=pg_ports, api_ports=api_ports,
+                           dcs=dcs)
+        try:
+            return c.start(timeout=timeout)
+        except PortClash:
+            c.destroy()
+            if pg_ports or api_ports or attempt == 2:
+                raise
+            _wipe_scope(etcd, c)
+        except BaseException:
+            c.destroy()
+            raise
+
+
+def _wipe_scope(etcd, cluster):
+    """Forgets a cluster that failed to start (its keys in etcd), so that a new one of the same
+    name bootstraps afresh."""
+    etcd.delete_prefix("%s%s/" % (cluster.namespace, cluster.name))
 
 
 def destroy_all():
