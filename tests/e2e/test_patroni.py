@@ -26,6 +26,7 @@ RUN = bool(os.environ.get("TALLY_PATRONI"))
 LOAD_S = 20.0  # long enough that new writes go on well past the promotion (~10 s after the kill)
 KILL_AT_S = 3.0
 RECOVER_AFTER_PROMOTION_S = 10.0  # tallyd retries a connection once a second
+READY_AGAIN_S = 20.0  # /readyz: 200 again once no write has failed for 10 s
 OUTAGE_MAX_S = 35.0  # kill -> first acknowledged write: the leader key's ttl (10 s) and the above
 
 
@@ -109,8 +110,8 @@ class PatroniFailoverTest(LoadCase):
             times = {}
 
             def crash():
-                old.kill9()  # its patroni and its postmaster: a machine lost
                 times["killed"] = time.monotonic()
+                old.kill9()  # its patroni and its postmaster: a machine lost
                 new = cluster.wait_leader(exclude=old, timeout=60)
                 times["promoted"] = time.monotonic()
                 times["new"] = new
@@ -124,6 +125,15 @@ class PatroniFailoverTest(LoadCase):
             self.assertEqual(new.sql("SHOW synchronous_standby_names"), "")
             for n in nodes:
                 self.assertTrue(n.running, "a node died in the failover\n" + tail(n.stderr()))
+            for n in nodes:
+                # 503 "writes failing" for 10 s after the last write that failed in the outage
+                deadline = time.monotonic() + READY_AGAIN_S
+                while True:
+                    st, _, raw = n.request("GET", "/readyz")
+                    if st == 200 or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.5)
+                self.assertEqual(st, 200, "/readyz on :%s: %r" % (n.port, raw))
 
             acked = sorted(w.acked_at for lg in ledgers for w in lg.writes if w.status == 200)
             after = [t for t in acked if t > times["promoted"]]
