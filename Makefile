@@ -29,7 +29,7 @@ UNIT_SRC   := $(LIB_SRC) src/flags.c src/http/router.c src/http/openapi.c src/ht
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 
-.PHONY: all deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean
+.PHONY: all deps npm-deps js-test run run-pg test unit e2e e2e-pg e2e-patroni format format-check clean
 all: $(BUILD)/tallyd $(BUILD)/tally
 
 deps:
@@ -122,6 +122,10 @@ e2e: all
 # The end-to-end suite on the PostgreSQL store (its own throwaway cluster; needs postgresql-15).
 e2e-pg: all
 	TALLY_STORE=pg python3 tests/e2e/run_e2e.py
+
+# The failover under Patroni alone (etcd and two PostgreSQL servers under patroni; ~1 minute).
+e2e-patroni: all
+	TALLY_PATRONI=1 python3 tests/e2e/run_e2e.py -k test_patroni
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

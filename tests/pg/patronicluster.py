@@ -34,7 +34,8 @@ Environment:
   TALLY_ETCD_BIN      default /usr/bin/etcd
   TALLY_PG_KEEP       if set, destroy() stops the processes but keeps the directories
 
-Run as a script for a smoke test (a failover without tally): python3 tests/pg/patronicluster.py
+Run as a script for a smoke test (a failover without tally): python3 tests/pg/patronicluster.py [N]
+(N clusters on one etcd, the first one's primary killed while the others take writes).
 """
 
 import atexit
@@ -716,24 +717,34 @@ if threading.current_thread() is threading.main_thread():
 
 
 if __name__ == "__main__":
+    import sys
+
+    shards = int(sys.argv[1]) if len(sys.argv) > 1 else 1
     t0 = time.monotonic()
     etcd = start_etcd()
     print("etcd up in %.2fs on %s" % (time.monotonic() - t0, etcd.hosts()))
-    t1 = time.monotonic()
-    c = start_cluster("smoke", etcd)
-    print("cluster up in %.2fs: %r" % (time.monotonic() - t1, c))
+    clusters = []
+    for k in range(shards):
+        t1 = time.monotonic()
+        clusters.append(start_cluster("smoke%d" % k, etcd))
+        print("cluster up in %.2fs: %r" % (time.monotonic() - t1, clusters[-1]))
+    for c in clusters:
+        c.create_database("smoke")
+        c.leader().sql("CREATE TABLE t (k int primary key); INSERT INTO t VALUES (1)", "smoke")
+    c = clusters[0]
     lead = c.leader()
     print("roles:", c.roles())
     print("fsync:", lead.sql("SHOW fsync"), "synchronous_standby_names:",
           lead.sql("SHOW synchronous_standby_names"))
-    c.create_database("smoke")
-    lead.sql("CREATE TABLE t (k int primary key); INSERT INTO t VALUES (1)", "smoke")
     print("uri:", c.uri("smoke"))
     t2 = time.monotonic()
     lead.kill9()
+    for other in clusters[1:]:  # the other clusters go on meanwhile
+        other.leader().sql("INSERT INTO t VALUES (2)", "smoke")
     new = c.wait_leader(exclude=lead)
     print("failover in %.2fs: new leader %s" % (time.monotonic() - t2, new.name))
     new.sql("INSERT INTO t VALUES (2)", "smoke")  # would hang if it waited for a lost standby
-    print("rows on the new leader:", new.sql("SELECT count(*) FROM t", "smoke"))
+    for x in clusters:
+        print("%s: rows on the leader: %s" % (x.name, x.leader().sql("SELECT count(*) FROM t", "smoke")))
     destroy_all()
     print("destroyed; total %.2fs" % (time.monotonic() - t0))
