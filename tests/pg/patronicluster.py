@@ -70,11 +70,11 @@ class PortClash(PgError):
 
 
 def check_binaries():
-    """Raises PgError naming what is missing (make deps installs patroni and etcd-server)."""
+    """Raises PgError naming what is missing (make test-deps installs patroni and etcd-server)."""
     pgcluster.check_binaries()
     for path, pkg in ((PATRONI, "patroni"), (PATRONI_PYTHON, "python3"), (ETCD, "etcd-server")):
         if not os.access(path, os.X_OK):
-            raise PgError("%s is missing: install %s (make deps)" % (path, pkg))
+            raise PgError("%s is missing: install %s (make test-deps)" % (path, pkg))
 
 
 def _yaml_str(s):
