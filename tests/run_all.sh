@@ -86,7 +86,7 @@ stage e2e-pg-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 TALLY_STORE
     -k WebhookRaceNodesTest
 # PostgreSQL under Patroni, from Debian's packages (tests/pg/patronicluster.py: one etcd, a leader
 # and its synchronous standby, fsync on): a postmaster killed alone restarted in place, and the
-# primary's machine lost under keyed load on two nodes, the standby promoted by Patroni (~55 s).
+# primary's machine lost under keyed load on two nodes, the standby promoted by Patroni (~1 minute).
 stage patroni env TALLYD=build/tallyd TALLY_PATRONI=1 python3 tests/e2e/run_e2e.py -k test_patroni
 # The OpenAPI document, the JavaScript client and the pages in headless Chromium (~15 s).
 stage js tests/js/run.sh
