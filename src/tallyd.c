@@ -416,8 +416,11 @@ int main(int argc, char **argv)
     int scanned = flags_scan_args(&tallyd_flagset, argc, argv, &args, &ferr);
     if (scanned > 0)
         return 0;
-    flag_source_t *from = calloc(tallyd_flagset.count, sizeof *from);
-    char **running = calloc(tallyd_flagset.count, sizeof *running);
+    /* Kept for the process's life (reloads compare against them): static, so reachable at any exit. */
+    static flag_source_t *from;
+    static char **running;
+    from = calloc(tallyd_flagset.count, sizeof *from);
+    running = calloc(tallyd_flagset.count, sizeof *running);
     if (!from || !running) {
         log_line("level=error event=start-failed msg=\"out of memory\"");
         return 1;
