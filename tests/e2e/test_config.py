@@ -183,6 +183,25 @@ class TestLogFormat(ConfigTestCase):
         self.assertIn("--log-format", err)
 
 
+class TestFlagNames(ConfigTestCase):
+    def test_abbreviations_refused_and_secrets_never_echoed(self):
+        data = store_args(os.path.join(self.tmp, "d"))
+        for args in (["--list", "127.0.0.1:0"], ["--thread", "4"], ["--listen=127.0.0.1:0", "--log-f", "json"]):
+            rc, out, err = run_tallyd(args + data)
+            self.assertEqual(rc, 2, (args, err))
+            self.assertIn("unknown flag", err)
+        for args in (["--sotre=postgresql://u:hunter2pw@h/db"], ["postgresql://u:hunter2pw@h/db"]):
+            rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] + args + data)
+            self.assertEqual(rc, 2, (args, err))
+            self.assertNotIn("hunter2pw", err)
+
+    def test_store_twice_refused(self):
+        rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--store", "postgresql://h1/db",
+                                   "--store", "postgresql://h2/db"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("more than once", err)
+
+
 class TestReload(ConfigTestCase):
     def reload(self, s, event):
         n = s.stderr().count(event)
