@@ -659,16 +659,19 @@ static int flush_counts(pg_write_t *w)
     return rc;
 }
 
-/* The batch's positions are base + 1 … base + n, known only here: the idempotency records written by
+/* The batch's positions are base + 1 … base + n, known only here (entries at positions given by
+ * log_put keep them, and the head moves past the highest, so base is above them): the idempotency records written by
  * this batch whose answer reports a transition's cursor get it spliced in by the same statement, in
  * the same commit (answer_set_cursor's splice, in SQL), and base comes back (pg_write_commit_at). */
 static int flush_log(pg_write_t *w)
 {
     if (!w->log_count)
         return STORE_OK;
-    enum { N, ITEM, USER, FROM, TO, VERSION, AT, CU, CK, CN, NCOL };
+    size_t given = 0; /* entries at positions given (log_put), the first ones; the head moves past them */
+    uint64_t top = 0;
+    enum { N, ITEM, USER, FROM, TO, VERSION, AT, CU, CK, CN, GIVEN, TOP, NGIVEN, NCOL };
     pg_buf_t col[NCOL] = {0};
-    for (int c = ITEM; c < NCOL; c++)
+    for (int c = ITEM; c <= GIVEN; c++)
         pg_buf_open(&col[c]);
     for (size_t i = 0; i < w->idem.count; i++) {
         const pg_entry_t *e = &w->idem.entries[i];
@@ -686,35 +689,45 @@ static int flush_log(pg_write_t *w)
         pg_buf_int_elem(&col[TO], l->to);
         pg_buf_int_elem(&col[VERSION], (long long)l->version);
         pg_buf_int_elem(&col[AT], (long long)l->at_ms);
+        pg_buf_int_elem(&col[GIVEN], (long long)l->seq);
+        if (l->seq) { /* given (log_put): they rise, and come before any taken here */
+            given++;
+            top = l->seq;
+        }
     }
     int rc = STORE_OK;
-    for (int c = ITEM; c < NCOL; c++) {
+    for (int c = ITEM; c <= GIVEN; c++) {
         pg_buf_close(&col[c]);
         if (col[c].failed)
             rc = STORE_ERROR;
     }
-    char count[NUM_LEN];
-    snprintf(count, sizeof count, "%zu", w->log_count);
+    char count[NUM_LEN], top_text[NUM_LEN], given_text[NUM_LEN];
+    snprintf(count, sizeof count, "%zu", w->log_count - given);
+    snprintf(top_text, sizeof top_text, "%" PRIu64, top);
+    snprintf(given_text, sizeof given_text, "%zu", given);
     const char *p[NCOL] = {count};
-    for (int c = ITEM; c < NCOL; c++)
+    for (int c = ITEM; c <= GIVEN; c++)
         p[c] = col[c].buf;
+    p[TOP] = top_text;
+    p[NGIVEN] = given_text;
     /* The head's row lock is held until COMMIT: the next batch takes its positions only after this
      * one is committed and visible, so positions are gap-free and in commit order. */
     if (rc == STORE_OK)
         rc = pg_wrun(
             w, "write-log",
-            "WITH h AS (UPDATE tally_log_head SET seq = seq + $1::bigint WHERE id = 1 RETURNING seq - $1::bigint "
-            "AS base),"
-            " l AS (INSERT INTO tally_log SELECT h.base + t.n, t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
-            " unnest($2::text[], $3::text[], $4::int4[], $5::int4[], $6::int8[], $7::int8[])"
-            " WITH ORDINALITY AS t(item, u, f, t, v, at, n)),"
+            "WITH h AS (UPDATE tally_log_head SET seq = greatest(seq, $12::bigint) + $1::bigint WHERE id = 1"
+            " RETURNING seq - $1::bigint AS base),"
+            " l AS (INSERT INTO tally_log SELECT CASE WHEN t.s > 0 THEN t.s ELSE h.base + t.n - $13::bigint END,"
+            " t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
+            " unnest($2::text[], $3::text[], $4::int4[], $5::int4[], $6::int8[], $7::int8[], $11::int8[])"
+            " WITH ORDINALITY AS t(item, u, f, t, v, at, s, n)),"
             " c AS (UPDATE tally_idem i SET body = left(i.body, -1) || ',\"cursor\":\"' || (h.base + c.n) || '\"}'"
             " FROM h, unnest($8::text[], $9::text[], $10::int8[]) AS c(u, k, n) WHERE i.\"user\" = c.u AND i.key = c.k)"
             " SELECT base FROM h",
             NCOL, p);
     if (rc == STORE_OK)
         w->log_result = w->piped_count; /* its result's place in the pipeline, counted from 1 */
-    for (int c = ITEM; c < NCOL; c++)
+    for (int c = ITEM; c <= GIVEN; c++)
         pg_buf_free(&col[c]);
     return rc;
 }
