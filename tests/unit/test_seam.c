@@ -570,12 +570,10 @@ static void case_lists(seam_t *t, store_t *s)
     CHECK(store_item_users(w, SPAN_LIT("i1"), SPAN_LIT("u1"), 10, name_see, &seen, &visited) == STORE_OK);
     CHECK(visited == 1 && strcmp(seen.names[0], "u2") == 0);
     seen = (names_t){0};
-    CHECK(store_user_items(w, SPAN_LIT("u1"), (span_t){0}, 10, name_see, &seen, &visited, last, &last_len) ==
-          STORE_OK);
+    CHECK(store_user_items(w, SPAN_LIT("u1"), (span_t){0}, 10, name_see, &seen, &visited, last, &last_len) == STORE_OK);
     CHECK(visited == 2 && strcmp(seen.names[0], "i1") == 0 && strcmp(seen.names[1], "i2") == 0);
     seen = (names_t){0};
-    CHECK(store_user_items(w, SPAN_LIT("u1"), (span_t){0}, 1, name_see, &seen, &visited, last, &last_len) ==
-          STORE_OK);
+    CHECK(store_user_items(w, SPAN_LIT("u1"), (span_t){0}, 1, name_see, &seen, &visited, last, &last_len) == STORE_OK);
     CHECK(visited == 1 && strcmp(seen.names[0], "i1") == 0);
     store_write_abort(w);
 }
@@ -681,9 +679,9 @@ typedef struct {
 } seam_case_t;
 
 static const seam_case_t cases[] = {
-    {"open", case_open},       {"write", case_write}, {"counts", case_counts}, {"snapshots", case_snapshots},
-    {"idem", case_idem},       {"aux", case_aux},     {"log", case_log},       {"lists", case_lists},
-    {"export", case_export},   {"errors", case_errors},
+    {"open", case_open},     {"write", case_write},   {"counts", case_counts}, {"snapshots", case_snapshots},
+    {"idem", case_idem},     {"aux", case_aux},       {"log", case_log},       {"lists", case_lists},
+    {"export", case_export}, {"errors", case_errors},
 };
 
 static void run_cases(seam_t *t)
