@@ -146,6 +146,8 @@ int pg_run(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n
 /* A write session's connection, reconnected (and the leadership dropped) when it was lost; NULL
  * while the server cannot be reached. */
 PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess);
+/* A new connection for sess, set up (NULL, with err said, when either step failed). */
+PGconn *pg_session_connect(pg_store_t *s, pg_session_t *sess, char *err, size_t errlen);
 /* Drops a session's connection (and the fold lock with it): the next use connects again. */
 void pg_session_drop(pg_session_t *sess);
 
@@ -171,6 +173,12 @@ void pg_buf_int_elem(pg_buf_t *b, long long v);
 void pg_buf_open(pg_buf_t *b);  /* "{" */
 void pg_buf_close(pg_buf_t *b); /* "}" and a terminating NUL */
 void pg_buf_free(pg_buf_t *b);
+
+/* Statements' text parameters: a number (above INT64_MAX, "no limit", as INT64_MAX, which fits a
+ * bigint) and an id (at most ID_MAX_LEN bytes, NUL-terminated). */
+#define PG_NUM_LEN 24
+void pg_num(char out[PG_NUM_LEN], uint64_t v);
+void pg_cstr(char out[ID_MAX_LEN + 1], span_t s);
 
 /* A fingerprint from its hex text; -1 (logged as corrupt) when it is not. */
 int pg_hex_fingerprint(const char *hex, size_t len, uint8_t out[FINGERPRINT_LEN]);
@@ -234,8 +242,6 @@ typedef enum {
     PG_READ_LIST_ANY_BY_USER,
     PG_READ_STMTS
 } pg_read_stmt_t;
-/* pg_lists.c */
-extern const char PG_LIST_BY_ITEM_SQL[], PG_LIST_BY_USER_SQL[], PG_LIST_ANY_BY_ITEM_SQL[], PG_LIST_ANY_BY_USER_SQL[];
 PGresult *pg_rexec_prepared(pg_read_t *r, const char *what, pg_read_stmt_t stmt, int n, const char *const *params,
                             int *rc);
 

@@ -7,22 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NUM_LEN 24
 #define STATS_EXACT_MAX "100000"
 /* The number of rows of table (count(what)), exact while the table is small. */
 #define PG_COUNT(table, what)                                                                                          \
     "(SELECT CASE WHEN reltuples >= " STATS_EXACT_MAX " THEN reltuples::bigint ELSE (SELECT count(" what               \
     ") FROM " table ") END FROM pg_class WHERE oid = '" table "'::regclass)"
-
-static void num(char out[NUM_LEN], uint64_t v)
-{
-    snprintf(out, NUM_LEN, "%" PRIu64, v > INT64_MAX ? (uint64_t)INT64_MAX : v); /* "no limit" fits a bigint */
-}
-
-static void cstr(char out[ID_MAX_LEN + 1], span_t s)
-{
-    snprintf(out, ID_MAX_LEN + 1, "%.*s", (int)(s.len > ID_MAX_LEN ? ID_MAX_LEN : s.len), s.ptr);
-}
 
 /* The first row of a query of ncols numbers, in r's snapshot (zeros when there is no row). */
 static int read_numbers(pg_read_t *r, const char *what, const char *sql, int n, const char *const *params,
@@ -47,10 +36,10 @@ int pg_read_checkpoint(store_read_t *r_, uint64_t *seq)
 int pg_read_log(store_read_t *r_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
     pg_read_t *r = (pg_read_t *)r_;
-    char a[NUM_LEN], l[NUM_LEN], h[NUM_LEN];
-    num(a, after);
-    num(l, limit);
-    num(h, pg_log_range_end(after, limit));
+    char a[PG_NUM_LEN], l[PG_NUM_LEN], h[PG_NUM_LEN];
+    pg_num(a, after);
+    pg_num(l, limit);
+    pg_num(h, pg_log_range_end(after, limit));
     const char *p[] = {a, l, h};
     int rc;
     PGresult *res = pg_rexec(r, "read-log", PG_LOG_RANGE_SQL, 3, p, &rc);
@@ -77,7 +66,7 @@ int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX +
 {
     pg_read_t *r = (pg_read_t *)r_;
     char ibuf[ID_MAX_LEN + 1];
-    cstr(ibuf, item);
+    pg_cstr(ibuf, item);
     const char *p[] = {ibuf};
     int rc;
     memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
@@ -100,9 +89,9 @@ int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX +
 int pg_read_items(store_read_t *r_, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited)
 {
     pg_read_t *r = (pg_read_t *)r_;
-    char a[ID_MAX_LEN + 1], l[NUM_LEN];
-    cstr(a, after);
-    num(l, limit);
+    char a[ID_MAX_LEN + 1], l[PG_NUM_LEN];
+    pg_cstr(a, after);
+    pg_num(l, limit);
     const char *p[] = {a, l};
     int rc;
     *visited = 0;
@@ -154,8 +143,8 @@ int pg_read_rows(store_read_t *r_, store_row_fn fn, void *arg)
 
 int pg_read_log_seek(store_read_t *r_, uint64_t at_ms, uint64_t *seq)
 {
-    char a[NUM_LEN];
-    num(a, at_ms);
+    char a[PG_NUM_LEN];
+    pg_num(a, at_ms);
     const char *p[] = {a};
     /* Nodes' clocks differ a little: the first entry at or after at_ms in log order is close enough
      * for what uses it (where trending starts replaying). */
@@ -255,10 +244,10 @@ int pg_stats(store_t *s_, store_stats_t *st)
 static int walk(pg_write_t *w, const char *sql, span_t fixed, span_t after, size_t limit, int name_col,
                 store_name_fn fn, void *arg, size_t *visited, char *last, size_t *last_len)
 {
-    char f[ID_MAX_LEN + 1], a[ID_MAX_LEN + 1], l[NUM_LEN];
-    cstr(f, fixed);
-    cstr(a, after);
-    num(l, limit);
+    char f[ID_MAX_LEN + 1], a[ID_MAX_LEN + 1], l[PG_NUM_LEN];
+    pg_cstr(f, fixed);
+    pg_cstr(a, after);
+    pg_num(l, limit);
     const char *p[] = {f, a, l};
     int rc;
     *visited = 0;
@@ -323,9 +312,9 @@ static int count_deleted(pg_write_t *w, const char *what, const char *sql, int n
 
 int pg_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *deleted)
 {
-    char u[ID_MAX_LEN + 1], l[NUM_LEN];
-    cstr(u, user);
-    num(l, limit);
+    char u[ID_MAX_LEN + 1], l[PG_NUM_LEN];
+    pg_cstr(u, user);
+    pg_num(l, limit);
     const char *p[] = {u, l};
     return count_deleted((pg_write_t *)w_, "delete-user-keys",
                          "WITH d AS (DELETE FROM tally_idem WHERE \"user\" = $1 AND key IN (SELECT key FROM tally_idem"
@@ -335,10 +324,10 @@ int pg_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *de
 
 int pg_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
 {
-    char u[NUM_LEN], b[NUM_LEN], l[NUM_LEN];
-    num(u, upto_seq);
-    num(b, before_ms > INT64_MAX ? INT64_MAX : before_ms);
-    num(l, limit);
+    char u[PG_NUM_LEN], b[PG_NUM_LEN], l[PG_NUM_LEN];
+    pg_num(u, upto_seq);
+    pg_num(b, before_ms > INT64_MAX ? INT64_MAX : before_ms);
+    pg_num(l, limit);
     const char *p[] = {u, b, l};
     /* the oldest first, stopping at the first one too young (as on the embedded store) */
     return count_deleted((pg_write_t *)w_, "log-prune",

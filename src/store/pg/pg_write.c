@@ -17,38 +17,6 @@
 #include "core/clock.h"
 #include "core/log.h"
 
-#define NUM_LEN 24
-
-PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params, int *rc)
-{
-    pg_store_t *s = w->store;
-    if (!w->began) {
-        if ((*rc = pg_run(s, w->sess->conn, what, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
-            return NULL;
-        w->began = true;
-    }
-    return pg_exec(s, w->sess->conn, what, sql, n, params, rc);
-}
-
-int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params)
-{
-    int rc;
-    if (w->piped) { /* results are read after the pipeline's sync (pg_write_commit) */
-        pg_store_t *s = w->store;
-        if (!w->began) {
-            if ((rc = pg_pipe_send(s, w->sess->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
-                return rc;
-            w->began = true;
-            w->piped_count++;
-        }
-        rc = pg_pipe_send(s, w->sess->conn, sql, n, params);
-        w->piped_count += rc == STORE_OK;
-        return rc;
-    }
-    PQclear(pg_wexec(w, what, sql, n, params, &rc));
-    return rc;
-}
-
 /* A transaction of w (the writer's batches, or the fold) on its session's connection. */
 static int write_begin(pg_write_t *w, store_write_t **out)
 {
@@ -244,7 +212,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
         pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
         return STORE_ERROR;
     }
-    char scan[NUM_LEN];
+    char scan[PG_NUM_LEN];
     snprintf(scan, sizeof scan, "%zu", fold_scan > INT64_MAX ? (size_t)INT64_MAX : fold_scan);
     const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf}, *fp[] = {scan};
     bool send_begin = !w->began;
@@ -408,7 +376,7 @@ int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn
         if (same)
             return rc;
     }
-    char a[NUM_LEN], l[NUM_LEN], h[NUM_LEN];
+    char a[PG_NUM_LEN], l[PG_NUM_LEN], h[PG_NUM_LEN];
     snprintf(a, sizeof a, "%" PRIu64, after);
     snprintf(l, sizeof l, "%zu", limit > INT64_MAX ? (size_t)INT64_MAX : limit);
     snprintf(h, sizeof h, "%" PRIu64, pg_log_range_end(after, limit));
@@ -504,7 +472,7 @@ int pg_idem_put(store_write_t *w_, span_t user, span_t key, const store_idem_t *
 int pg_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *deleted)
 {
     pg_write_t *w = (pg_write_t *)w_;
-    char now[NUM_LEN], lim[NUM_LEN];
+    char now[PG_NUM_LEN], lim[PG_NUM_LEN];
     snprintf(now, sizeof now, "%" PRIu64, now_ms);
     snprintf(lim, sizeof lim, "%zu", limit);
     const char *p[] = {now, lim};
@@ -701,7 +669,7 @@ static int flush_log(pg_write_t *w)
         if (col[c].failed)
             rc = STORE_ERROR;
     }
-    char count[NUM_LEN], top_text[NUM_LEN], given_text[NUM_LEN];
+    char count[PG_NUM_LEN], top_text[PG_NUM_LEN], given_text[PG_NUM_LEN];
     snprintf(count, sizeof count, "%zu", w->log_count - given);
     snprintf(top_text, sizeof top_text, "%" PRIu64, top);
     snprintf(given_text, sizeof given_text, "%zu", given);
@@ -771,7 +739,7 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     if (rc == STORE_OK)
         rc = pg_lists_flush(w);
     if (rc == STORE_OK && w->checkpoint_dirty) {
-        char cp[NUM_LEN];
+        char cp[PG_NUM_LEN];
         snprintf(cp, sizeof cp, "%" PRIu64, w->checkpoint);
         const char *p[] = {cp};
         rc = pg_wrun(w, "checkpoint", "UPDATE tally_pipeline SET checkpoint = $1 WHERE id = 1", 1, p);
