@@ -700,6 +700,38 @@ int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void 
     return STORE_OK;
 }
 
+/* The auxiliary records whose key starts with p[0], in key order, to fn (binary results: the values
+ * are bytes); on conn, in whatever transaction it is in. */
+int pg_aux_rows(pg_store_t *s, PGconn *conn, const char *what, const char *const p[1], store_aux_fn fn, void *arg)
+{
+    pg_count_round_trip(s, conn);
+    PGresult *res = PQexecParams(conn, "SELECT key, value FROM tally_aux WHERE starts_with(key, $1) ORDER BY key", 1,
+                                 NULL, p, NULL, NULL, 1);
+    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
+        int rc = pg_result_rc(s, conn, res, what);
+        PQclear(res);
+        return rc;
+    }
+    for (int i = 0; i < PQntuples(res); i++)
+        if (fn(arg, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
+               (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)}) != 0)
+            break;
+    PQclear(res);
+    return STORE_OK;
+}
+
+int pg_count_deleted(pg_write_t *w, const char *what, const char *sql, int n, const char *const *p, size_t *deleted)
+{
+    int rc;
+    *deleted = 0;
+    PGresult *res = pg_wexec(w, what, sql, n, p, &rc);
+    if (!res)
+        return rc;
+    *deleted = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    PQclear(res);
+    return STORE_OK;
+}
+
 /* --- parameters --- */
 
 void pg_num(char out[PG_NUM_LEN], uint64_t v)

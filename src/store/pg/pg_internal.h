@@ -227,6 +227,16 @@ STORE_OPS(PG_DECLARE_OP, PG_DECLARE_PROC)
 PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params, int *rc);
 int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params);
 
+/* Locks the record (user, key), not named by store_write_prepare, into w's cache: absent when it
+ * does not exist (pg_write.c). */
+int pg_idem_lock(pg_write_t *w, span_t user, span_t key);
+
+/* The auxiliary records whose key starts with p[0], in key order, to fn; on conn, in whatever
+ * transaction it is in (a snapshot's, a write transaction's). */
+int pg_aux_rows(pg_store_t *s, PGconn *conn, const char *what, const char *const p[1], store_aux_fn fn, void *arg);
+/* Runs sql, a DELETE whose one row is the count of what it deleted, in w: *deleted. */
+int pg_count_deleted(pg_write_t *w, const char *what, const char *sql, int n, const char *const *p, size_t *deleted);
+
 /* Runs a read in r's snapshot (a repeatable-read transaction begun before its first statement). */
 PGresult *pg_rexec(pg_read_t *r, const char *what, const char *sql, int n, const char *const *params, int *rc);
 

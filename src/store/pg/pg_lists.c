@@ -224,3 +224,63 @@ int pg_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expe
     PQclear(lists);
     return STORE_OK;
 }
+
+/* --- the walks that erase an item or a user (the writer's) --- */
+
+/* Rows of one walk, locked and cached for the row reads that follow, then handed to fn. */
+static int walk(pg_write_t *w, const char *sql, span_t fixed, span_t after, size_t limit, int name_col,
+                store_name_fn fn, void *arg, size_t *visited, char *last, size_t *last_len)
+{
+    char f[ID_MAX_LEN + 1], a[ID_MAX_LEN + 1], l[PG_NUM_LEN];
+    pg_cstr(f, fixed);
+    pg_cstr(a, after);
+    pg_num(l, limit);
+    const char *p[] = {f, a, l};
+    int rc;
+    *visited = 0;
+    PGresult *res = pg_wexec(w, "walk", sql, 3, p, &rc);
+    if (!res)
+        return rc;
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++) { /* columns: item, user, kind, version */
+        span_t item = {PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)};
+        span_t user = {PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)};
+        pg_entry_t *e = pg_cache_find(&w->rows, item, user);
+        if (!e && (e = pg_cache_put(&w->rows, item, user))) {
+            e->row.set = pg_cfg_set(w->store, strtol(PQgetvalue(res, i, 2), NULL, 10));
+            e->row.version = strtoull(PQgetvalue(res, i, 3), NULL, 10);
+            e->present = e->stored = true;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        (*visited)++;
+        span_t name = {PQgetvalue(res, i, name_col), (size_t)PQgetlength(res, i, name_col)};
+        if (last) {
+            memcpy(last, name.ptr, name.len);
+            *last_len = name.len;
+        }
+        if (fn(arg, name) != 0)
+            break;
+    }
+    PQclear(res);
+    return STORE_OK;
+}
+
+int pg_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                  size_t *visited)
+{
+    return walk((pg_write_t *)w_,
+                "SELECT item, \"user\", kind, version FROM tally_rows WHERE item = $1 AND \"user\" > $2 AND kind <> 0"
+                " ORDER BY \"user\" LIMIT $3 FOR UPDATE",
+                item, after, limit, 1, fn, arg, visited, NULL, NULL);
+}
+
+int pg_user_items(store_write_t *w_, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                  size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
+{
+    *last_len = 0;
+    return walk((pg_write_t *)w_,
+                "SELECT item, \"user\", kind, version FROM tally_rows WHERE \"user\" = $1 AND item > $2 AND kind <> 0"
+                " ORDER BY item LIMIT $3 FOR UPDATE",
+                user, after, limit, 0, fn, arg, visited, last, last_len);
+}

@@ -183,6 +183,12 @@ static int lock_missing(pg_write_t *w, const char *what, const char *lock_sql, p
     return rc;
 }
 
+int pg_idem_lock(pg_write_t *w, span_t user, span_t key)
+{
+    store_pair_t pair = {user, key};
+    return lock_missing(w, "lock-key", LOCK_IDEM_SQL, &w->idem, &pair, 1, false);
+}
+
 /* The leader's fold, read with the batch's rows: the checkpoint, locked (after the rows: the one
  * order of locks), then the entries after it. In READ COMMITTED each statement reads its own
  * snapshot, taken when it starts: the scan starts after the lock is granted, so its subquery reads
@@ -434,62 +440,65 @@ int pg_checkpoint_put(store_write_t *w_, uint64_t seq)
     return STORE_OK;
 }
 
-/* --- idempotency records --- */
+/* --- pruning the log, auxiliary records --- */
 
-int pg_idem_get(store_write_t *w_, span_t user, span_t key, store_idem_t *rec)
+int pg_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
 {
-    pg_write_t *w = (pg_write_t *)w_;
-    pg_entry_t *e = pg_cache_find(&w->idem, user, key);
-    if (!e) {
-        store_pair_t pair = {user, key};
-        int rc = lock_missing(w, "lock-key", LOCK_IDEM_SQL, &w->idem, &pair, 1, false);
-        if (rc != STORE_OK)
-            return rc;
-        e = pg_cache_find(&w->idem, user, key);
-    }
-    if (!e || !e->present)
-        return STORE_NOTFOUND;
-    *rec = e->rec;
-    return STORE_OK;
+    char u[PG_NUM_LEN], b[PG_NUM_LEN], l[PG_NUM_LEN];
+    pg_num(u, upto_seq);
+    pg_num(b, before_ms > INT64_MAX ? INT64_MAX : before_ms);
+    pg_num(l, limit);
+    const char *p[] = {u, b, l};
+    /* the oldest first, stopping at the first one too young (as on the embedded store) */
+    return pg_count_deleted((pg_write_t *)w_, "log-prune",
+                            "WITH c AS (SELECT seq, at_ms FROM tally_log WHERE seq <= $1 ORDER BY seq LIMIT $3),"
+                            " stop AS (SELECT coalesce(min(seq), 9223372036854775807) AS s FROM c WHERE at_ms >= $2),"
+                            " d AS (DELETE FROM tally_log WHERE seq IN (SELECT seq FROM c, stop WHERE seq < stop.s)"
+                            " RETURNING 1) SELECT count(*) FROM d",
+                            3, p, deleted);
 }
 
-int pg_idem_put(store_write_t *w_, span_t user, span_t key, const store_idem_t *rec)
+int pg_aux_put(store_write_t *w_, span_t key, span_t value)
 {
     pg_write_t *w = (pg_write_t *)w_;
-    pg_entry_t *e = pg_cache_put(&w->idem, user, key);
-    char *body = e ? malloc(rec->body.len + 1) : NULL;
-    if (!body)
-        return STORE_ERROR;
-    memcpy(body, rec->body.ptr, rec->body.len);
-    free(e->body);
-    e->body = body;
-    e->rec = *rec;
-    e->rec.body = (span_t){body, rec->body.len};
-    e->present = e->dirty = true;
-    return STORE_OK;
-}
-
-int pg_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *deleted)
-{
-    pg_write_t *w = (pg_write_t *)w_;
-    char now[PG_NUM_LEN], lim[PG_NUM_LEN];
-    snprintf(now, sizeof now, "%" PRIu64, now_ms);
-    snprintf(lim, sizeof lim, "%zu", limit);
-    const char *p[] = {now, lim};
+    char k[512];
+    snprintf(k, sizeof k, "%.*s", (int)(key.len < 511 ? key.len : 511), key.ptr);
+    const char *p[] = {k, value.ptr};
+    int lengths[] = {0, (int)value.len}, formats[] = {0, 1};
     int rc;
-    /* SKIP LOCKED: a record another node's batch holds is that batch's; claims of the first builds (expiry 0) are left
-     */
-    PGresult *res = pg_wexec(w, "idem-sweep",
-                             "WITH d AS (DELETE FROM tally_idem WHERE ctid = ANY(ARRAY(SELECT ctid FROM tally_idem"
-                             " WHERE expires_ms > 0 AND expires_ms <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1)"
-                             " SELECT count(*) FROM d",
-                             2, p, &rc);
-    *deleted = 0;
-    if (!res)
+    PQclear(pg_wexec(w, "aux", "SELECT 1", 0, NULL, &rc)); /* begins the transaction */
+    if (rc != STORE_OK)
         return rc;
-    *deleted = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    PGresult *res = PQexecParams(w->sess->conn,
+                                 "INSERT INTO tally_aux VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = "
+                                 "excluded.value",
+                                 2, NULL, p, lengths, formats, 0);
+    rc = res && PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_result_rc(w->store, w->sess->conn, res, "aux");
     PQclear(res);
-    return STORE_OK;
+    return rc;
+}
+
+/* A transaction-scoped advisory lock named by the prefix (held to the commit, so the next
+ * decider's statement starts after this one's commit is visible: READ COMMITTED), then the records. */
+int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *arg)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    char pre[512];
+    snprintf(pre, sizeof pre, "%.*s", (int)(prefix.len < 511 ? prefix.len : 511), prefix.ptr);
+    const char *p[] = {pre};
+    int rc = pg_wrun(w, "aux-lock", "SELECT pg_advisory_xact_lock(" PG_LOCK_AUX_SQL ", hashtext($1))", 1, p);
+    if (rc != STORE_OK)
+        return rc;
+    return pg_aux_rows(w->store, w->sess->conn, "aux-read", p, fn, arg);
+}
+
+int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)
+{
+    char f[512], t[512];
+    snprintf(f, sizeof f, "%.*s", (int)(from.len < 511 ? from.len : 511), from.ptr);
+    snprintf(t, sizeof t, "%.*s", (int)(to.len < 511 ? to.len : 511), to.ptr);
+    const char *p[] = {f, t};
+    return pg_wrun((pg_write_t *)w_, "aux-delete", "DELETE FROM tally_aux WHERE key >= $1 AND key < $2", 2, p);
 }
 
 /* --- commit: the cached writes as multi-row statements, the log last --- */
