@@ -10,6 +10,7 @@
 
 int pg_idem_get(store_write_t *w_, span_t user, span_t key, store_idem_t *rec)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_entry_t *e = pg_cache_find(&w->idem, user, key);
     if (!e) {
@@ -26,6 +27,7 @@ int pg_idem_get(store_write_t *w_, span_t user, span_t key, store_idem_t *rec)
 
 int pg_idem_put(store_write_t *w_, span_t user, span_t key, const store_idem_t *rec)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_entry_t *e = pg_cache_put(&w->idem, user, key);
     char *body = e ? malloc(rec->body.len + 1) : NULL;
@@ -42,6 +44,7 @@ int pg_idem_put(store_write_t *w_, span_t user, span_t key, const store_idem_t *
 
 int pg_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *deleted)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     char now[PG_NUM_LEN], lim[PG_NUM_LEN];
     snprintf(now, sizeof now, "%" PRIu64, now_ms);
@@ -65,14 +68,16 @@ int pg_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *dele
 
 int pg_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *deleted)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     char u[ID_MAX_LEN + 1], l[PG_NUM_LEN];
     pg_cstr(u, user);
     pg_num(l, limit);
     const char *p[] = {u, l};
-    return pg_count_deleted((pg_write_t *)w_, "delete-user-keys",
-                         "WITH d AS (DELETE FROM tally_idem WHERE \"user\" = $1 AND key IN (SELECT key FROM tally_idem"
-                         " WHERE \"user\" = $1 ORDER BY key LIMIT $2) RETURNING 1) SELECT count(*) FROM d",
-                         2, p, deleted);
+    return pg_count_deleted(
+        (pg_write_t *)w_, "delete-user-keys",
+        "WITH d AS (DELETE FROM tally_idem WHERE \"user\" = $1 AND key IN (SELECT key FROM tally_idem"
+        " WHERE \"user\" = $1 ORDER BY key LIMIT $2) RETURNING 1) SELECT count(*) FROM d",
+        2, p, deleted);
 }
 
 int pg_read_idem(store_read_t *r_, store_idem_fn fn, void *arg)

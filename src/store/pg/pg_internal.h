@@ -4,6 +4,7 @@
 #ifndef TALLY_STORE_PG_INTERNAL_H
 #define TALLY_STORE_PG_INTERNAL_H
 
+#include <assert.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -78,7 +79,8 @@ struct pg_write {
     pg_store_t *store;
     pg_session_t *sess; /* the connection it runs on */
     bool active, began;
-    bool piped; /* pg_wrun sends into a pipeline (at commit) instead of waiting for each result */
+    pthread_t thread; /* the one that began it: only it may use the transaction (one connection, one user) */
+    bool piped;       /* pg_wrun sends into a pipeline (at commit) instead of waiting for each result */
     size_t piped_count;
     size_t log_result; /* the log statement's place among the pipeline's results (from 1); 0: none */
     pg_cache_t rows, idem;
@@ -92,6 +94,10 @@ struct pg_write {
     PGresult *fold_log; /* the log entries after the checkpoint, read with the batch's rows (prepare) */
     size_t fold_scan;   /* how many fold_log asked for */
 };
+
+/* A write transaction's calls: it is open, and used on the thread that began it. Cheap, so kept in
+ * release builds (asserts are not compiled out here), as LMDB_WRITE_CHECK is. */
+#define PG_WRITE_CHECK(w) assert((w)->active &&pthread_equal((w)->thread, pthread_self()))
 
 struct pg_read {
     store_read_t base;

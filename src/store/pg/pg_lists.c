@@ -28,6 +28,7 @@ static uint32_t db_bits(const pg_store_t *s, kindset_t set)
 
 int pg_list_apply(store_write_t *w_, span_t item, span_t user, const list_change_t *c)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     listmap_entry_t *e = listmap_get(&w->lists, item, user);
     if (!e)
@@ -130,6 +131,7 @@ const char *const PG_LISTS_BUILD_SQL[PG_LISTS_BUILD_STEPS] = {
 
 int pg_lists_rebuild(store_write_t *w_)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     int rc = STORE_OK;
     for (int i = 0; rc == STORE_OK && i < PG_LISTS_BUILD_STEPS; i++)
@@ -269,6 +271,7 @@ static int walk(pg_write_t *w, const char *sql, span_t fixed, span_t after, size
 int pg_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
                   size_t *visited)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     return walk((pg_write_t *)w_,
                 "SELECT item, \"user\", kind, version FROM tally_rows WHERE item = $1 AND \"user\" > $2 AND kind <> 0"
                 " ORDER BY \"user\" LIMIT $3 FOR UPDATE",
@@ -278,6 +281,7 @@ int pg_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, st
 int pg_user_items(store_write_t *w_, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
                   size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     *last_len = 0;
     return walk((pg_write_t *)w_,
                 "SELECT item, \"user\", kind, version FROM tally_rows WHERE \"user\" = $1 AND item > $2 AND kind <> 0"

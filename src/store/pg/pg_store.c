@@ -321,6 +321,7 @@ static void write_free(pg_write_t *w)
 void pg_close(store_t *s_)
 {
     pg_store_t *s = (pg_store_t *)s_;
+    assert(!s->write.active && !s->fold.active);
     PQfinish(s->wsess.conn);
     PQfinish(s->fsess.conn);
     for (size_t i = 0; i < s->pool_count; i++)

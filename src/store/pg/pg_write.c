@@ -20,9 +20,11 @@
 /* A transaction of w (the writer's batches, or the fold) on its session's connection. */
 static int write_begin(pg_write_t *w, store_write_t **out)
 {
+    assert(!w->active); /* one at a time on each session */
     if (!pg_session_conn(w->store, w->sess))
         return STORE_UNAVAILABLE;
     w->active = true;
+    w->thread = pthread_self();
     w->began = false;
     w->log_count = 0;
     w->checkpoint_dirty = w->checkpoint_locked = false;
@@ -61,6 +63,7 @@ int pg_fold_begin(store_t *s_, store_write_t **out)
 
 void pg_write_abort(store_write_t *w_)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     PQclear(w->fold_log);
     w->fold_log = NULL;
@@ -202,6 +205,7 @@ static const char FOLD_SCAN_SQL[] = "SELECT " PG_LOG_COLUMNS " FROM tally_log WH
 int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys,
                      size_t fold_scan)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
     /* only the leader locks the checkpoint (pg_checkpoint_get); a fold read before is not read again */
@@ -279,6 +283,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
 
 bool pg_write_may_fold(store_write_t *w_)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
     if (w != &s->fold)
@@ -302,6 +307,7 @@ bool pg_write_may_fold(store_write_t *w_)
 
 int pg_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *row)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_entry_t *e = pg_cache_find(&w->rows, item, user);
     if (e) {
@@ -319,6 +325,7 @@ int pg_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *row)
 
 int pg_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row_t *row)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_entry_t *e = pg_cache_put(&w->rows, item, user);
     if (!e)
@@ -333,6 +340,7 @@ int pg_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row_t
 
 int pg_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     if (t->item.len > 255 || t->user.len > 255)
         return STORE_ERROR;
@@ -360,6 +368,7 @@ int pg_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
 
 int pg_log_put(store_write_t *w_, uint64_t seq, const transition_t *t)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     uint64_t none;
     if (seq == 0 || (w->log_count && (w->log[w->log_count - 1].seq == 0 || w->log[w->log_count - 1].seq >= seq)))
@@ -372,6 +381,7 @@ int pg_log_put(store_write_t *w_, uint64_t seq, const transition_t *t)
 
 int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     if (w->fold_log) { /* read with the batch's rows: the same scan, if this is it (once) */
         PGresult *res = w->fold_log;
@@ -400,6 +410,7 @@ int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn
 
 int pg_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX + 1])
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     itemmap_entry_t *e = itemmap_get(&w->counts, item);
     if (!e)
@@ -411,6 +422,7 @@ int pg_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX
 
 int pg_checkpoint_get(store_write_t *w_, uint64_t *seq)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     if (w->checkpoint_dirty || w->checkpoint_locked) { /* moved, or read under its lock: it cannot change */
         *seq = w->checkpoint;
@@ -434,6 +446,7 @@ int pg_checkpoint_get(store_write_t *w_, uint64_t *seq)
 
 int pg_checkpoint_put(store_write_t *w_, uint64_t seq)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     w->checkpoint = seq;
     w->checkpoint_dirty = true;
@@ -444,6 +457,7 @@ int pg_checkpoint_put(store_write_t *w_, uint64_t seq)
 
 int pg_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     char u[PG_NUM_LEN], b[PG_NUM_LEN], l[PG_NUM_LEN];
     pg_num(u, upto_seq);
     pg_num(b, before_ms > INT64_MAX ? INT64_MAX : before_ms);
@@ -460,6 +474,7 @@ int pg_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_
 
 int pg_aux_put(store_write_t *w_, span_t key, span_t value)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     char k[512];
     snprintf(k, sizeof k, "%.*s", (int)(key.len < 511 ? key.len : 511), key.ptr);
@@ -482,6 +497,7 @@ int pg_aux_put(store_write_t *w_, span_t key, span_t value)
  * decider's statement starts after this one's commit is visible: READ COMMITTED), then the records. */
 int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *arg)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     char pre[512];
     snprintf(pre, sizeof pre, "%.*s", (int)(prefix.len < 511 ? prefix.len : 511), prefix.ptr);
@@ -494,6 +510,7 @@ int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *
 
 int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     char f[512], t[512];
     snprintf(f, sizeof f, "%.*s", (int)(from.len < 511 ? from.len : 511), from.ptr);
     snprintf(t, sizeof t, "%.*s", (int)(to.len < 511 ? to.len : 511), to.ptr);
@@ -717,6 +734,7 @@ int pg_write_commit(store_write_t *w_)
 
 int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
     *log_base = 0;
@@ -823,6 +841,7 @@ bool pg_folds_apart(const store_t *s_)
 /* Every commit is seen by readers at once: nothing to defer, nothing pending. */
 void pg_write_defer(store_write_t *w_, bool (*more)(void *arg), void *arg)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     (void)w_, (void)more, (void)arg;
 }
 
@@ -834,6 +853,6 @@ bool pg_pending(const store_t *s_)
 
 int pg_flush(store_t *s_)
 {
-    (void)s_;
+    assert(!((pg_store_t *)s_)->write.active);
     return STORE_OK;
 }
