@@ -1,8 +1,8 @@
 /* server_answers.c — the h2o adapter's answers that come from other threads: deferred answers (the
  * writer's, a reader thread's), held and handed over one message per HTTP thread; streaming answers
  * (server-sent events) written from any thread; and calls posted to an HTTP thread. Shares the
- * adapter's state with server.c through http/server_internal.h. */
-#include "http/server_internal.h"
+ * adapter's state (server_core.c) with server.c through http/server_core.h. */
+#include "http/server_core.h"
 
 #include <errno.h>
 #include <netinet/in.h>

@@ -1,9 +1,10 @@
-/* server_internal.h — what the two halves of the h2o adapter share: server.c (event loops, listening
- * sockets, connections, the request view) and server_answers.c (answers that come from other threads:
- * deferred, held and bundled, streamed; calls posted to an HTTP thread). Only these two files include
- * h2o; nothing outside src/http/server*.c includes this header. */
-#ifndef TALLY_HTTP_SERVER_INTERNAL_H
-#define TALLY_HTTP_SERVER_INTERNAL_H
+/* server_core.h — what the files of the h2o adapter share: server.c (event loops, listening sockets,
+ * connections, the request view), server_answers.c (answers that come from other threads: deferred,
+ * held and bundled, streamed; calls posted to an HTTP thread) and server_core.c (the state they
+ * share, an answer on the HTTP thread). Only these files include h2o; nothing outside
+ * src/http/server*.c includes this header. */
+#ifndef TALLY_HTTP_SERVER_CORE_H
+#define TALLY_HTTP_SERVER_CORE_H
 
 #include <h2o.h>
 #include <h2o/multithread.h>
