@@ -24,7 +24,7 @@
 #include "http/server.h"
 #include "store/store.h"
 
-#define BODY_MAX_BYTES 4096 /* API.md: request bodies over 4 KiB are refused with 413 */
+#define BODY_MAX_BYTES 4096 /* docs/api.md: request bodies over 4 KiB are refused with 413 */
 #define BATCH_IDS_MAX 100
 #define TARGET_MAX_BYTES 8192 /* longer request targets: 414 */
 

@@ -95,7 +95,7 @@ typedef struct {
     h2o_barrier_t started;
 } http_server_state_t;
 
-/* The server's state (server.c). */
+/* The server's state (server_core.c). */
 extern http_server_state_t http_srv;
 
 /* The HTTP thread the caller runs on (NULL on any other thread). */
