@@ -125,6 +125,6 @@ bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
     if (who->known || !limit)
         return true;
     http_client_t client;
-    http_client_of(&app->client_rules, req, &client);
+    http_client_of(atomic_load(&app->client_rules), req, &client);
     return rate_or_reply(app, limit, req, http_client_key(&client));
 }
