@@ -9,12 +9,8 @@
  * and the fold holds the checkpoint's row lock: one writer at a time, in one log order. */
 #include "store/pg/pg_internal.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#include "core/clock.h"
 
 static uint32_t db_bits(const pg_store_t *s, kindset_t set)
 {

@@ -4,13 +4,11 @@
 #include "store/pg/pg_internal.h"
 
 #include <inttypes.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/clock.h"
-#include "core/hash.h"
 #include "core/log.h"
 
 /* --- schema and shared settings --- */

@@ -3,7 +3,6 @@
  * checkpoint, recount's truth, walks of the items and rows, statistics, auxiliary records. */
 #include "store/pg/pg_internal.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
