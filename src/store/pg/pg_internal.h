@@ -1,6 +1,7 @@
 /* pg_internal.h — what the files of the PostgreSQL store share: its structs, the connection and
- * statement helpers, the row and idempotency caches of a write transaction. Only the files of src/store/pg
- * include it; nothing above the seam includes libpq. */
+ * statement helpers and the row and idempotency caches of a write transaction (pg_codec.c, the floor
+ * below the other files), and the few calls between its files. Only the files of src/store/pg include
+ * it; nothing above the seam includes libpq. */
 #ifndef TALLY_STORE_PG_INTERNAL_H
 #define TALLY_STORE_PG_INTERNAL_H
 
