@@ -23,6 +23,7 @@ static void pending_guard_dispose(void *p)
 http_pending_t *http_defer(http_request_t *request)
 {
     h2o_req_t *req = http_h2o_req(request);
+    HTTP_ON_REQUEST_THREAD(req);
     http_pending_t *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;

@@ -96,6 +96,7 @@ void http_add_header(http_request_t *request, const char *name, const char *valu
 void http_respond(http_request_t *request, const answer_t *a)
 {
     h2o_req_t *req = http_h2o_req(request);
+    HTTP_ON_REQUEST_THREAD(req);
     char buf[32];
     req->res.status = a->status;
     req->res.reason = reason_of(a->status);

@@ -6,6 +6,7 @@
 #ifndef TALLY_HTTP_SERVER_CORE_H
 #define TALLY_HTTP_SERVER_CORE_H
 
+#include <assert.h>
 #include <h2o.h>
 #include <h2o/multithread.h>
 #include <stdatomic.h>
@@ -94,6 +95,12 @@ typedef struct {
     atomic_bool accept_error_logged;
     h2o_barrier_t started;
 } http_server_state_t;
+
+/* A request is used on its own HTTP thread only (request.h): asserted where an answer starts or goes
+ * out. Cheap, so kept in release builds. */
+#define HTTP_ON_REQUEST_THREAD(req)                                                                                    \
+    assert(http_current &&                                                                                             \
+           ((req)->conn->ctx == &http_current->ctx_small || (req)->conn->ctx == &http_current->ctx_large))
 
 /* The server's state (server_core.c). */
 extern http_server_state_t http_srv;
