@@ -14,7 +14,7 @@
 /* Something replaced that a thread may still be reading: kept, reachable, until exit. */
 typedef struct retired {
     struct retired *next;
-    FILE *log;      /* an access log stream no longer written to (not stderr) */
+    FILE *log;       /* an access log stream no longer written to (not stderr) */
     bool holds_conf; /* a conf_t follows, to free with conf_free */
     /* a cors_list_t and its strings, a client_rules_t, or a conf_t follow when this holds one */
 } retired_t;
