@@ -1,4 +1,4 @@
-# bench/bench.mk — `make bench`: the benchmark harness of issue 6 (bench/run.sh; see bench/RESULTS.md).
+# bench/bench.mk — `make bench`: the benchmark harness (bench/run.sh; see bench/RESULTS.md).
 # Included from the Makefile. Not part of `make test` and never run by CI. About 4 minutes,
 # 127.0.0.1 only; it installs wrk, nginx and strace with apt-get where they are missing.
 # Knobs (environment): BENCH_DURATION, BENCH_SWEEP_DURATION, BENCH_WRK_THREADS, BENCH_VERIFY_BUDGET,

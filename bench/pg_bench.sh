@@ -5,7 +5,7 @@
 #   bench/pg_bench.sh [SECONDS] [ROUNDS]        (from the project root, after make; run as root)
 #
 # Sets up a throwaway PostgreSQL 15 cluster on 127.0.0.1:$PG_PORT (default 56432) with the peers'
-# settings (../shared/peers/pg_setup.sh: shared_buffers=2GB, max_wal_size=8GB, checkpoint_timeout=30min,
+# settings (the peers' pg_setup.sh: shared_buffers=2GB, max_wal_size=8GB, checkpoint_timeout=30min,
 # fsync/full_page_writes/synchronous_commit on; plus track_wal_io_timing=on for pg_stat_wal's sync
 # time), then, ROUNDS times (default 2; the order reversed in even rounds, so neither side always
 # runs on the warmer machine):

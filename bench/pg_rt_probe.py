@@ -16,7 +16,8 @@ LINE = re.compile(r"^(\d+):(\d+):([\d.]+) (\w+)\((.*)\) = (-?\d+).*<([\d.]+)>$")
 
 
 def kind(args):
-    # statements as text, or by name (tally_wN, prepared: src/store/pg/pg_stmts.c's PREPARED_SQL order)
+    # statements as text, or by name (tally_wN: prepared write statements of an earlier build, which
+    # had them; the writer now sends its statements as text, src/store/pg/pg_write.c)
     if "BEGIN" in args[:80]:
         return "begin+locks"
     if "tally_pipeline" in args and "FOR UPDATE" in args or "tally_w2\\0" in args:

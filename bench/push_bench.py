@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/push_bench.py — what pushes cost the writes (issue 16). Not a test; never run by CI.
+"""bench/push_bench.py — what pushes cost the writes. Not a test; never run by CI.
 
     python3 bench/push_bench.py [SECONDS] [TALLYD]
 

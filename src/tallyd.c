@@ -23,6 +23,7 @@
 #include "engine/webhooks.h"
 #include "engine/writer.h"
 #include "http/app.h"
+#include "http/dispatch.h"
 #include "http/live.h"
 #include "http/server.h"
 #include "http/ui.h"

@@ -2,7 +2,7 @@
 # run_all.sh — the whole suite: unit tests (ASan+UBSan), then the end-to-end suite against the
 # release build and against the sanitizer build, then against the release build on PostgreSQL
 # (TALLY_STORE=pg: the tests start their own throwaway PostgreSQL 15 cluster, tests/pg/pgcluster.py),
-# then a failover under Patroni (stage patroni).
+# the seam test on PostgreSQL first; then a failover under Patroni (stage patroni).
 # Ends with one line: "N passed, N failed". Each stage's wall time is printed after it.
 set -u
 cd "$(dirname "$0")/.."
@@ -77,6 +77,9 @@ stage e2e-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 python3 tests/
 # The same suite on the PostgreSQL store (every test but the @embedded_only ones), plus the
 # multi-node and failover tests (test_pg_*.py). Not TALLY_E2E_SLOW: the 75 s trending-window
 # test runs once, beside the others (e2e-slow), to keep make test under 15 minutes.
+# The seam's cases (tests/unit/test_seam.c, run on the embedded store in the unit stage) on the
+# PostgreSQL store, under ASan+UBSan, against a throwaway cluster of its own (3–8 s).
+stage seam-pg python3 tests/pg/seam.py build/san/unit_tests
 stage e2e-pg env TALLYD=build/tallyd TALLY_STORE=pg python3 tests/e2e/run_e2e.py
 # The PostgreSQL store's own paths under ASan+UBSan: the multi-node and failover tests (webhooks' and live counts' too), crashes,
 # idempotency, concurrency, the change feed, import and erasure, the lists (~150 s). The rest of the suite

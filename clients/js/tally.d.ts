@@ -1,4 +1,4 @@
-// tally.d.ts — types of tally.js (shared/API.md). Kinds are strings ("like"); "none" is no reaction.
+// tally.d.ts — types of tally.js (docs/api.md). Kinds are strings ("like"); "none" is no reaction.
 
 export type Id = string; // 1-128 of A-Z a-z 0-9 . _ : ~ - (not . or ..), sent raw
 export type Kind = string;

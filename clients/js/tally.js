@@ -1,4 +1,4 @@
-// tally.js — a client for tally's HTTP API (shared/API.md), for browsers and Node 20. No dependencies.
+// tally.js — a client for tally's HTTP API (docs/api.md), for browsers and Node 20. No dependencies.
 //
 // Ids go into paths and ids= raw: tally's id alphabet (A-Z a-z 0-9 . _ : ~ -) needs no encoding and
 // tally refuses percent-encoding, so encodeURIComponent (which would encode ':') is never used; an id

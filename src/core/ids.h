@@ -1,4 +1,4 @@
-/* ids.h — the id alphabet shared by items and users (API.md § Words). */
+/* ids.h — the id alphabet shared by items and users (docs/api.md § Ids and kinds). */
 #ifndef TALLY_CORE_IDS_H
 #define TALLY_CORE_IDS_H
 

@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/jwt.h"
+#include "core/b64url.h"
 
 #define P256_COORD_LEN 32
 #define ED25519_KEY_LEN 32
@@ -67,7 +67,7 @@ static int b64_member(const json_t *jwk, const char *name, unsigned char *out, s
     const json_t *v = json_object_get(jwk, name);
     if (!json_is_string(v))
         return -1;
-    return jwt_b64url_decode((span_t){json_string_value(v), json_string_length(v)}, out, cap);
+    return b64url_decode((span_t){json_string_value(v), json_string_length(v)}, out, cap);
 }
 
 static EVP_PKEY *from_params(const char *type, OSSL_PARAM_BLD *bld)

@@ -59,9 +59,6 @@ const json_t *jwt_claim_find(const json_t *claims, const char *path);
 /* True when the claim at path is a string equal to value, or an array holding that string. */
 bool jwt_claim_holds(const json_t *claims, const char *path, const char *value);
 
-/* base64url without padding, canonical only (RFC 4648 §3.5). Returns the length, or -1. */
-int jwt_b64url_decode(span_t in, unsigned char *out, size_t outcap);
-
 /* Signs {"sub":…,"exp":…[,"role":"admin"]}. Returns the token's length, or -1. */
 int jwt_sign(const char *sub, bool admin, uint64_t exp, span_t secret, char *out, size_t outlen);
 

@@ -1,4 +1,4 @@
-/* sse.h — the text of the live stream (the HTML standard's server-sent events, API.md § Live
+/* sse.h — the text of the live stream (the HTML standard's server-sent events, docs/api.md § Live
  * counts): the retry line that opens a stream, one counts event, the keep-alive comment. Pure. */
 #ifndef TALLY_CORE_SSE_H
 #define TALLY_CORE_SSE_H

@@ -1,4 +1,4 @@
-/* live.h — the follower behind live counts (API.md § Live counts). One thread follows the log up
+/* live.h — the follower behind live counts (docs/api.md § Live counts). One thread follows the log up
  * to the fold's checkpoint, the way trending follows it: every --live-interval it takes a short
  * snapshot (never held while waiting), reads the checkpoint, the log entries after its position up
  * to that checkpoint, and the counts of the changed items somebody watches, all from that one

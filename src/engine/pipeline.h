@@ -1,4 +1,4 @@
-/* pipeline.h — folds the transition log into the counts (DESIGN.md § The pipeline).
+/* pipeline.h — folds the transition log into the counts (docs/architecture.md § The pipeline).
  * Called by the writer thread inside its write transaction, so that the counts and the checkpoint
  * commit together with whatever else the transaction holds: a replay never counts twice. */
 #ifndef TALLY_ENGINE_PIPELINE_H

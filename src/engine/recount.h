@@ -1,5 +1,5 @@
 /* recount.h — rebuilds counts from the reaction rows and reports (and corrects) drift
- * (DESIGN.md § Recount). Each chunk of items is compared inside one snapshot: rows against that
+ * (docs/architecture.md § Recount). Each chunk of items is compared inside one snapshot: rows against that
  * snapshot's counts plus its not-yet-folded log, an exact comparison that never stops the writer.
  * Corrections go through the writer as commands. In a correct system it finds nothing. */
 #ifndef TALLY_ENGINE_RECOUNT_H

@@ -1,5 +1,5 @@
 /* trending.h — trending items and hot items from the transition log, in memory bounded by
- * configuration (DESIGN.md § The pipeline: the log is also the input of trending).
+ * configuration (docs/architecture.md § Trending and hot items: the log is also its input).
  *
  * A thread follows the log (woken on each commit) and feeds Space-Saving summaries per time
  * bucket and per kind: gains (transitions to the kind) and losses (transitions from it). Windows

@@ -22,8 +22,8 @@
 
 #define WHSTORE_ID_HEX 24                     /* random hex digits of an id */
 #define WHSTORE_ID_MAX (3 + WHSTORE_ID_HEX)   /* "wh_" + hex */
-#define WHSTORE_URL_MAX 2048                  /* API.md: a url is at most 2048 bytes */
-#define WHSTORE_SECRET_MIN 32                 /* API.md: a given secret is at least 32 bytes */
+#define WHSTORE_URL_MAX 2048                  /* docs/api.md: a url is at most 2048 bytes */
+#define WHSTORE_SECRET_MIN 32                 /* docs/api.md: a given secret is at least 32 bytes */
 #define WHSTORE_SECRET_MAX 512                /* bounded: the request body is at most 4 KiB anyway */
 #define WHSTORE_SECRET_GENERATED_BYTES 32     /* random bytes of a generated secret (hex: twice) */
 #define WHSTORE_DELIVERY_ID_HEX 32            /* a delivery id: 128 random bits as hex */

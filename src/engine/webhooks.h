@@ -17,7 +17,7 @@
 #include "engine/writer.h"
 #include "store/store.h"
 
-#define WEBHOOKS_BATCH_MAX 100 /* API.md: up to 100 transitions per delivery */
+#define WEBHOOKS_BATCH_MAX 100 /* docs/api.md: up to 100 transitions per delivery */
 
 typedef struct webhooks webhooks_t;
 

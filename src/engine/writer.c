@@ -16,6 +16,11 @@
 #include "engine/policies.h"
 #include "engine/thread.h"
 
+/* The writer this thread runs (writer_main), NULL on every other thread: writer-only functions assert
+ * that they run on their writer's thread, as SQLite's do. Cheap, so kept in release builds. */
+static _Thread_local const writer_t *writer_current;
+#define WRITER_THREAD_ONLY(w) assert(writer_current == (w))
+
 #define SWEEP_INTERVAL_MS 1000
 #define IDLE_WAIT_MS 1000
 #define COMMIT_RETRY_MS 100
@@ -423,6 +428,7 @@ static void fold_publish(writer_t *w, bool committed)
  * beyond the log's size limit: a bounded amount per commit, so that writes never stall. */
 static int writer_sweep(writer_t *w, store_write_t *tx, uint64_t now_ms, uint64_t mono_now)
 {
+    WRITER_THREAD_ONLY(w);
     size_t swept = 0, pruned = 0;
     uint64_t checkpoint;
     int rc = store_idem_sweep(tx, now_ms, w->opt.sweep_max, &swept);
@@ -500,6 +506,7 @@ static bool more_waiting(void *arg)
 static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint64_t now_ms, uint64_t mono_now,
                           bool *folded, uint64_t *log_base)
 {
+    WRITER_THREAD_ONLY(w);
     store_write_t *tx = NULL;
     w->tx_appends = 0;
     *log_base = 0;
@@ -536,6 +543,7 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
  * back as they were after an attempt that did not commit. */
 static void writer_save(writer_t *w, const write_cmd_t *batch)
 {
+    WRITER_THREAD_ONLY(w);
     size_t i = 0;
     for (const write_cmd_t *c = batch; c; c = c->next, i++) {
         bool clear = c->type == WRITE_CLEAR_ITEM || c->type == WRITE_CLEAR_USER;
@@ -547,6 +555,7 @@ static void writer_save(writer_t *w, const write_cmd_t *batch)
 
 static void writer_reset(writer_t *w, write_cmd_t *batch)
 {
+    WRITER_THREAD_ONLY(w);
     size_t i = 0;
     for (write_cmd_t *c = batch; c; c = c->next, i++) {
         answer_free(&c->answer);
@@ -574,6 +583,7 @@ static void writer_reset(writer_t *w, write_cmd_t *batch)
  * them. */
 static void writer_announce(writer_t *w)
 {
+    WRITER_THREAD_ONLY(w);
     if (!w->unannounced || store_pending(w->store))
         return;
     w->unannounced = false;
@@ -585,6 +595,7 @@ static void writer_announce(writer_t *w)
  * result when the commit is durable, with 503 when it is not. */
 static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool force_fold)
 {
+    WRITER_THREAD_ONLY(w);
     uint64_t now_ms = clock_ms(CLOCK_REALTIME), mono_now = clock_ms(CLOCK_MONOTONIC);
     uint64_t oldest_before = atomic_load_explicit(&w->stats.oldest_unfolded_ms, memory_order_relaxed);
     uint64_t transitions_before = atomic_load_explicit(&w->stats.transitions, memory_order_relaxed);
@@ -665,6 +676,7 @@ static void log_stop_without_fold(void)
 static void *writer_main(void *arg)
 {
     writer_t *w = arg;
+    writer_current = w;
     thread_set_name("tally-writer");
     pthread_mutex_lock(&w->lock);
     for (;;) {

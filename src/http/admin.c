@@ -8,6 +8,7 @@
 #include "engine/import.h"
 #include "engine/recount.h"
 #include "http/admin.h"
+#include "http/auth.h"
 
 #define IMPORT_BODY_TYPES "application/x-ndjson or text/csv"
 

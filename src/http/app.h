@@ -1,4 +1,5 @@
-/* app.h — what the HTTP handlers share: configuration, the store for reads, the writer for writes. */
+/* app.h — what the HTTP handlers share (app.c, below them): configuration, the store for reads, the
+ * writer for writes, the answers' helpers. */
 #ifndef TALLY_HTTP_APP_H
 #define TALLY_HTTP_APP_H
 
@@ -10,20 +11,20 @@
 #include "core/jwt.h"
 #include "core/kinds.h"
 #include "core/ratelimit.h"
+#include "engine/authkeys.h"
 #include "engine/feed.h"
 #include "engine/policies.h"
 #include "engine/readers.h"
 #include "engine/trending.h"
 #include "engine/webhooks.h"
 #include "engine/writer.h"
-#include "http/auth.h"
 #include "http/client.h"
 #include "http/request.h"
 #include "http/router.h"
 #include "http/server.h"
 #include "store/store.h"
 
-#define BODY_MAX_BYTES 4096 /* API.md: request bodies over 4 KiB are refused with 413 */
+#define BODY_MAX_BYTES 4096 /* docs/api.md: request bodies over 4 KiB are refused with 413 */
 #define BATCH_IDS_MAX 100
 #define TARGET_MAX_BYTES 8192 /* longer request targets: 414 */
 
@@ -86,9 +87,6 @@ typedef struct app {
     atomic_uint public_max_age_s;
 } app_t;
 
-/* The request handler (HTTP threads): routes, checks methods, dispatches. */
-void app_handle(void *app, http_request_t *req);
-
 /* Reply helpers: each sends the answer; the caller just returns. */
 void reply_problem(http_request_t *req, int status, const char *code, const char *detail); /* 503: Retry-After 1 */
 /* The headers a problem answer may carry besides its body. */
@@ -102,13 +100,6 @@ void reply_json(http_request_t *req, int status, json_t *body); /* takes the ref
 void reply_body(http_request_t *req, int status, answer_type_t type, char *body,
                 size_t len); /* takes body (malloc'd) */
 
-/* Called by the server before each answer goes out: CORS headers, the metrics. */
-void app_on_respond(void *app, http_request_t *req, int status, size_t body_bytes);
-
-/* Whether a connection's first request may send a body past the small limit: a POST to import or
- * recount from an admin (server.c's admits_large_body). */
-bool app_admits_large_body(void *app, const http_head_t *head);
-
 /* True while a reaction write failed to commit less than WRITES_FAILING_HOLD_MS ago. */
 #define WRITES_FAILING_HOLD_MS 10000
 bool app_writes_failing(app_t *app);
@@ -118,9 +109,5 @@ void app_iso_time(uint64_t at_ms, char out[32]);
 
 /* Takes a token from the bucket of key; false having replied 429 when there is none. */
 bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key);
-
-/* Public reads without a user are limited per client address (--read-rate-limit), so one scraper
- * cannot starve the feed; false having replied 429. */
-bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who);
 
 #endif

@@ -118,3 +118,13 @@ bool auth_admin_or_reply(const app_t *app, http_request_t *req)
     }
     return true;
 }
+
+bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
+{
+    ratelimit_t *limit = atomic_load(&app->read_limit);
+    if (who->known || !limit)
+        return true;
+    http_client_t client;
+    http_client_of(atomic_load(&app->client_rules), req, &client);
+    return rate_or_reply(app, limit, req, http_client_key(&client));
+}

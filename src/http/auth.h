@@ -34,4 +34,8 @@ bool auth_admin_or_reply(const app_t *app, http_request_t *req);
 /* Admin rights from the raw header values (Authorization, X-User-Id) of a head. */
 bool auth_head_is_admin(const app_t *app, span_t authorization, size_t n_authorization, span_t user, size_t n_user);
 
+/* Public reads without a user are limited per client address (--read-rate-limit), so one scraper
+ * cannot starve the feed; false having replied 429. */
+bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who);
+
 #endif

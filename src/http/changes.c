@@ -5,6 +5,7 @@
 
 #include "core/changejson.h"
 #include "core/parse.h"
+#include "http/auth.h"
 #include "http/changes.h"
 
 #define CHANGES_LIMIT_DEFAULT 100

@@ -36,7 +36,7 @@ typedef struct {
 } http_client_t;
 
 /* The client of req under rules. Pure apart from reading the request: the caller counts what it
- * wants to (app.c counts invalid headers once per request). */
+ * wants to (dispatch.c counts invalid headers once per request). */
 void http_client_of(const client_rules_t *rules, const http_request_t *req, http_client_t *out);
 
 /* The key per-address limits count by, as a span into c. */

@@ -12,6 +12,7 @@
 #include "core/kindsjson.h"
 #include "core/parse.h"
 #include "engine/readers.h"
+#include "http/auth.h"
 #include "http/items.h"
 
 #define HEADER_IDEMPOTENCY_KEY "idempotency-key"

@@ -2,6 +2,7 @@
  * first in commit order (log positions, never a clock), keyset cursors, the access flags
  * (--who-reacted, --user-reactions). The lists are kept by the fold (store.h § the lists). */
 #include "http/lists.h"
+#include "http/auth.h"
 
 #include <stdio.h>
 #include <stdlib.h>

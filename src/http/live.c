@@ -3,6 +3,7 @@
  * the HTTP threads. A stream's state is touched only on its own HTTP thread; the caps are atomics
  * and one short lock (per-client counts). */
 #include "http/live.h"
+#include "http/auth.h"
 
 #include <stdlib.h>
 #include <time.h>

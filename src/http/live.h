@@ -1,4 +1,4 @@
-/* live.h — GET /v1/live: live counts as server-sent events (API.md § Live counts). The streams
+/* live.h — GET /v1/live: live counts as server-sent events (docs/api.md § Live counts). The streams
  * live on the HTTP threads; engine/live.c follows the log and hands them counts, which travel to
  * each stream's thread through h2o's multithread queues (server.h's http_thread_post). */
 #ifndef TALLY_HTTP_LIVE_H

@@ -4,6 +4,7 @@
  * writer decides anything else, so the change applies at once here. Reads answer from the table in
  * force on this node. Nothing here waits. */
 #include "http/policies_admin.h"
+#include "http/auth.h"
 
 #include <stdio.h>
 #include <stdlib.h>

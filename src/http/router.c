@@ -1,4 +1,4 @@
-/* router.c — the route table of API.md. */
+/* router.c — the route table (docs/api.md). */
 #include "http/router.h"
 
 #include <strings.h>

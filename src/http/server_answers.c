@@ -1,8 +1,8 @@
 /* server_answers.c — the h2o adapter's answers that come from other threads: deferred answers (the
  * writer's, a reader thread's), held and handed over one message per HTTP thread; streaming answers
  * (server-sent events) written from any thread; and calls posted to an HTTP thread. Shares the
- * adapter's state with server.c through http/server_internal.h. */
-#include "http/server_internal.h"
+ * adapter's state (server_core.c) with server.c through http/server_core.h. */
+#include "http/server_core.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -23,6 +23,7 @@ static void pending_guard_dispose(void *p)
 http_pending_t *http_defer(http_request_t *request)
 {
     h2o_req_t *req = http_h2o_req(request);
+    HTTP_ON_REQUEST_THREAD(req);
     http_pending_t *p = calloc(1, sizeof *p);
     if (!p)
         return NULL;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "core/parse.h"
+#include "http/auth.h"
 #include "http/trends.h"
 
 #define TRENDING_LIMIT_DEFAULT 10

@@ -6,6 +6,7 @@
  * any node) never decide from the same stale view; it is answered once that commit is durable, with
  * the answer the decision gave. Nothing here waits. */
 #include "http/webhooks_admin.h"
+#include "http/auth.h"
 
 #include <stdio.h>
 #include <stdlib.h>

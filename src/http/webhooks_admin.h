@@ -1,4 +1,4 @@
-/* webhooks_admin.h — the contract of webhooks_admin.c — the webhook admin routes of API.md
+/* webhooks_admin.h — the contract of webhooks_admin.c — the webhook admin routes of docs/api.md
  * § "Webhooks (admin)". Admin only; HTTP threads. */
 #ifndef TALLY_HTTP_WEBHOOKS_ADMIN_H
 #define TALLY_HTTP_WEBHOOKS_ADMIN_H

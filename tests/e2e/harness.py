@@ -405,7 +405,7 @@ def _json_call(request, method, path, body, headers, user):
 
 def server_without_rate_limit(args=(), **kw):
     """A Server with --rate-limit off; if this tallyd does not know the flag at all (it has
-    no rate limit yet, API.md § Limits), the same server without the flag."""
+    no rate limit yet, docs/api.md § Limits and protection), the same server without the flag."""
     try:
         return Server(args=["--rate-limit", "off"] + list(args), **kw)
     except ServerExited as e:
@@ -780,7 +780,7 @@ def long_reals(raw):
 
 def split_cursor(doc):
     """A write answer without its "cursor" member, and the cursor (an int, or None when absent).
-    API.md § Live counts: an answer that changed something carries its transition's cursor (a
+    docs/api.md § Live counts: an answer that changed something carries its transition's cursor (a
     decimal string today); one that changed nothing carries none. A malformed cursor is kept in
     the answer, so that comparing it with the expected one fails."""
     if not isinstance(doc, dict) or "cursor" not in doc:

@@ -1,4 +1,4 @@
-"""JWT authentication, per API.md (Authentication; Operations: admin rights): HS256 bearer
+"""JWT authentication, per docs/api.md (Authentication; Operations: admin rights): HS256 bearer
 tokens from TALLY_JWT_SECRET or --jwt-secret-file (several secrets, re-read on SIGHUP).
 
 Tokens come from the operator's tool (`build/tally token`); a few broken ones are made here."""

@@ -1,4 +1,4 @@
-"""Concurrent clicks, per DESIGN.md invariants 1-3: one decision per click, exact counts."""
+"""Concurrent clicks: one decision per click, exact counts."""
 
 import random
 import threading

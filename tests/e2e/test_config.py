@@ -1,4 +1,4 @@
-"""Start-up and running as a service, per API.md § Start-up and § Installing and running as a
+"""Start-up and running as a service, per docs/api.md § Start-up and § Installing and running as a
 service: --config FILE (the command line wins; mistakes exit 2 naming file, line and flag),
 --version, --log-format json, SIGHUP reload (a rate limit, the CORS origins, the access log; a
 broken file changes nothing), sd_notify on a NOTIFY_SOCKET of the test's own, and the build and

@@ -1,4 +1,4 @@
-"""kill -9 under write load, per DESIGN.md invariants 3, 4 and 6: every acknowledged write
+"""kill -9 under write load: every acknowledged write
 survives, an unacknowledged one is either fully applied or not at all, counts converge."""
 
 import os
@@ -14,7 +14,7 @@ from harness import REPO_ROOT, Server, ServerExited, TallyTestCase, embedded_onl
 from keyed_load import FAST, LoadCase
 
 CYCLES = 3
-RECOVERY_MAX_S = 5.0  # issue 18: recovery after kill -9 at full load
+RECOVERY_MAX_S = 5.0  # recovery after kill -9 at full load
 THREADS = 8
 USERS_PER_THREAD = 5
 ITEMS_PER_CYCLE = 4

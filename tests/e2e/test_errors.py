@@ -1,4 +1,4 @@
-"""Error answers (RFC 9457 problem+json) per API.md § Errors, and DESIGN.md invariant 7:
+"""Error answers (RFC 9457 problem+json) per docs/api.md § Errors, and
 bad input changes nothing."""
 
 import json
@@ -180,7 +180,7 @@ class BodyTest(SharedServerTestCase):
             with self.subTest(size=size):
                 big = base + b" " * (size - len(base))
                 self.assertProblem(self.put_raw(big), 413, "body-too-large")
-        # Past 8 KiB h2o refuses the body itself (plain text) before reading it: issue 12.
+        # Past 8 KiB h2o refuses the body itself (plain text) before reading it.
         st, _, _, _ = self.put_raw(base + b" " * (64 * 1024))
         self.assertEqual(st, 413)
         self.assertUntouched()

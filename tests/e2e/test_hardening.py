@@ -1,4 +1,4 @@
-"""Hardening of the HTTP layer (issue 12): memory held by unauthenticated bodies, the admin
+"""Hardening of the HTTP layer: memory held by unauthenticated bodies, the admin
 listener, running out of file descriptors, request smuggling, request targets, health checks at
 the connection cap, reason phrases and development mode's Host check. All traffic goes to
 127.0.0.1; every loop is bounded in count and time."""

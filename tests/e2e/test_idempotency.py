@@ -1,5 +1,5 @@
-"""Idempotency-Key, toggle and If-Match, per API.md § Write and § Idempotency-Key, and
-DESIGN.md invariant 5 (an idempotency key has one fate)."""
+"""Idempotency-Key, toggle and If-Match, per docs/api.md § Write and § Idempotency-Key, and an
+idempotency key has one fate."""
 
 import threading
 import time

@@ -1,4 +1,4 @@
-"""Reads and writes of reactions, per API.md (Read, Write) and DESIGN.md invariants 1-3."""
+"""Reads and writes of reactions, per docs/api.md (Read, Write): one decision per click, exact counts."""
 
 import json
 import shutil
@@ -186,7 +186,7 @@ class ReadTest(SharedServerTestCase):
 class CustomKindsTest(TallyTestCase):
 
     @embedded_only("restarts with a kind added; on PostgreSQL the kinds are a setting the "
-                   "nodes share, and a node with others refuses to start (API.md § Running on "
+                   "nodes share, and a node with others refuses to start (docs/api.md § Running on "
                    "PostgreSQL; test_pg_nodes)")
     def test_custom_kinds_order_and_restart(self):
         with Server(args=["--reactions", "like,love,haha"]) as s:
@@ -242,7 +242,7 @@ if __name__ == "__main__":
 
 
 @embedded_only("the row filter (--row-filter) belongs to the embedded store; on PostgreSQL a "
-               "per-node filter must not decide reads (DESIGN.md)")
+               "per-node filter must not decide reads")
 class RowFilterTest(TallyTestCase):
     """The store's row filter (--row-filter): a missing row is answered from memory, an existing
     one always from the B-tree. Reads must be the same with it, without it, and while it fills."""

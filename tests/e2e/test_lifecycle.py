@@ -1,4 +1,4 @@
-"""Start-up, command line and shutdown, per API.md § Start-up and § Authentication."""
+"""Start-up, command line and shutdown, per docs/api.md § Start-up and § Authentication."""
 
 import os
 import random
@@ -71,7 +71,7 @@ class StartupTest(TmpDirCase):
             self.assertIn(flag, text)
 
     def test_help_lists_contract_flags(self):
-        # API.md names these flags; --help "lists every flag with its default"
+        # the API's contract names these flags; --help "lists every flag with its default"
         rc, out, err = run_tallyd(["--help"])
         self.assertEqual(rc, 0, err)
         missing = [f for f in ("--jwt-secret-file", "--idempotency-ttl", "--rate-limit",

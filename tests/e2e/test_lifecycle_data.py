@@ -1,4 +1,4 @@
-"""Data life cycle, per API.md (Data life cycle; Change feed; Operations) and the operator's
+"""Data life cycle, per docs/api.md (Data life cycle; Change feed; Operations) and the operator's
 tool: POST /v1/admin/import (NDJSON and CSV, skip or abort), DELETE /v1/admin/users/{user},
 DELETE /v1/admin/items/{item}, and `tally import|export|erase-user|verify` offline.
 

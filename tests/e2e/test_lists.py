@@ -1,4 +1,4 @@
-"""Who reacted and a user's reactions (API.md § "Who reacted, and a user's reactions"), on both
+"""Who reacted and a user's reactions (docs/api.md § "Who reacted, and a user's reactions"), on both
 stores:
 
 - a walk over thousands of entries with writes going on between its pages: no entry twice, every

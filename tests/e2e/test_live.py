@@ -1,4 +1,4 @@
-"""Live counts over server-sent events (API.md § Live counts), read with a raw socket client:
+"""Live counts over server-sent events (docs/api.md § Live counts), read with a raw socket client:
 the retry line first, the initial counts per id, coalesced updates whose id is the change-feed
 cursor the counts are folded up to, keep-alive comments, the caps (503 with Retry-After), a slow
 reader dropped while the server stays fine, bad ids, shutdown with open streams; and the cursor
@@ -699,7 +699,7 @@ if __name__ == "__main__":
 
 
 class LiveThousandStreamsTest(TallyTestCase):
-    """1 000 open streams are held with bounded memory (issue 16): the server's resident size grows
+    """1 000 open streams are held with bounded memory: the server's resident size grows
     by a bounded amount per stream, every stream gets its updates, and closing them gives the
     slots back."""
 
@@ -759,7 +759,7 @@ class LiveThousandStreamsTest(TallyTestCase):
 
 
 class LiveLargestFirstEventsTest(TallyTestCase):
-    """One stream serves 100 items (API.md): with 16 kinds of 32-byte names and long ids, the first
+    """One stream serves 100 items (docs/api.md): with 16 kinds of 32-byte names and long ids, the first
     events (~75 KB at once) are not taken for a slow reader (found in review: it was dropped)."""
 
     def test_hundred_long_ids_sixteen_kinds(self):

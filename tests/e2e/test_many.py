@@ -1,4 +1,4 @@
-"""--reaction-mode many (API.md § "Several reactions per user"): a user holds a set of kinds per
+"""--reaction-mode many (docs/api.md § "Several reactions per user"): a user holds a set of kinds per
 item, as on GitHub or Slack. Every guarantee of one mode holds per (user, item): versions rise by
 one per real change, Idempotency-Key replays and 409s, If-Match 412 with the set, recount drift 0,
 kill -9 safety. Runs on both stores (TALLY_STORE=pg: PostgreSQL)."""

@@ -1,4 +1,4 @@
-"""Operations, per API.md (Change feed, Operations) and the operator's tool `build/tally`:
+"""Operations, per docs/api.md (Change feed, Operations) and the operator's tool `build/tally`:
 GET /metrics, GET /v1/changes (paging, long polling, retention), POST /v1/admin/recount,
 `tally stats|verify|backup|token`.
 

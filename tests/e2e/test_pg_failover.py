@@ -1,4 +1,4 @@
-"""Crashes under write load with Idempotency-Keys, on PostgreSQL (issue 13). Runs only with
+"""Crashes under write load with Idempotency-Keys, on PostgreSQL. Runs only with
 TALLY_STORE=pg.
 
 - kill -9 of one of two tallyd nodes (the run's cluster);

@@ -1,4 +1,4 @@
-"""Several tallyd nodes on one PostgreSQL database (API.md § Running on PostgreSQL): every rule
+"""Several tallyd nodes on one PostgreSQL database (docs/api.md § Running on PostgreSQL): every rule
 holds across them as for one server. Runs only with TALLY_STORE=pg.
 
 - a double click split over two nodes counts once;
@@ -355,7 +355,7 @@ class TwoNodesTest(NodesCase):
                                           FAST + [flag, value])
                 if rc == 2 and re.search(r"(?i)%s: unknown flag" % re.escape(flag), err):
                     # like server_without_rate_limit: a tallyd without the feature at all has
-                    # no value of it to disagree on (API.md describes it; this build lacks it)
+                    # no value of it to disagree on (the API describes it; this build lacks it)
                     self.skipTest("this tallyd has no %s flag" % flag)
                 self.assertEqual(rc, 1, "a node with %s %s beside the others\nstdout=%r\nstderr=%s"
                                  % (flag, value, out, tail(err)))

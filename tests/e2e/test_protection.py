@@ -1,4 +1,4 @@
-"""Protection, per API.md (Limits) and the flags of `tallyd --help`: the per-user write rate
+"""Protection, per docs/api.md (Limits) and the flags of `tallyd --help`: the per-user write rate
 limit (--rate-limit), the per-address limit on reads without a user (--read-rate-limit), CORS
 (--cors-origin, preflight), the connection limit (--max-connections) and the writer queue
 limit (--queue-max).

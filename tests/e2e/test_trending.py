@@ -1,4 +1,4 @@
-"""Trending and hot items, per API.md (Trending and hot items) and `tallyd --help`
+"""Trending and hot items, per docs/api.md (Trending and hot items) and `tallyd --help`
 (--trending-capacity: the error bound is events/K; --hot-threshold).
 
 GET /v1/trending is public: the largest net gain of a kind in a window (1m, 1h, 24h), with
@@ -326,7 +326,7 @@ class TrendingTest(TrendCase):
                     self.assertEqual(after, doc, "trending after a graceful restart")
 
     def test_kill9_keeps_1h(self):
-        # not in API.md's words, but the design persists the open buckets with the log cursor
+        # not in the API's words, but the design persists the open buckets with the log cursor
         # and replays the log after it: a crash must not lose or double a gain either
         with Server(args=["--rate-limit", "off"]) as s:
             items, ghost, seqs = self.skewed(uid("k9"), n_items=10)

@@ -1,4 +1,4 @@
-"""Webhooks (API.md § "Webhooks (admin)"), against a real receiver: a python http.server on
+"""Webhooks (docs/api.md § "Webhooks (admin)"), against a real receiver: a python http.server on
 127.0.0.1 in a thread that answers 200, fails with 500, hangs past --webhook-timeout, answers
 slowly or redirects.
 

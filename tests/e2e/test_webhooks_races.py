@@ -1,4 +1,4 @@
-"""Webhook admin writes that race (API.md § "Webhooks (admin)"): the decision of each change (the
+"""Webhook admin writes that race (docs/api.md § "Webhooks (admin)"): the decision of each change (the
 limit of 64 webhooks, the webhook still existing, the secret in force) is made by the writer in
 its transaction, so concurrent requests never decide from the same stale view. On PostgreSQL the
 same with the requests split over two nodes of one database. Also /metrics while a receiver hangs

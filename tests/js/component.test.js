@@ -1,4 +1,4 @@
-// component.test.js — <tally-reactions> in headless Chromium against API.md's shapes for what this
+// component.test.js — <tally-reactions> in headless Chromium against the API's shapes (docs/api.md) for what this
 // build does not serve yet: many mode (arrays `reactions`, `reactors`) and live counts over
 // GET /v1/live (server-sent events). The page and its scripts come from a real tallyd; the API
 // answers are played by the test (playwright's page.route), as the contract writes them.

@@ -1,4 +1,6 @@
-/* test_store.c — the LMDB store and the pipeline fold, on a temporary directory. */
+/* test_store.c — what is the embedded (LMDB) store's own, on a temporary directory: its key order,
+ * kinds added, schema upgrades, a full map, foreign directories, the journal and its epochs, and the
+ * pipeline's fold on it. What every store promises is tested in test_seam.c, on both stores. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -401,84 +403,6 @@ static void test_rows_log_fold(const char *dir)
           counts[1] == 0);
     CHECK(store_read_row(r, SPAN_LIT("viral"), SPAN_LIT("u0"), &row) == STORE_OK && row.set == kindset_of(2));
     store_read_end(r);
-    store_close(s);
-}
-
-static void test_idem(const char *dir)
-{
-    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
-    CHECK(s != NULL);
-    if (!s)
-        return;
-    store_write_t *w;
-    store_idem_t rec = {
-        .expires_ms = 5000, .status = 200, .type = 0, .has_etag = 1, .etag_version = 7, .body = SPAN_LIT("{\"ok\":1}")};
-    memset(rec.fingerprint, 0xab, sizeof rec.fingerprint);
-    CHECK(store_write_begin(s, &w) == STORE_OK);
-    CHECK(store_idem_put(w, SPAN_LIT("u1"), SPAN_LIT("k1"), &rec) == STORE_OK);
-    rec.expires_ms = 9000;
-    CHECK(store_idem_put(w, SPAN_LIT("u2"), SPAN_LIT("k1"), &rec) == STORE_OK);
-    store_idem_t got;
-    CHECK(store_idem_get(w, SPAN_LIT("u1"), SPAN_LIT("k1"), &got) == STORE_OK);
-    CHECK(got.expires_ms == 5000 && got.status == 200 && got.etag_version == 7 && span_eq_str(got.body, "{\"ok\":1}"));
-    CHECK(store_idem_get(w, SPAN_LIT("u1"), SPAN_LIT("k2"), &got) == STORE_NOTFOUND);
-    CHECK(store_idem_get(w, SPAN_LIT("u"), SPAN_LIT("1k1"), &got) == STORE_NOTFOUND); /* keys are length-prefixed */
-    size_t deleted;
-    CHECK(store_idem_sweep(w, 4999, 10, &deleted) == STORE_OK && deleted == 0);
-    CHECK(store_idem_sweep(w, 5000, 10, &deleted) == STORE_OK && deleted == 1);
-    CHECK(store_idem_get(w, SPAN_LIT("u1"), SPAN_LIT("k1"), &got) == STORE_NOTFOUND);
-    CHECK(store_idem_get(w, SPAN_LIT("u2"), SPAN_LIT("k1"), &got) == STORE_OK);
-    /* Replacing a record moves its expiry: the old index entry must not delete the new record. */
-    rec.expires_ms = 20000;
-    CHECK(store_idem_put(w, SPAN_LIT("u2"), SPAN_LIT("k1"), &rec) == STORE_OK);
-    CHECK(store_idem_sweep(w, 10000, 10, &deleted) == STORE_OK && deleted == 0);
-    CHECK(store_idem_get(w, SPAN_LIT("u2"), SPAN_LIT("k1"), &got) == STORE_OK && got.expires_ms == 20000);
-    CHECK(store_write_commit(w) == STORE_OK);
-    store_close(s);
-}
-
-typedef struct {
-    char keys[4][32];
-    size_t n;
-} aux_seen_t;
-
-static int aux_see(void *arg, span_t key, span_t value)
-{
-    (void)value;
-    aux_seen_t *a = arg;
-    if (a->n < 4 && key.len < sizeof a->keys[0]) {
-        memcpy(a->keys[a->n], key.ptr, key.len);
-        a->keys[a->n][key.len] = '\0';
-    }
-    a->n++;
-    return 0;
-}
-
-/* A decision in a write transaction reads the records as that transaction sees them: its own puts
- * and deletions included, the prefix's only, in key order. */
-static void test_aux_read_locked(const char *dir)
-{
-    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
-    CHECK(s != NULL);
-    if (!s)
-        return;
-    store_write_t *w;
-    CHECK(store_write_begin(s, &w) == STORE_OK);
-    CHECK(store_aux_put(w, SPAN_LIT("webhook/b/d"), SPAN_LIT("{}")) == STORE_OK);
-    CHECK(store_aux_put(w, SPAN_LIT("webhook/a/d"), SPAN_LIT("{}")) == STORE_OK);
-    CHECK(store_aux_put(w, SPAN_LIT("other/x"), SPAN_LIT("{}")) == STORE_OK);
-    aux_seen_t seen = {0};
-    CHECK(store_aux_read_locked(w, SPAN_LIT("webhook/"), aux_see, &seen) == STORE_OK);
-    CHECK(seen.n == 2 && strcmp(seen.keys[0], "webhook/a/d") == 0 && strcmp(seen.keys[1], "webhook/b/d") == 0);
-    CHECK(store_aux_delete_range(w, SPAN_LIT("webhook/a/"), SPAN_LIT("webhook/a0")) == STORE_OK);
-    seen = (aux_seen_t){0};
-    CHECK(store_aux_read_locked(w, SPAN_LIT("webhook/"), aux_see, &seen) == STORE_OK);
-    CHECK(seen.n == 1 && strcmp(seen.keys[0], "webhook/b/d") == 0);
-    CHECK(store_write_commit(w) == STORE_OK);
-    CHECK(store_write_begin(s, &w) == STORE_OK); /* committed: the next transaction reads the same */
-    seen = (aux_seen_t){0};
-    CHECK(store_aux_read_locked(w, SPAN_LIT("webhook/"), aux_see, &seen) == STORE_OK && seen.n == 1);
-    store_write_abort(w);
     store_close(s);
 }
 
@@ -1555,8 +1479,6 @@ void test_store(void)
     char dir[600];
     snprintf(dir, sizeof dir, "%s/a", base);
     test_rows_log_fold(dir);
-    snprintf(dir, sizeof dir, "%s/b", base);
-    test_idem(dir);
     snprintf(dir, sizeof dir, "%s/c", base);
     test_full(dir);
     snprintf(dir, sizeof dir, "%s/d", base);
@@ -1574,8 +1496,6 @@ void test_store(void)
     test_sets(dir);
     snprintf(dir, sizeof dir, "%s/lists", base);
     test_lists(dir);
-    snprintf(dir, sizeof dir, "%s/aux", base);
-    test_aux_read_locked(dir);
     test_journal(base);
     test_journal_keeps_the_base(base);
     test_epochs(base);

@@ -28,6 +28,7 @@ void test_router_lists(void);
 void test_list_change(void);
 void test_answer(void);
 void test_store(void);
+void test_seam(void);
 void test_jwt(void);
 void test_idp(void);
 void test_itemmap(void);

@@ -51,8 +51,10 @@ size_t lmdb_pair_key(char buf[KEY_BUF_LEN], span_t a, span_t b)
 {
     assert(a.len <= 255 && b.len <= 255);
     buf[0] = (char)a.len;
-    memcpy(buf + 1, a.ptr, a.len);
-    memcpy(buf + 1 + a.len, b.ptr, b.len);
+    if (a.len) /* an empty span may have no pointer (memcpy's arguments must not be NULL) */
+        memcpy(buf + 1, a.ptr, a.len);
+    if (b.len)
+        memcpy(buf + 1 + a.len, b.ptr, b.len);
     return 1 + a.len + b.len;
 }
 

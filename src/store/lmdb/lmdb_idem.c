@@ -1,4 +1,4 @@
-/* store_lmdb_idem.c — idempotency records of the LMDB store: the records keyed (user, key), their
+/* lmdb_idem.c — idempotency records of the LMDB store: the records keyed (user, key), their
  * expiry index in time order (exactly one entry per record), the sweep, and erasure of a user's
  * records. The same database holds the user index's entries (lmdb_lists.c) under each user's prefix,
  * marked by LMDB_LIST_TAG: every walk here steps over them. */

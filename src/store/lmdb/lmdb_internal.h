@@ -70,7 +70,7 @@ typedef struct {
     _Atomic int start_error;
 } lmdb_journal_t;
 
-/* Epochs (lmdb_store.c): while more batches wait, the writer's batches are committed into one LMDB
+/* Epochs (lmdb_write.c): while more batches wait, the writer's batches are committed into one LMDB
  * transaction, each as a child of it, each durable by its own journal record and answered at once;
  * LMDB commits the epoch when nothing more waits, or after this long or this many record bytes, so
  * that a page the batches share is copied and written once for all of them. Only with this much of

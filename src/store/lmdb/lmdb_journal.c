@@ -1,5 +1,5 @@
-/* lmdb_journal.c — where the embedded store's durability comes from (DESIGN.md § Durability may come
- * from a journal). Each write transaction's changes (puts, deletes, a database emptied) are kept as it
+/* lmdb_journal.c — where the embedded store's durability comes from (docs/architecture.md,
+ * "Durability: the journal"). Each write transaction's changes (puts, deletes, a database emptied) are kept as it
  * runs; at its commit they are appended to a journal file as one record and synced (one sequential
  * write), and only then is the LMDB transaction committed, without a sync of its own (MDB_NOSYNC):
  * readers see a batch only once it is durable, and the B-tree's pages reach the disk later, many

@@ -1,5 +1,5 @@
 /* lmdb_overlay.c — the rows of an epoch's batches, for readers, until LMDB's commit of the epoch
- * shows them (lmdb_store.c, "epochs"). Each batch of an epoch is durable (its journal record) and
+ * shows them (lmdb_write.c, "epochs"). Each batch of an epoch is durable (its journal record) and
  * answered before the epoch's one LMDB commit: a reader's snapshot does not have it yet, so
  * store_read_row looks here first. Only rows: everything else a batch changes (counts, lists, the
  * change feed) may lag a moment, as the counts may; a row never does, so a client reads its own

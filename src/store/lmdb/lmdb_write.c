@@ -54,6 +54,8 @@ int lmdb_epoch_commit(lmdb_store_t *s)
 {
     if (!s->epoch)
         return MDB_SUCCESS;
+    /* the epoch is an LMDB write transaction: only the thread that began it (the writer) may end it */
+    assert(pthread_equal(s->write.thread, pthread_self()));
     uint64_t txnid = (uint64_t)mdb_txn_id(s->epoch);
     bool changed = s->epoch_parts > 0;
     int rc = mdb_txn_commit(s->epoch);
@@ -98,6 +100,8 @@ int lmdb_write_begin(store_t *s_, store_write_t **out)
     lmdb_store_t *s = (lmdb_store_t *)s_;
     struct lmdb_write *w = &s->write;
     assert(!w->active);
+    /* a batch inside the open epoch is a child of its LMDB transaction: the writer thread's */
+    assert(!s->epoch || pthread_equal(w->thread, pthread_self()));
     if (s->visitor) {
         log_line("level=error event=write-refused reason=\"another process owns the store\"");
         return STORE_ERROR;

@@ -1,9 +1,11 @@
 /* pg_internal.h — what the files of the PostgreSQL store share: its structs, the connection and
- * statement helpers, the row and idempotency caches of a write transaction. Only the files of src/store/pg
- * include it; nothing above the seam includes libpq. */
+ * statement helpers and the row and idempotency caches of a write transaction (pg_codec.c, the floor
+ * below the other files), and the few calls between its files. Only the files of src/store/pg include
+ * it; nothing above the seam includes libpq. */
 #ifndef TALLY_STORE_PG_INTERNAL_H
 #define TALLY_STORE_PG_INTERNAL_H
 
+#include <assert.h>
 #include <libpq-fe.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -78,7 +80,8 @@ struct pg_write {
     pg_store_t *store;
     pg_session_t *sess; /* the connection it runs on */
     bool active, began;
-    bool piped; /* pg_wrun sends into a pipeline (at commit) instead of waiting for each result */
+    pthread_t thread; /* the one that began it: only it may use the transaction (one connection, one user) */
+    bool piped;       /* pg_wrun sends into a pipeline (at commit) instead of waiting for each result */
     size_t piped_count;
     size_t log_result; /* the log statement's place among the pipeline's results (from 1); 0: none */
     pg_cache_t rows, idem;
@@ -92,6 +95,10 @@ struct pg_write {
     PGresult *fold_log; /* the log entries after the checkpoint, read with the batch's rows (prepare) */
     size_t fold_scan;   /* how many fold_log asked for */
 };
+
+/* A write transaction's calls: it is open, and used on the thread that began it. Cheap, so kept in
+ * release builds (asserts are not compiled out here), as LMDB_WRITE_CHECK is. */
+#define PG_WRITE_CHECK(w) assert((w)->active &&pthread_equal((w)->thread, pthread_self()))
 
 struct pg_read {
     store_read_t base;
@@ -146,6 +153,8 @@ int pg_run(pg_store_t *s, PGconn *conn, const char *what, const char *sql, int n
 /* A write session's connection, reconnected (and the leadership dropped) when it was lost; NULL
  * while the server cannot be reached. */
 PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess);
+/* A new connection for sess, set up (NULL, with err said, when either step failed). */
+PGconn *pg_session_connect(pg_store_t *s, pg_session_t *sess, char *err, size_t errlen);
 /* Drops a session's connection (and the fold lock with it): the next use connects again. */
 void pg_session_drop(pg_session_t *sess);
 
@@ -171,6 +180,12 @@ void pg_buf_int_elem(pg_buf_t *b, long long v);
 void pg_buf_open(pg_buf_t *b);  /* "{" */
 void pg_buf_close(pg_buf_t *b); /* "}" and a terminating NUL */
 void pg_buf_free(pg_buf_t *b);
+
+/* Statements' text parameters: a number (above INT64_MAX, "no limit", as INT64_MAX, which fits a
+ * bigint) and an id (at most ID_MAX_LEN bytes, NUL-terminated). */
+#define PG_NUM_LEN 24
+void pg_num(char out[PG_NUM_LEN], uint64_t v);
+void pg_cstr(char out[ID_MAX_LEN + 1], span_t s);
 
 /* A fingerprint from its hex text; -1 (logged as corrupt) when it is not. */
 int pg_hex_fingerprint(const char *hex, size_t len, uint8_t out[FINGERPRINT_LEN]);
@@ -219,6 +234,16 @@ STORE_OPS(PG_DECLARE_OP, PG_DECLARE_PROC)
 PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params, int *rc);
 int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params);
 
+/* Locks the record (user, key), not named by store_write_prepare, into w's cache: absent when it
+ * does not exist (pg_write.c). */
+int pg_idem_lock(pg_write_t *w, span_t user, span_t key);
+
+/* The auxiliary records whose key starts with p[0], in key order, to fn; on conn, in whatever
+ * transaction it is in (a snapshot's, a write transaction's). */
+int pg_aux_rows(pg_store_t *s, PGconn *conn, const char *what, const char *const p[1], store_aux_fn fn, void *arg);
+/* Runs sql, a DELETE whose one row is the count of what it deleted, in w: *deleted. */
+int pg_count_deleted(pg_write_t *w, const char *what, const char *sql, int n, const char *const *p, size_t *deleted);
+
 /* Runs a read in r's snapshot (a repeatable-read transaction begun before its first statement). */
 PGresult *pg_rexec(pg_read_t *r, const char *what, const char *sql, int n, const char *const *params, int *rc);
 
@@ -234,8 +259,6 @@ typedef enum {
     PG_READ_LIST_ANY_BY_USER,
     PG_READ_STMTS
 } pg_read_stmt_t;
-/* pg_lists.c */
-extern const char PG_LIST_BY_ITEM_SQL[], PG_LIST_BY_USER_SQL[], PG_LIST_ANY_BY_ITEM_SQL[], PG_LIST_ANY_BY_USER_SQL[];
 PGresult *pg_rexec_prepared(pg_read_t *r, const char *what, pg_read_stmt_t stmt, int n, const char *const *params,
                             int *rc);
 

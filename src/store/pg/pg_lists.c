@@ -9,26 +9,9 @@
  * and the fold holds the checkpoint's row lock: one writer at a time, in one log order. */
 #include "store/pg/pg_internal.h"
 
-#include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/clock.h"
-
-#define NUM_LEN 24
-
-static void num(char out[NUM_LEN], uint64_t v)
-{
-    snprintf(out, NUM_LEN, "%" PRIu64, v > INT64_MAX ? (uint64_t)INT64_MAX : v);
-}
-
-static void cstr(char out[ID_MAX_LEN + 1], span_t s)
-{
-    snprintf(out, ID_MAX_LEN + 1, "%.*s", (int)(s.len > ID_MAX_LEN ? ID_MAX_LEN : s.len), s.ptr);
-}
-
-/* Disk-code bits of a set of configured codes (bit d for code d). */
 static uint32_t db_bits(const pg_store_t *s, kindset_t set)
 {
     uint32_t db = 0;
@@ -41,6 +24,7 @@ static uint32_t db_bits(const pg_store_t *s, kindset_t set)
 
 int pg_list_apply(store_write_t *w_, span_t item, span_t user, const list_change_t *c)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     listmap_entry_t *e = listmap_get(&w->lists, item, user);
     if (!e)
@@ -143,6 +127,7 @@ const char *const PG_LISTS_BUILD_SQL[PG_LISTS_BUILD_STEPS] = {
 
 int pg_lists_rebuild(store_write_t *w_)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     int rc = STORE_OK;
     for (int i = 0; rc == STORE_OK && i < PG_LISTS_BUILD_STEPS; i++)
@@ -150,26 +135,7 @@ int pg_lists_rebuild(store_write_t *w_)
     return rc;
 }
 
-/* --- pages --- */
-
-/* A page of a list: (seq, name) below the cursor (with no cursor, below the largest position and "",
- * i.e. all); the page first (one backwards range scan of one index, with its LIMIT), then, for a page
- * of one kind, each entry's pair's kind-0 row (a primary-key lookup) for the set; a page of any kind
- * reads kind-0 rows, which hold it. Prepared on every reader connection. */
-/* The page's range of one index: key = $1, kind = $2, (seq, other) below ($3, $4), newest first,
- * $5 of them. */
-#define LIST_RANGE(key, other)                                                                                         \
-    " FROM tally_lists WHERE " key " = $1 AND kind = $2 AND (seq, " other ") < ($3::bigint, $4::text COLLATE \"C\")"   \
-    " ORDER BY seq DESC, " other " DESC LIMIT $5"
-#define LIST_ANY(key, other) "SELECT " other ", seq, at_ms, kinds" LIST_RANGE(key, other)
-#define LIST_KIND(key, other)                                                                                          \
-    "SELECT l." other ", l.seq, l.at_ms, a.kinds FROM (SELECT item, \"user\", seq, at_ms" LIST_RANGE(                  \
-        key, other) ") l JOIN tally_lists a ON a.item = l.item AND a.\"user\" = l.\"user\" AND a.kind = 0"             \
-                    " ORDER BY l.seq DESC, l." other " DESC"
-const char PG_LIST_ANY_BY_ITEM_SQL[] = LIST_ANY("item", "\"user\"");
-const char PG_LIST_ANY_BY_USER_SQL[] = LIST_ANY("\"user\"", "item");
-const char PG_LIST_BY_ITEM_SQL[] = LIST_KIND("item", "\"user\"");
-const char PG_LIST_BY_USER_SQL[] = LIST_KIND("\"user\"", "item");
+/* --- pages (their statements are prepared on every reader connection: pg_codec.c) --- */
 
 int pg_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn fn, void *arg)
 {
@@ -177,12 +143,12 @@ int pg_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn fn
     const pg_store_t *s = r->store;
     if (q->kind < 0 || q->kind > s->kinds.count)
         return STORE_ERROR;
-    char key[ID_MAX_LEN + 1], name[ID_MAX_LEN + 1], kind[NUM_LEN], seq[NUM_LEN], limit[NUM_LEN];
-    cstr(key, q->key);
-    cstr(name, q->has_cursor ? q->name : (span_t){"", 0});
-    num(kind, q->kind == KIND_NONE ? 0 : (uint64_t)s->cfg_to_db[q->kind]);
-    num(seq, q->has_cursor ? q->seq : UINT64_MAX);
-    num(limit, q->limit);
+    char key[ID_MAX_LEN + 1], name[ID_MAX_LEN + 1], kind[PG_NUM_LEN], seq[PG_NUM_LEN], limit[PG_NUM_LEN];
+    pg_cstr(key, q->key);
+    pg_cstr(name, q->has_cursor ? q->name : (span_t){"", 0});
+    pg_num(kind, q->kind == KIND_NONE ? 0 : (uint64_t)s->cfg_to_db[q->kind]);
+    pg_num(seq, q->has_cursor ? q->seq : UINT64_MAX);
+    pg_num(limit, q->limit);
     const char *p[] = {key, kind, seq, name, limit};
     int rc;
     PGresult *res =
@@ -215,7 +181,7 @@ int pg_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expe
     if (item.len == 0)
         return STORE_OK; /* one table holds both indexes: they cannot disagree */
     char it[ID_MAX_LEN + 1];
-    cstr(it, item);
+    pg_cstr(it, item);
     const char *p[] = {it};
     int rc;
     PGresult *rows =
@@ -255,4 +221,66 @@ int pg_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expe
     PQclear(rows);
     PQclear(lists);
     return STORE_OK;
+}
+
+/* --- the walks that erase an item or a user (the writer's) --- */
+
+/* Rows of one walk, locked and cached for the row reads that follow, then handed to fn. */
+static int walk(pg_write_t *w, const char *sql, span_t fixed, span_t after, size_t limit, int name_col,
+                store_name_fn fn, void *arg, size_t *visited, char *last, size_t *last_len)
+{
+    char f[ID_MAX_LEN + 1], a[ID_MAX_LEN + 1], l[PG_NUM_LEN];
+    pg_cstr(f, fixed);
+    pg_cstr(a, after);
+    pg_num(l, limit);
+    const char *p[] = {f, a, l};
+    int rc;
+    *visited = 0;
+    PGresult *res = pg_wexec(w, "walk", sql, 3, p, &rc);
+    if (!res)
+        return rc;
+    int n = PQntuples(res);
+    for (int i = 0; i < n; i++) { /* columns: item, user, kind, version */
+        span_t item = {PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)};
+        span_t user = {PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)};
+        pg_entry_t *e = pg_cache_find(&w->rows, item, user);
+        if (!e && (e = pg_cache_put(&w->rows, item, user))) {
+            e->row.set = pg_cfg_set(w->store, strtol(PQgetvalue(res, i, 2), NULL, 10));
+            e->row.version = strtoull(PQgetvalue(res, i, 3), NULL, 10);
+            e->present = e->stored = true;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        (*visited)++;
+        span_t name = {PQgetvalue(res, i, name_col), (size_t)PQgetlength(res, i, name_col)};
+        if (last) {
+            memcpy(last, name.ptr, name.len);
+            *last_len = name.len;
+        }
+        if (fn(arg, name) != 0)
+            break;
+    }
+    PQclear(res);
+    return STORE_OK;
+}
+
+int pg_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
+                  size_t *visited)
+{
+    PG_WRITE_CHECK((pg_write_t *)w_);
+    return walk((pg_write_t *)w_,
+                "SELECT item, \"user\", kind, version FROM tally_rows WHERE item = $1 AND \"user\" > $2 AND kind <> 0"
+                " ORDER BY \"user\" LIMIT $3 FOR UPDATE",
+                item, after, limit, 1, fn, arg, visited, NULL, NULL);
+}
+
+int pg_user_items(store_write_t *w_, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
+                  size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
+{
+    PG_WRITE_CHECK((pg_write_t *)w_);
+    *last_len = 0;
+    return walk((pg_write_t *)w_,
+                "SELECT item, \"user\", kind, version FROM tally_rows WHERE \"user\" = $1 AND item > $2 AND kind <> 0"
+                " ORDER BY item LIMIT $3 FOR UPDATE",
+                user, after, limit, 0, fn, arg, visited, last, last_len);
 }

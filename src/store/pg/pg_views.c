@@ -1,28 +1,159 @@
-/* pg_views.c — the PostgreSQL store's views (the log, recount's truth, walks, statistics,
- * auxiliary records) and the writer's walks and prunes. */
+/* pg_views.c — the PostgreSQL store's reads, and only reads: snapshots (a repeatable-read transaction
+ * on a pooled connection, or one statement), the counts and rows, a feed page, the log, the
+ * checkpoint, recount's truth, walks of the items and rows, statistics, auxiliary records. */
 #include "store/pg/pg_internal.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NUM_LEN 24
 #define STATS_EXACT_MAX "100000"
 /* The number of rows of table (count(what)), exact while the table is small. */
 #define PG_COUNT(table, what)                                                                                          \
     "(SELECT CASE WHEN reltuples >= " STATS_EXACT_MAX " THEN reltuples::bigint ELSE (SELECT count(" what               \
     ") FROM " table ") END FROM pg_class WHERE oid = '" table "'::regclass)"
 
-static void num(char out[NUM_LEN], uint64_t v)
+/* --- snapshots: a repeatable-read transaction on a pooled connection, begun at the first read --- */
+
+int pg_read_begin(store_t *s_, store_read_t **out)
 {
-    snprintf(out, NUM_LEN, "%" PRIu64, v > INT64_MAX ? (uint64_t)INT64_MAX : v); /* "no limit" fits a bigint */
+    pg_store_t *s = (pg_store_t *)s_;
+    pg_read_t *r = calloc(1, sizeof *r);
+    if (!r)
+        return STORE_ERROR;
+    r->base.ops = &pg_store_ops;
+    r->store = s;
+    if (!(r->conn = pg_pool_take(s, &r->epoch))) {
+        free(r);
+        return STORE_UNAVAILABLE;
+    }
+    *out = &r->base;
+    return STORE_OK;
 }
 
-static void cstr(char out[ID_MAX_LEN + 1], span_t s)
+int pg_read_begin_single(store_t *s_, store_read_t **out)
 {
-    snprintf(out, ID_MAX_LEN + 1, "%.*s", (int)(s.len > ID_MAX_LEN ? ID_MAX_LEN : s.len), s.ptr);
+    int rc = pg_read_begin(s_, out);
+    if (rc == STORE_OK)
+        ((pg_read_t *)*out)->single = true;
+    return rc;
 }
+
+void pg_read_end(store_read_t *r_)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    /* The COMMIT's answer is read by the connection's next user (pg_pool_take): a read-only
+     * snapshot has nothing to wait for, and a reader answers its client sooner. */
+    if (r->began && !PQsendQuery(r->conn, "COMMIT")) {
+        PQfinish(r->conn);
+        r->conn = NULL;
+    }
+    pg_pool_give(r->store, r->conn, r->epoch);
+    free(r);
+}
+
+/* One counts row into counts: a kind's, or (disk code 0) the reactors', kept in many mode only. */
+static void counts_row(const pg_store_t *s, long db, int64_t n, int64_t counts[KINDS_MAX + 1])
+{
+    if (db == 0 && s->kinds.mode == REACTION_MODE_MANY)
+        counts[KIND_NONE] = n;
+    else if (db > 0 && db <= s->db_kinds) {
+        counts[s->db_to_cfg[db]] = n;
+        if (s->kinds.mode == REACTION_MODE_ONE) /* one kind per user: the reactors are the sum */
+            counts[KIND_NONE] += n;
+    }
+}
+
+static void counts_fill(const pg_store_t *s, const PGresult *res, int kind_col, int n_col,
+                        int64_t counts[KINDS_MAX + 1])
+{
+    for (int i = 0; i < PQntuples(res); i++)
+        counts_row(s, strtol(PQgetvalue(res, i, kind_col), NULL, 10), strtoll(PQgetvalue(res, i, n_col), NULL, 10),
+                   counts);
+}
+
+int pg_read_counts(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX + 1])
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    char ibuf[ID_MAX_LEN + 1];
+    snprintf(ibuf, sizeof ibuf, "%.*s", (int)item.len, item.ptr);
+    const char *p[] = {ibuf};
+    int rc;
+    memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
+    PGresult *res = pg_rexec(r, "read-counts", "SELECT kind, n FROM tally_counts WHERE item = $1", 1, p, &rc);
+    if (!res)
+        return rc;
+    counts_fill(r->store, res, 0, 1, counts);
+    PQclear(res);
+    return STORE_OK;
+}
+
+int pg_read_row(store_read_t *r_, span_t item, span_t user, reaction_row_t *row)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    char ibuf[ID_MAX_LEN + 1], ubuf[ID_MAX_LEN + 1];
+    snprintf(ibuf, sizeof ibuf, "%.*s", (int)item.len, item.ptr);
+    snprintf(ubuf, sizeof ubuf, "%.*s", (int)user.len, user.ptr);
+    const char *p[] = {ibuf, ubuf};
+    int rc;
+    *row = (reaction_row_t){KINDSET_EMPTY, 0};
+    PGresult *res =
+        pg_rexec(r, "read-row", "SELECT kind, version FROM tally_rows WHERE item = $1 AND \"user\" = $2", 2, p, &rc);
+    if (!res)
+        return rc;
+    if (PQntuples(res) == 1) {
+        row->set = pg_cfg_set(r->store, strtol(PQgetvalue(res, 0, 0), NULL, 10));
+        row->version = strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+    }
+    PQclear(res);
+    return STORE_OK;
+}
+
+/* A feed page in one round trip: the snapshot's BEGIN (when this is its first read) and the
+ * prepared statement, pipelined. */
+int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                 reaction_row_t *rows)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    pg_store_t *s = r->store;
+    pg_buf_t list = {0};
+    char who[ID_MAX_LEN + 1];
+    snprintf(who, sizeof who, "%.*s", (int)(user.len < ID_MAX_LEN ? user.len : ID_MAX_LEN), user.ptr);
+    pg_buf_open(&list);
+    for (size_t i = 0; i < n; i++) {
+        memset(counts[i], 0, sizeof counts[i]);
+        if (user.len)
+            rows[i] = (reaction_row_t){KINDSET_EMPTY, 0};
+        pg_buf_text_elem(&list, items[i].ptr, items[i].len);
+    }
+    pg_buf_close(&list);
+    if (list.failed) {
+        pg_buf_free(&list);
+        return STORE_ERROR;
+    }
+    const char *p[] = {list.buf, who};
+    int rc;
+    PGresult *res =
+        pg_rexec_prepared(r, "read-many", user.len ? PG_READ_PAGE_USER : PG_READ_PAGE, user.len ? 2 : 1, p, &rc);
+    pg_buf_free(&list);
+    for (int t = 0; res && t < PQntuples(res); t++) {
+        span_t item = {PQgetvalue(res, t, 1), (size_t)PQgetlength(res, t, 1)};
+        long db = strtol(PQgetvalue(res, t, 2), NULL, 10);
+        long long v = strtoll(PQgetvalue(res, t, 3), NULL, 10);
+        for (size_t i = 0; i < n; i++) { /* an id may be asked twice */
+            if (!span_eq(items[i], item))
+                continue;
+            if (PQgetvalue(res, t, 0)[0] == '0')
+                counts_row(s, db, v, counts[i]);
+            else if (PQgetvalue(res, t, 0)[0] == '1')
+                rows[i] = (reaction_row_t){pg_cfg_set(s, db), (uint64_t)v};
+        }
+    }
+    PQclear(res);
+    return rc;
+}
+
+/* --- the log, the checkpoint, recount's truth, walks, statistics, auxiliary records --- */
 
 /* The first row of a query of ncols numbers, in r's snapshot (zeros when there is no row). */
 static int read_numbers(pg_read_t *r, const char *what, const char *sql, int n, const char *const *params,
@@ -47,10 +178,10 @@ int pg_read_checkpoint(store_read_t *r_, uint64_t *seq)
 int pg_read_log(store_read_t *r_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
     pg_read_t *r = (pg_read_t *)r_;
-    char a[NUM_LEN], l[NUM_LEN], h[NUM_LEN];
-    num(a, after);
-    num(l, limit);
-    num(h, pg_log_range_end(after, limit));
+    char a[PG_NUM_LEN], l[PG_NUM_LEN], h[PG_NUM_LEN];
+    pg_num(a, after);
+    pg_num(l, limit);
+    pg_num(h, pg_log_range_end(after, limit));
     const char *p[] = {a, l, h};
     int rc;
     PGresult *res = pg_rexec(r, "read-log", PG_LOG_RANGE_SQL, 3, p, &rc);
@@ -77,7 +208,7 @@ int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX +
 {
     pg_read_t *r = (pg_read_t *)r_;
     char ibuf[ID_MAX_LEN + 1];
-    cstr(ibuf, item);
+    pg_cstr(ibuf, item);
     const char *p[] = {ibuf};
     int rc;
     memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
@@ -100,9 +231,9 @@ int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX +
 int pg_read_items(store_read_t *r_, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited)
 {
     pg_read_t *r = (pg_read_t *)r_;
-    char a[ID_MAX_LEN + 1], l[NUM_LEN];
-    cstr(a, after);
-    num(l, limit);
+    char a[ID_MAX_LEN + 1], l[PG_NUM_LEN];
+    pg_cstr(a, after);
+    pg_num(l, limit);
     const char *p[] = {a, l};
     int rc;
     *visited = 0;
@@ -154,8 +285,8 @@ int pg_read_rows(store_read_t *r_, store_row_fn fn, void *arg)
 
 int pg_read_log_seek(store_read_t *r_, uint64_t at_ms, uint64_t *seq)
 {
-    char a[NUM_LEN];
-    num(a, at_ms);
+    char a[PG_NUM_LEN];
+    pg_num(a, at_ms);
     const char *p[] = {a};
     /* Nodes' clocks differ a little: the first entry at or after at_ms in log order is close enough
      * for what uses it (where trending starts replaying). */
@@ -163,26 +294,6 @@ int pg_read_log_seek(store_read_t *r_, uint64_t at_ms, uint64_t *seq)
                         "SELECT coalesce((SELECT seq FROM tally_log WHERE at_ms >= $1 ORDER BY seq LIMIT 1),"
                         " (SELECT coalesce(max(seq), 0) + 1 FROM tally_log))",
                         1, p, seq, 1);
-}
-
-/* The auxiliary records whose key starts with p[0], in key order, to fn (binary results: the values
- * are bytes); on conn, in whatever transaction it is in. */
-static int aux_rows(pg_store_t *s, PGconn *conn, const char *what, const char *const p[1], store_aux_fn fn, void *arg)
-{
-    pg_count_round_trip(s, conn);
-    PGresult *res = PQexecParams(conn, "SELECT key, value FROM tally_aux WHERE starts_with(key, $1) ORDER BY key", 1,
-                                 NULL, p, NULL, NULL, 1);
-    if (!res || PQresultStatus(res) != PGRES_TUPLES_OK) {
-        int rc = pg_result_rc(s, conn, res, what);
-        PQclear(res);
-        return rc;
-    }
-    for (int i = 0; i < PQntuples(res); i++)
-        if (fn(arg, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
-               (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)}) != 0)
-            break;
-    PQclear(res);
-    return STORE_OK;
 }
 
 int pg_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
@@ -199,7 +310,7 @@ int pg_read_aux(store_read_t *r_, span_t prefix, store_aux_fn fn, void *arg)
             return rc;
         r->began = true;
     }
-    return aux_rows(r->store, r->conn, "read-aux", p, fn, arg);
+    return pg_aux_rows(r->store, r->conn, "read-aux", p, fn, arg);
 }
 
 int pg_stats(store_t *s_, store_stats_t *st)
@@ -246,180 +357,6 @@ int pg_stats(store_t *s_, store_stats_t *st)
         PQclear(res);
     }
     pg_pool_give(s, conn, epoch);
-    return rc;
-}
-
-/* --- the writer's walks (clearing an item or a user) and prunes --- */
-
-/* Rows of one walk, locked and cached for the row reads that follow, then handed to fn. */
-static int walk(pg_write_t *w, const char *sql, span_t fixed, span_t after, size_t limit, int name_col,
-                store_name_fn fn, void *arg, size_t *visited, char *last, size_t *last_len)
-{
-    char f[ID_MAX_LEN + 1], a[ID_MAX_LEN + 1], l[NUM_LEN];
-    cstr(f, fixed);
-    cstr(a, after);
-    num(l, limit);
-    const char *p[] = {f, a, l};
-    int rc;
-    *visited = 0;
-    PGresult *res = pg_wexec(w, "walk", sql, 3, p, &rc);
-    if (!res)
-        return rc;
-    int n = PQntuples(res);
-    for (int i = 0; i < n; i++) { /* columns: item, user, kind, version */
-        span_t item = {PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)};
-        span_t user = {PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)};
-        pg_entry_t *e = pg_cache_find(&w->rows, item, user);
-        if (!e && (e = pg_cache_put(&w->rows, item, user))) {
-            e->row.set = pg_cfg_set(w->store, strtol(PQgetvalue(res, i, 2), NULL, 10));
-            e->row.version = strtoull(PQgetvalue(res, i, 3), NULL, 10);
-            e->present = e->stored = true;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        (*visited)++;
-        span_t name = {PQgetvalue(res, i, name_col), (size_t)PQgetlength(res, i, name_col)};
-        if (last) {
-            memcpy(last, name.ptr, name.len);
-            *last_len = name.len;
-        }
-        if (fn(arg, name) != 0)
-            break;
-    }
-    PQclear(res);
-    return STORE_OK;
-}
-
-int pg_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, store_name_fn fn, void *arg,
-                  size_t *visited)
-{
-    return walk((pg_write_t *)w_,
-                "SELECT item, \"user\", kind, version FROM tally_rows WHERE item = $1 AND \"user\" > $2 AND kind <> 0"
-                " ORDER BY \"user\" LIMIT $3 FOR UPDATE",
-                item, after, limit, 1, fn, arg, visited, NULL, NULL);
-}
-
-int pg_user_items(store_write_t *w_, span_t user, span_t after, size_t limit, store_name_fn fn, void *arg,
-                  size_t *visited, char last[ID_MAX_LEN], size_t *last_len)
-{
-    *last_len = 0;
-    return walk((pg_write_t *)w_,
-                "SELECT item, \"user\", kind, version FROM tally_rows WHERE \"user\" = $1 AND item > $2 AND kind <> 0"
-                " ORDER BY item LIMIT $3 FOR UPDATE",
-                user, after, limit, 0, fn, arg, visited, last, last_len);
-}
-
-static int count_deleted(pg_write_t *w, const char *what, const char *sql, int n, const char *const *p, size_t *deleted)
-{
-    int rc;
-    *deleted = 0;
-    PGresult *res = pg_wexec(w, what, sql, n, p, &rc);
-    if (!res)
-        return rc;
-    *deleted = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
-    PQclear(res);
-    return STORE_OK;
-}
-
-int pg_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *deleted)
-{
-    char u[ID_MAX_LEN + 1], l[NUM_LEN];
-    cstr(u, user);
-    num(l, limit);
-    const char *p[] = {u, l};
-    return count_deleted((pg_write_t *)w_, "delete-user-keys",
-                         "WITH d AS (DELETE FROM tally_idem WHERE \"user\" = $1 AND key IN (SELECT key FROM tally_idem"
-                         " WHERE \"user\" = $1 ORDER BY key LIMIT $2) RETURNING 1) SELECT count(*) FROM d",
-                         2, p, deleted);
-}
-
-int pg_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
-{
-    char u[NUM_LEN], b[NUM_LEN], l[NUM_LEN];
-    num(u, upto_seq);
-    num(b, before_ms > INT64_MAX ? INT64_MAX : before_ms);
-    num(l, limit);
-    const char *p[] = {u, b, l};
-    /* the oldest first, stopping at the first one too young (as on the embedded store) */
-    return count_deleted((pg_write_t *)w_, "log-prune",
-                         "WITH c AS (SELECT seq, at_ms FROM tally_log WHERE seq <= $1 ORDER BY seq LIMIT $3),"
-                         " stop AS (SELECT coalesce(min(seq), 9223372036854775807) AS s FROM c WHERE at_ms >= $2),"
-                         " d AS (DELETE FROM tally_log WHERE seq IN (SELECT seq FROM c, stop WHERE seq < stop.s)"
-                         " RETURNING 1) SELECT count(*) FROM d",
-                         3, p, deleted);
-}
-
-int pg_aux_put(store_write_t *w_, span_t key, span_t value)
-{
-    pg_write_t *w = (pg_write_t *)w_;
-    char k[512];
-    snprintf(k, sizeof k, "%.*s", (int)(key.len < 511 ? key.len : 511), key.ptr);
-    const char *p[] = {k, value.ptr};
-    int lengths[] = {0, (int)value.len}, formats[] = {0, 1};
-    int rc;
-    PQclear(pg_wexec(w, "aux", "SELECT 1", 0, NULL, &rc)); /* begins the transaction */
-    if (rc != STORE_OK)
-        return rc;
-    PGresult *res = PQexecParams(w->sess->conn,
-                                 "INSERT INTO tally_aux VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = "
-                                 "excluded.value",
-                                 2, NULL, p, lengths, formats, 0);
-    rc = res && PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_result_rc(w->store, w->sess->conn, res, "aux");
-    PQclear(res);
-    return rc;
-}
-
-/* A transaction-scoped advisory lock named by the prefix (held to the commit, so the next
- * decider's statement starts after this one's commit is visible: READ COMMITTED), then the records. */
-int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *arg)
-{
-    pg_write_t *w = (pg_write_t *)w_;
-    char pre[512];
-    snprintf(pre, sizeof pre, "%.*s", (int)(prefix.len < 511 ? prefix.len : 511), prefix.ptr);
-    const char *p[] = {pre};
-    int rc = pg_wrun(w, "aux-lock", "SELECT pg_advisory_xact_lock(" PG_LOCK_AUX_SQL ", hashtext($1))", 1, p);
-    if (rc != STORE_OK)
-        return rc;
-    return aux_rows(w->store, w->sess->conn, "aux-read", p, fn, arg);
-}
-
-int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)
-{
-    char f[512], t[512];
-    snprintf(f, sizeof f, "%.*s", (int)(from.len < 511 ? from.len : 511), from.ptr);
-    snprintf(t, sizeof t, "%.*s", (int)(to.len < 511 ? to.len : 511), to.ptr);
-    const char *p[] = {f, t};
-    return pg_wrun((pg_write_t *)w_, "aux-delete", "DELETE FROM tally_aux WHERE key >= $1 AND key < $2", 2, p);
-}
-
-int pg_read_idem(store_read_t *r_, store_idem_fn fn, void *arg)
-{
-    pg_read_t *r = (pg_read_t *)r_;
-    int rc;
-    PGresult *res = pg_rexec(r, "read-keys",
-                             "SELECT \"user\", key, expires_ms, fingerprint, status, type, has_etag, etag_version, body"
-                             " FROM tally_idem WHERE status <> 0 ORDER BY \"user\", key",
-                             0, NULL, &rc);
-    if (!res)
-        return rc;
-    for (int i = 0; i < PQntuples(res); i++) {
-        store_idem_t rec = {
-            .expires_ms = strtoull(PQgetvalue(res, i, 2), NULL, 10),
-            .status = (uint16_t)strtoul(PQgetvalue(res, i, 4), NULL, 10),
-            .type = (uint8_t)strtoul(PQgetvalue(res, i, 5), NULL, 10),
-            .has_etag = PQgetvalue(res, i, 6)[0] == 't',
-            .etag_version = strtoull(PQgetvalue(res, i, 7), NULL, 10),
-            .body = {PQgetvalue(res, i, 8), (size_t)PQgetlength(res, i, 8)},
-        };
-        if (pg_hex_fingerprint(PQgetvalue(res, i, 3), (size_t)PQgetlength(res, i, 3), rec.fingerprint) != 0) {
-            rc = STORE_ERROR;
-            break;
-        }
-        if (fn(arg, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
-               (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)}, &rec) != 0)
-            break;
-    }
-    PQclear(res);
     return rc;
 }
 

@@ -17,44 +17,14 @@
 #include "core/clock.h"
 #include "core/log.h"
 
-#define NUM_LEN 24
-
-PGresult *pg_wexec(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params, int *rc)
-{
-    pg_store_t *s = w->store;
-    if (!w->began) {
-        if ((*rc = pg_run(s, w->sess->conn, what, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
-            return NULL;
-        w->began = true;
-    }
-    return pg_exec(s, w->sess->conn, what, sql, n, params, rc);
-}
-
-int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char *const *params)
-{
-    int rc;
-    if (w->piped) { /* results are read after the pipeline's sync (pg_write_commit) */
-        pg_store_t *s = w->store;
-        if (!w->began) {
-            if ((rc = pg_pipe_send(s, w->sess->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL)) != STORE_OK)
-                return rc;
-            w->began = true;
-            w->piped_count++;
-        }
-        rc = pg_pipe_send(s, w->sess->conn, sql, n, params);
-        w->piped_count += rc == STORE_OK;
-        return rc;
-    }
-    PQclear(pg_wexec(w, what, sql, n, params, &rc));
-    return rc;
-}
-
 /* A transaction of w (the writer's batches, or the fold) on its session's connection. */
 static int write_begin(pg_write_t *w, store_write_t **out)
 {
+    assert(!w->active); /* one at a time on each session */
     if (!pg_session_conn(w->store, w->sess))
         return STORE_UNAVAILABLE;
     w->active = true;
+    w->thread = pthread_self();
     w->began = false;
     w->log_count = 0;
     w->checkpoint_dirty = w->checkpoint_locked = false;
@@ -93,6 +63,7 @@ int pg_fold_begin(store_t *s_, store_write_t **out)
 
 void pg_write_abort(store_write_t *w_)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     PQclear(w->fold_log);
     w->fold_log = NULL;
@@ -215,6 +186,12 @@ static int lock_missing(pg_write_t *w, const char *what, const char *lock_sql, p
     return rc;
 }
 
+int pg_idem_lock(pg_write_t *w, span_t user, span_t key)
+{
+    store_pair_t pair = {user, key};
+    return lock_missing(w, "lock-key", LOCK_IDEM_SQL, &w->idem, &pair, 1, false);
+}
+
 /* The leader's fold, read with the batch's rows: the checkpoint, locked (after the rows: the one
  * order of locks), then the entries after it. In READ COMMITTED each statement reads its own
  * snapshot, taken when it starts: the scan starts after the lock is granted, so its subquery reads
@@ -228,6 +205,7 @@ static const char FOLD_SCAN_SQL[] = "SELECT " PG_LOG_COLUMNS " FROM tally_log WH
 int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys,
                      size_t fold_scan)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
     /* only the leader locks the checkpoint (pg_checkpoint_get); a fold read before is not read again */
@@ -244,7 +222,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
         pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
         return STORE_ERROR;
     }
-    char scan[NUM_LEN];
+    char scan[PG_NUM_LEN];
     snprintf(scan, sizeof scan, "%zu", fold_scan > INT64_MAX ? (size_t)INT64_MAX : fold_scan);
     const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf}, *fp[] = {scan};
     bool send_begin = !w->began;
@@ -305,6 +283,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
 
 bool pg_write_may_fold(store_write_t *w_)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
     if (w != &s->fold)
@@ -328,6 +307,7 @@ bool pg_write_may_fold(store_write_t *w_)
 
 int pg_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *row)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_entry_t *e = pg_cache_find(&w->rows, item, user);
     if (e) {
@@ -345,6 +325,7 @@ int pg_row_get(store_write_t *w_, span_t item, span_t user, reaction_row_t *row)
 
 int pg_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row_t *row)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_entry_t *e = pg_cache_put(&w->rows, item, user);
     if (!e)
@@ -359,6 +340,7 @@ int pg_row_put(store_write_t *w_, span_t item, span_t user, const reaction_row_t
 
 int pg_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     if (t->item.len > 255 || t->user.len > 255)
         return STORE_ERROR;
@@ -386,6 +368,7 @@ int pg_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
 
 int pg_log_put(store_write_t *w_, uint64_t seq, const transition_t *t)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     uint64_t none;
     if (seq == 0 || (w->log_count && (w->log[w->log_count - 1].seq == 0 || w->log[w->log_count - 1].seq >= seq)))
@@ -398,6 +381,7 @@ int pg_log_put(store_write_t *w_, uint64_t seq, const transition_t *t)
 
 int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn, void *arg)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     if (w->fold_log) { /* read with the batch's rows: the same scan, if this is it (once) */
         PGresult *res = w->fold_log;
@@ -408,7 +392,7 @@ int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn
         if (same)
             return rc;
     }
-    char a[NUM_LEN], l[NUM_LEN], h[NUM_LEN];
+    char a[PG_NUM_LEN], l[PG_NUM_LEN], h[PG_NUM_LEN];
     snprintf(a, sizeof a, "%" PRIu64, after);
     snprintf(l, sizeof l, "%zu", limit > INT64_MAX ? (size_t)INT64_MAX : limit);
     snprintf(h, sizeof h, "%" PRIu64, pg_log_range_end(after, limit));
@@ -426,6 +410,7 @@ int pg_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn fn
 
 int pg_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX + 1])
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     itemmap_entry_t *e = itemmap_get(&w->counts, item);
     if (!e)
@@ -437,6 +422,7 @@ int pg_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX
 
 int pg_checkpoint_get(store_write_t *w_, uint64_t *seq)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     if (w->checkpoint_dirty || w->checkpoint_locked) { /* moved, or read under its lock: it cannot change */
         *seq = w->checkpoint;
@@ -460,68 +446,76 @@ int pg_checkpoint_get(store_write_t *w_, uint64_t *seq)
 
 int pg_checkpoint_put(store_write_t *w_, uint64_t seq)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     w->checkpoint = seq;
     w->checkpoint_dirty = true;
     return STORE_OK;
 }
 
-/* --- idempotency records --- */
+/* --- pruning the log, auxiliary records --- */
 
-int pg_idem_get(store_write_t *w_, span_t user, span_t key, store_idem_t *rec)
+int pg_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t *deleted)
 {
-    pg_write_t *w = (pg_write_t *)w_;
-    pg_entry_t *e = pg_cache_find(&w->idem, user, key);
-    if (!e) {
-        store_pair_t pair = {user, key};
-        int rc = lock_missing(w, "lock-key", LOCK_IDEM_SQL, &w->idem, &pair, 1, false);
-        if (rc != STORE_OK)
-            return rc;
-        e = pg_cache_find(&w->idem, user, key);
-    }
-    if (!e || !e->present)
-        return STORE_NOTFOUND;
-    *rec = e->rec;
-    return STORE_OK;
+    PG_WRITE_CHECK((pg_write_t *)w_);
+    char u[PG_NUM_LEN], b[PG_NUM_LEN], l[PG_NUM_LEN];
+    pg_num(u, upto_seq);
+    pg_num(b, before_ms > INT64_MAX ? INT64_MAX : before_ms);
+    pg_num(l, limit);
+    const char *p[] = {u, b, l};
+    /* the oldest first, stopping at the first one too young (as on the embedded store) */
+    return pg_count_deleted((pg_write_t *)w_, "log-prune",
+                            "WITH c AS (SELECT seq, at_ms FROM tally_log WHERE seq <= $1 ORDER BY seq LIMIT $3),"
+                            " stop AS (SELECT coalesce(min(seq), 9223372036854775807) AS s FROM c WHERE at_ms >= $2),"
+                            " d AS (DELETE FROM tally_log WHERE seq IN (SELECT seq FROM c, stop WHERE seq < stop.s)"
+                            " RETURNING 1) SELECT count(*) FROM d",
+                            3, p, deleted);
 }
 
-int pg_idem_put(store_write_t *w_, span_t user, span_t key, const store_idem_t *rec)
+int pg_aux_put(store_write_t *w_, span_t key, span_t value)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
-    pg_entry_t *e = pg_cache_put(&w->idem, user, key);
-    char *body = e ? malloc(rec->body.len + 1) : NULL;
-    if (!body)
-        return STORE_ERROR;
-    memcpy(body, rec->body.ptr, rec->body.len);
-    free(e->body);
-    e->body = body;
-    e->rec = *rec;
-    e->rec.body = (span_t){body, rec->body.len};
-    e->present = e->dirty = true;
-    return STORE_OK;
-}
-
-int pg_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *deleted)
-{
-    pg_write_t *w = (pg_write_t *)w_;
-    char now[NUM_LEN], lim[NUM_LEN];
-    snprintf(now, sizeof now, "%" PRIu64, now_ms);
-    snprintf(lim, sizeof lim, "%zu", limit);
-    const char *p[] = {now, lim};
+    char k[512];
+    snprintf(k, sizeof k, "%.*s", (int)(key.len < 511 ? key.len : 511), key.ptr);
+    const char *p[] = {k, value.ptr};
+    int lengths[] = {0, (int)value.len}, formats[] = {0, 1};
     int rc;
-    /* SKIP LOCKED: a record another node's batch holds is that batch's; claims of the first builds (expiry 0) are left
-     */
-    PGresult *res = pg_wexec(w, "idem-sweep",
-                             "WITH d AS (DELETE FROM tally_idem WHERE ctid = ANY(ARRAY(SELECT ctid FROM tally_idem"
-                             " WHERE expires_ms > 0 AND expires_ms <= $1 LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1)"
-                             " SELECT count(*) FROM d",
-                             2, p, &rc);
-    *deleted = 0;
-    if (!res)
+    PQclear(pg_wexec(w, "aux", "SELECT 1", 0, NULL, &rc)); /* begins the transaction */
+    if (rc != STORE_OK)
         return rc;
-    *deleted = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    PGresult *res = PQexecParams(w->sess->conn,
+                                 "INSERT INTO tally_aux VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = "
+                                 "excluded.value",
+                                 2, NULL, p, lengths, formats, 0);
+    rc = res && PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_result_rc(w->store, w->sess->conn, res, "aux");
     PQclear(res);
-    return STORE_OK;
+    return rc;
+}
+
+/* A transaction-scoped advisory lock named by the prefix (held to the commit, so the next
+ * decider's statement starts after this one's commit is visible: READ COMMITTED), then the records. */
+int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *arg)
+{
+    PG_WRITE_CHECK((pg_write_t *)w_);
+    pg_write_t *w = (pg_write_t *)w_;
+    char pre[512];
+    snprintf(pre, sizeof pre, "%.*s", (int)(prefix.len < 511 ? prefix.len : 511), prefix.ptr);
+    const char *p[] = {pre};
+    int rc = pg_wrun(w, "aux-lock", "SELECT pg_advisory_xact_lock(" PG_LOCK_AUX_SQL ", hashtext($1))", 1, p);
+    if (rc != STORE_OK)
+        return rc;
+    return pg_aux_rows(w->store, w->sess->conn, "aux-read", p, fn, arg);
+}
+
+int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)
+{
+    PG_WRITE_CHECK((pg_write_t *)w_);
+    char f[512], t[512];
+    snprintf(f, sizeof f, "%.*s", (int)(from.len < 511 ? from.len : 511), from.ptr);
+    snprintf(t, sizeof t, "%.*s", (int)(to.len < 511 ? to.len : 511), to.ptr);
+    const char *p[] = {f, t};
+    return pg_wrun((pg_write_t *)w_, "aux-delete", "DELETE FROM tally_aux WHERE key >= $1 AND key < $2", 2, p);
 }
 
 /* --- commit: the cached writes as multi-row statements, the log last --- */
@@ -659,16 +653,19 @@ static int flush_counts(pg_write_t *w)
     return rc;
 }
 
-/* The batch's positions are base + 1 … base + n, known only here: the idempotency records written by
+/* The batch's positions are base + 1 … base + n, known only here (entries at positions given by
+ * log_put keep them, and the head moves past the highest, so base is above them): the idempotency records written by
  * this batch whose answer reports a transition's cursor get it spliced in by the same statement, in
  * the same commit (answer_set_cursor's splice, in SQL), and base comes back (pg_write_commit_at). */
 static int flush_log(pg_write_t *w)
 {
     if (!w->log_count)
         return STORE_OK;
-    enum { N, ITEM, USER, FROM, TO, VERSION, AT, CU, CK, CN, NCOL };
+    size_t given = 0; /* entries at positions given (log_put), the first ones; the head moves past them */
+    uint64_t top = 0;
+    enum { N, ITEM, USER, FROM, TO, VERSION, AT, CU, CK, CN, GIVEN, TOP, NGIVEN, NCOL };
     pg_buf_t col[NCOL] = {0};
-    for (int c = ITEM; c < NCOL; c++)
+    for (int c = ITEM; c <= GIVEN; c++)
         pg_buf_open(&col[c]);
     for (size_t i = 0; i < w->idem.count; i++) {
         const pg_entry_t *e = &w->idem.entries[i];
@@ -686,35 +683,45 @@ static int flush_log(pg_write_t *w)
         pg_buf_int_elem(&col[TO], l->to);
         pg_buf_int_elem(&col[VERSION], (long long)l->version);
         pg_buf_int_elem(&col[AT], (long long)l->at_ms);
+        pg_buf_int_elem(&col[GIVEN], (long long)l->seq);
+        if (l->seq) { /* given (log_put): they rise, and come before any taken here */
+            given++;
+            top = l->seq;
+        }
     }
     int rc = STORE_OK;
-    for (int c = ITEM; c < NCOL; c++) {
+    for (int c = ITEM; c <= GIVEN; c++) {
         pg_buf_close(&col[c]);
         if (col[c].failed)
             rc = STORE_ERROR;
     }
-    char count[NUM_LEN];
-    snprintf(count, sizeof count, "%zu", w->log_count);
+    char count[PG_NUM_LEN], top_text[PG_NUM_LEN], given_text[PG_NUM_LEN];
+    snprintf(count, sizeof count, "%zu", w->log_count - given);
+    snprintf(top_text, sizeof top_text, "%" PRIu64, top);
+    snprintf(given_text, sizeof given_text, "%zu", given);
     const char *p[NCOL] = {count};
-    for (int c = ITEM; c < NCOL; c++)
+    for (int c = ITEM; c <= GIVEN; c++)
         p[c] = col[c].buf;
+    p[TOP] = top_text;
+    p[NGIVEN] = given_text;
     /* The head's row lock is held until COMMIT: the next batch takes its positions only after this
      * one is committed and visible, so positions are gap-free and in commit order. */
     if (rc == STORE_OK)
         rc = pg_wrun(
             w, "write-log",
-            "WITH h AS (UPDATE tally_log_head SET seq = seq + $1::bigint WHERE id = 1 RETURNING seq - $1::bigint "
-            "AS base),"
-            " l AS (INSERT INTO tally_log SELECT h.base + t.n, t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
-            " unnest($2::text[], $3::text[], $4::int4[], $5::int4[], $6::int8[], $7::int8[])"
-            " WITH ORDINALITY AS t(item, u, f, t, v, at, n)),"
+            "WITH h AS (UPDATE tally_log_head SET seq = greatest(seq, $12::bigint) + $1::bigint WHERE id = 1"
+            " RETURNING seq - $1::bigint AS base),"
+            " l AS (INSERT INTO tally_log SELECT CASE WHEN t.s > 0 THEN t.s ELSE h.base + t.n - $13::bigint END,"
+            " t.item, t.u, t.f, t.t, t.v, t.at FROM h,"
+            " unnest($2::text[], $3::text[], $4::int4[], $5::int4[], $6::int8[], $7::int8[], $11::int8[])"
+            " WITH ORDINALITY AS t(item, u, f, t, v, at, s, n)),"
             " c AS (UPDATE tally_idem i SET body = left(i.body, -1) || ',\"cursor\":\"' || (h.base + c.n) || '\"}'"
             " FROM h, unnest($8::text[], $9::text[], $10::int8[]) AS c(u, k, n) WHERE i.\"user\" = c.u AND i.key = c.k)"
             " SELECT base FROM h",
             NCOL, p);
     if (rc == STORE_OK)
         w->log_result = w->piped_count; /* its result's place in the pipeline, counted from 1 */
-    for (int c = ITEM; c < NCOL; c++)
+    for (int c = ITEM; c <= GIVEN; c++)
         pg_buf_free(&col[c]);
     return rc;
 }
@@ -727,6 +734,7 @@ int pg_write_commit(store_write_t *w_)
 
 int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
     *log_base = 0;
@@ -758,7 +766,7 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     if (rc == STORE_OK)
         rc = pg_lists_flush(w);
     if (rc == STORE_OK && w->checkpoint_dirty) {
-        char cp[NUM_LEN];
+        char cp[PG_NUM_LEN];
         snprintf(cp, sizeof cp, "%" PRIu64, w->checkpoint);
         const char *p[] = {cp};
         rc = pg_wrun(w, "checkpoint", "UPDATE tally_pipeline SET checkpoint = $1 WHERE id = 1", 1, p);
@@ -833,6 +841,7 @@ bool pg_folds_apart(const store_t *s_)
 /* Every commit is seen by readers at once: nothing to defer, nothing pending. */
 void pg_write_defer(store_write_t *w_, bool (*more)(void *arg), void *arg)
 {
+    PG_WRITE_CHECK((pg_write_t *)w_);
     (void)w_, (void)more, (void)arg;
 }
 
@@ -844,6 +853,6 @@ bool pg_pending(const store_t *s_)
 
 int pg_flush(store_t *s_)
 {
-    (void)s_;
+    assert(!((pg_store_t *)s_)->write.active);
     return STORE_OK;
 }

@@ -1,10 +1,12 @@
-/* server_internal.h — what the two halves of the h2o adapter share: server.c (event loops, listening
- * sockets, connections, the request view) and server_answers.c (answers that come from other threads:
- * deferred, held and bundled, streamed; calls posted to an HTTP thread). Only these two files include
- * h2o; nothing outside src/http/server*.c includes this header. */
-#ifndef TALLY_HTTP_SERVER_INTERNAL_H
-#define TALLY_HTTP_SERVER_INTERNAL_H
+/* server_core.h — what the files of the h2o adapter share: server.c (event loops, listening sockets,
+ * connections, the request view), server_answers.c (answers that come from other threads: deferred,
+ * held and bundled, streamed; calls posted to an HTTP thread) and server_core.c (the state they
+ * share, an answer on the HTTP thread). Only these files include h2o; nothing outside
+ * src/http/server*.c includes this header. */
+#ifndef TALLY_HTTP_SERVER_CORE_H
+#define TALLY_HTTP_SERVER_CORE_H
 
+#include <assert.h>
 #include <h2o.h>
 #include <h2o/multithread.h>
 #include <stdatomic.h>
@@ -94,7 +96,13 @@ typedef struct {
     h2o_barrier_t started;
 } http_server_state_t;
 
-/* The server's state (server.c). */
+/* A request is used on its own HTTP thread only (request.h): asserted where an answer starts or goes
+ * out. Cheap, so kept in release builds. */
+#define HTTP_ON_REQUEST_THREAD(req)                                                                                    \
+    assert(http_current &&                                                                                             \
+           ((req)->conn->ctx == &http_current->ctx_small || (req)->conn->ctx == &http_current->ctx_large))
+
+/* The server's state (server_core.c). */
 extern http_server_state_t http_srv;
 
 /* The HTTP thread the caller runs on (NULL on any other thread). */

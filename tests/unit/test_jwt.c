@@ -1,12 +1,7 @@
-/* test_more.c — JWT, the item map, the histogram and the pair filter. */
-#include <stdio.h>
+/* test_jwt.c — the HS256 tokens tally signs and verifies (core/jwt.h): rotation, expiry, the forms refused. */
 #include <string.h>
 
-#include "core/histogram.h"
-#include "core/itemmap.h"
 #include "core/jwt.h"
-#include "core/pairfilter.h"
-#include "core/ratelimit.h"
 #include "unit.h"
 
 void test_jwt(void)
@@ -83,94 +78,4 @@ void test_jwt(void)
     CHECK(jwt_secrets_parse(SPAN_LIT("0123456789abcdef0123456789abcde\r\n"), s, err, sizeof err) == -1);
     CHECK(jwt_secrets_parse(SPAN_LIT(K32 "\nshort\n"), s, err, sizeof err) == -1 && strstr(err, "line 2"));
 #undef K32
-}
-
-void test_itemmap(void)
-{
-    itemmap_t m = {0};
-    char item[16];
-    for (int i = 0; i < 1000; i++) {
-        snprintf(item, sizeof item, "i%d", i % 100);
-        itemmap_entry_t *e = itemmap_get(&m, span_of(item));
-        CHECK(e != NULL);
-        if (e)
-            e->deltas[1]++;
-    }
-    CHECK(m.count == 100);
-    const itemmap_entry_t *e = itemmap_find(&m, SPAN_LIT("i7"));
-    CHECK(e && e->deltas[1] == 10 && !itemmap_entry_is_zero(e));
-    CHECK(itemmap_find(&m, SPAN_LIT("i100")) == NULL);
-    itemmap_free(&m);
-    CHECK(itemmap_find(&m, SPAN_LIT("i7")) == NULL);
-}
-
-void test_histogram(void)
-{
-    static histogram_t h;
-    const double bounds[] = {1, 10};
-    histogram_init(&h, bounds, 2);
-    histogram_observe(&h, 0.5);
-    histogram_observe(&h, 1);
-    histogram_observe(&h, 5);
-    histogram_observe(&h, 50);
-    CHECK(atomic_load(&h.counts[0]) == 2 && atomic_load(&h.counts[1]) == 1 && atomic_load(&h.counts[2]) == 1);
-    CHECK(atomic_load(&h.count) == 4 && atomic_load(&h.sum) == 56.5);
-}
-
-static size_t pairs_present(const pairfilter_t *f, const char *item_fmt, int from, int to)
-{
-    char item[32], user[32];
-    size_t n = 0;
-    for (int i = from; i < to; i++) {
-        snprintf(item, sizeof item, item_fmt, i % 1000);
-        snprintf(user, sizeof user, "u%d", i);
-        n += pairfilter_may_contain(f, span_of(item), span_of(user));
-    }
-    return n;
-}
-
-void test_pairfilter(void)
-{
-    pairfilter_t f;
-    char item[32], user[32];
-    /* no filter: everything may be there */
-    CHECK(pairfilter_init(&f, 0) == 0 && pairfilter_may_contain(&f, SPAN_LIT("i"), SPAN_LIT("u")));
-    pairfilter_add(&f, SPAN_LIT("i"), SPAN_LIT("u"));
-    pairfilter_free(&f);
-
-    /* 64 KiB = 524 288 bits for 52 428 pairs: 10 bits a pair */
-    CHECK(pairfilter_init(&f, 65536 + 100) == 0 && f.nblocks == 1024);
-    CHECK(pairs_present(&f, "i%d", 0, 52428) == 0); /* empty: every answer is a certain no */
-    for (int i = 0; i < 52428; i++) {
-        snprintf(item, sizeof item, "i%d", i % 1000);
-        snprintf(user, sizeof user, "u%d", i);
-        pairfilter_add(&f, span_of(item), span_of(user));
-    }
-    CHECK(pairs_present(&f, "i%d", 0, 52428) == 52428);    /* no false negative */
-    size_t fp = pairs_present(&f, "i%d", 52428, 152428);   /* 100 000 pairs never added */
-    CHECK(fp < 3000);                                      /* under 3 % (about 1–2 % expected) */
-    size_t fp_other = pairs_present(&f, "j%d", 0, 100000); /* other items, same users */
-    CHECK(fp_other < 3000);
-    /* the pair is (item, user), not their concatenation */
-    pairfilter_free(&f);
-    CHECK(pairfilter_init(&f, 1 << 20) == 0);
-    pairfilter_add(&f, SPAN_LIT("ab"), SPAN_LIT("c"));
-    CHECK(pairfilter_may_contain(&f, SPAN_LIT("ab"), SPAN_LIT("c")));
-    CHECK(!pairfilter_may_contain(&f, SPAN_LIT("a"), SPAN_LIT("bc")));
-    pairfilter_free(&f);
-}
-
-/* ratelimit_new tells "off" from "out of memory": a server must not run unlimited because the table
- * could not be allocated. */
-void test_ratelimit(void)
-{
-    ratelimit_t *rl = (ratelimit_t *)1;
-    CHECK(ratelimit_new((ratelimit_rule_t){0, 0}, 1024, &rl) == 0 && rl == NULL); /* off */
-    CHECK(ratelimit_take(NULL, SPAN_LIT("u"), 0) == 0);
-    CHECK(ratelimit_new((ratelimit_rule_t){1, 1}, 1024, &rl) == 0 && rl != NULL);
-    CHECK(ratelimit_take(rl, SPAN_LIT("u"), 1000) == 0 && ratelimit_take(rl, SPAN_LIT("u"), 1000) >= 1);
-    ratelimit_free(rl);
-    rl = (ratelimit_t *)1;
-    /* A table too large to allocate (the unit tests run with allocator_may_return_null). */
-    CHECK(ratelimit_new((ratelimit_rule_t){1, 1}, SIZE_MAX / 2, &rl) == -1 && rl == NULL);
 }
