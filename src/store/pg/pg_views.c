@@ -82,7 +82,8 @@ int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX +
     int rc;
     memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
     PGresult *res =
-        pg_rexec(r, "tally-item", "SELECT kind, count(*) FROM tally_rows WHERE item = $1 AND kind <> 0 GROUP BY kind",
+        pg_rexec(r, "tally-item", "SELECT kind, count(*) FROM tally_rows r WHERE item = $1 AND kind <> 0 AND NOT EXISTS"
+                 " (SELECT 1 FROM tally_aux a WHERE a.key = '" STORE_VOID_PREFIX "' || r.\"user\") GROUP BY kind",
                  1, p, &rc);
     if (!res)
         return rc;
@@ -349,8 +350,20 @@ int pg_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_
                          3, p, deleted);
 }
 
+/* A voided flag written in the transaction: what store_user_voided answers from now on in it. */
+static void note_void_flag(pg_write_t *w, span_t key, bool voided)
+{
+    size_t plen = sizeof STORE_VOID_PREFIX - 1;
+    if (key.len <= plen || memcmp(key.ptr, STORE_VOID_PREFIX, plen) != 0)
+        return;
+    pg_entry_t *e = pg_cache_put(&w->voided, (span_t){key.ptr + plen, key.len - plen}, (span_t){"", 0});
+    if (e)
+        e->present = voided;
+}
+
 int pg_aux_put(store_write_t *w_, span_t key, span_t value)
 {
+    note_void_flag((pg_write_t *)w_, key, true);
     pg_write_t *w = (pg_write_t *)w_;
     char k[512];
     snprintf(k, sizeof k, "%.*s", (int)(key.len < 511 ? key.len : 511), key.ptr);
@@ -385,6 +398,7 @@ int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *
 
 int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)
 {
+    note_void_flag((pg_write_t *)w_, from, false); /* a restore deletes the one record */
     char f[512], t[512];
     snprintf(f, sizeof f, "%.*s", (int)(from.len < 511 ? from.len : 511), from.ptr);
     snprintf(t, sizeof t, "%.*s", (int)(to.len < 511 ? to.len : 511), to.ptr);
