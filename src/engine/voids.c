@@ -13,9 +13,9 @@
 
 struct voids {
     store_t *store;
-    pthread_rwlock_t lock; /* guards set */
-    strmap_t set;          /* user → 1 */
-    atomic_bool empty;     /* nobody voided: a read skips the lock */
+    pthread_rwlock_t lock;     /* guards set */
+    strmap_t set;              /* user → 1 */
+    atomic_bool empty;         /* nobody voided: a read skips the lock */
     pthread_mutex_t load_lock; /* one load at a time; guards version */
     uint64_t version;
     voids_stats_t stats;

@@ -20,10 +20,10 @@
 typedef struct voids voids_t;
 
 typedef struct {
-    atomic_uint_fast64_t voids, restores;                /* made through this node (that changed something) */
-    atomic_uint_fast64_t voided_rows, restored_rows;     /* rows that stopped / started counting through them */
-    atomic_uint_fast64_t loads, load_failures;           /* sets loaded from the store */
-    atomic_uint_fast64_t count;                          /* voided users known here */
+    atomic_uint_fast64_t voids, restores;            /* made through this node (that changed something) */
+    atomic_uint_fast64_t voided_rows, restored_rows; /* rows that stopped / started counting through them */
+    atomic_uint_fast64_t loads, load_failures;       /* sets loaded from the store */
+    atomic_uint_fast64_t count;                      /* voided users known here */
 } voids_stats_t;
 
 /* Loads the set from store and, on a shared store, starts the thread that follows the version.

@@ -283,7 +283,12 @@ static int void_one(void *arg, span_t item)
         return 1;
     if (row.set == KINDSET_EMPTY)
         return 0; /* counts nothing either way */
-    transition_t t = {item, user, row.set, row.set, row.version, v->now_ms,
+    transition_t t = {item,
+                      user,
+                      row.set,
+                      row.set,
+                      row.version,
+                      v->now_ms,
                       vu->restore ? TRANSITION_UNCOUNTED_BEFORE : TRANSITION_UNCOUNTED_AFTER};
     uint64_t seq, none = 0;
     if ((v->rc = store_log_append(v->tx, &t, &seq)) != STORE_OK)
@@ -343,8 +348,8 @@ static int writer_void(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
     int vlen = snprintf(value, sizeof value, "%llu", (unsigned long long)now_ms);
     uint64_t count = flag.count + (vu->restore ? (flag.count > 0 ? (uint64_t)-1 : 0) : 1);
     vu->version = flag.version + 1;
-    int clen = snprintf(counter, sizeof counter, "%llu %llu", (unsigned long long)vu->version,
-                        (unsigned long long)count);
+    int clen =
+        snprintf(counter, sizeof counter, "%llu %llu", (unsigned long long)vu->version, (unsigned long long)count);
     rc = vu->restore ? store_aux_delete_range(tx, flag.key, (span_t){end, (size_t)klen + 1})
                      : store_aux_put(tx, flag.key, (span_t){value, (size_t)vlen});
     if (rc == STORE_OK)
@@ -355,8 +360,7 @@ static int writer_void(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
     size_t visited = 0, last_len = 0;
     char last[ID_MAX_LEN];
     if (rc == STORE_OK)
-        rc = store_user_items(tx, user, (span_t){"", 0}, (size_t)INT64_MAX, void_one, &walk, &visited, last,
-                              &last_len);
+        rc = store_user_items(tx, user, (span_t){"", 0}, (size_t)INT64_MAX, void_one, &walk, &visited, last, &last_len);
     if (rc == STORE_OK)
         rc = walk.rc;
     if (rc != STORE_OK)

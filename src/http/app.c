@@ -16,10 +16,10 @@
 #include "http/live.h"
 #include "http/metrics.h"
 #include "http/policies_admin.h"
-#include "http/voids_admin.h"
 #include "http/router.h"
 #include "http/trends.h"
 #include "http/ui.h"
+#include "http/voids_admin.h"
 #include "http/webhooks_admin.h"
 
 void reply_problem_with(http_request_t *req, int status, const char *code, const char *detail, problem_headers_t h)

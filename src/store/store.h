@@ -65,7 +65,6 @@ enum {
  * a write asks store_user_voided. */
 #define STORE_VOID_PREFIX "void/u/"
 
-
 typedef struct store store_t;
 typedef struct store_read store_read_t;
 typedef struct store_write store_write_t;
@@ -244,7 +243,7 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
      * server gave. 0 when the store does not keep it (the PostgreSQL store: its snapshots show every                  \
      * answered write). Never fails. r's thread. */                                                                    \
     X(uint64_t, read_acknowledged, r, (store_read_t * r), (r))                                                         \
-    /* Counts item's rows per kind (the truth the counts are checked against): the rows that count, i.e.             \
+    /* Counts item's rows per kind (the truth the counts are checked against): the rows that count, i.e.               \
      * not those of a voided user (one whose record STORE_VOID_PREFIX<user> exists in the snapshot). r's thread. */    \
     X(int, read_tally_item, r, (store_read_t * r, span_t item, int64_t counts[KINDS_MAX + 1]), (r, item, counts))      \
     /* Calls fn for each item that has rows or a counts record, in key order, starting after `after`                   \
@@ -364,10 +363,10 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
     X(int, aux_read_locked, w, (store_write_t * w, span_t prefix, store_aux_fn fn, void *arg), (w, prefix, fn, arg))   \
                                                                                                                        \
     /* Whether user is voided (the record STORE_VOID_PREFIX<user> exists) as the transaction sees it now, for          \
-     * the write that decides whether the user's row counts. A shared store reads it under a shared lock                \
-     * named like store_aux_read_locked's of that record (a void holds it exclusively), so a void and a                  \
-     * write of its user run one after the other: the store reads it with the batch's rows in                           \
-     * store_write_prepare for the users of the rows named there. w's thread. */                                         \
+     * the write that decides whether the user's row counts. A shared store reads it under a shared lock               \
+     * named like store_aux_read_locked's of that record (a void holds it exclusively), so a void and a                \
+     * write of its user run one after the other: the store reads it with the batch's rows in                          \
+     * store_write_prepare for the users of the rows named there. w's thread. */                                       \
     X(int, user_voided, w, (store_write_t * w, span_t user, bool *voided), (w, user, voided))                          \
                                                                                                                        \
     /* --- idempotency records, keyed (user, key) --- */                                                               \

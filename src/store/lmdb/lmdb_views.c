@@ -141,9 +141,8 @@ int lmdb_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX
         lmdb_row_decode(s, &val, &row);
         bool voided = false;
         if (row.set != KINDSET_EMPTY &&
-            (rc = lmdb_user_voided_txn(r->txn, s->aux,
-                                       (span_t){(const char *)key.mv_data + plen, key.mv_size - plen}, &voided)) !=
-                STORE_OK)
+            (rc = lmdb_user_voided_txn(r->txn, s->aux, (span_t){(const char *)key.mv_data + plen, key.mv_size - plen},
+                                       &voided)) != STORE_OK)
             break;
         if (voided)
             continue; /* a voided user's rows do not count */

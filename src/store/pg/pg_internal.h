@@ -18,7 +18,7 @@
 #define PG_SCHEMA_VERSION 2
 #define PG_LOCK_SCHEMA_SQL "7374616379001" /* advisory lock keys: creating the schema, */
 #define PG_LOCK_FOLD_SQL "7374616379002"   /* and the fold leader */
-#define PG_VOID_KEY_FROM "8" /* substr's start of the user in a STORE_VOID_PREFIX key */
+#define PG_VOID_KEY_FROM "8"               /* substr's start of the user in a STORE_VOID_PREFIX key */
 #define PG_LOCK_AUX_SQL "73746163"         /* with hashtext(prefix): a transaction deciding from aux records */
 #define PG_FOLD_TRY_MS 1000                /* a node that does not fold tries to become the leader this often */
 #define PG_RECONNECT_MS 1000               /* after a failed connection, wait this long before the next try */

@@ -174,8 +174,9 @@ static const char LOCK_ROWS_SQL[] =
 static const char LOCK_VOID_SQL[] =
     "SELECT count(pg_advisory_xact_lock_shared(" PG_LOCK_AUX_SQL ", hashtext('" STORE_VOID_PREFIX "' || u)))"
     " FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS t(u) ORDER BY u) x";
-static const char READ_VOID_SQL[] = "SELECT substr(key, " PG_VOID_KEY_FROM ") FROM tally_aux WHERE key IN (SELECT '"
-                                    STORE_VOID_PREFIX "' || u FROM unnest($1::text[]) AS t(u))";
+static const char READ_VOID_SQL[] =
+    "SELECT substr(key, " PG_VOID_KEY_FROM ") FROM tally_aux WHERE key IN (SELECT '" STORE_VOID_PREFIX
+    "' || u FROM unnest($1::text[]) AS t(u))";
 
 /* The users of rows (their b) as a text array. */
 static void users_array(const store_pair_t *rows, size_t n, pg_buf_t *u)
@@ -193,8 +194,8 @@ static int voided_fill(pg_write_t *w, const PGresult *res, const span_t *users, 
         if (!pg_cache_put(&w->voided, users[i], (span_t){"", 0}))
             return STORE_ERROR;
     for (int i = 0; i < PQntuples(res); i++) {
-        pg_entry_t *e = pg_cache_put(&w->voided, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
-                                     (span_t){"", 0});
+        pg_entry_t *e =
+            pg_cache_put(&w->voided, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)}, (span_t){"", 0});
         if (!e)
             return STORE_ERROR;
         e->present = true;
