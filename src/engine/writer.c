@@ -824,8 +824,15 @@ static void *writer_main(void *arg)
         }
         write_cmd_t *batch = w->head, *last = NULL;
         size_t n = 0;
-        for (write_cmd_t *c = w->head; c && n < w->opt.batch_max; c = c->next, n++)
+        /* A void (or restore) has a batch of its own: it walks the user's rows as stored, and a shared
+         * store writes a batch's rows only at its commit. */
+        for (write_cmd_t *c = w->head; c && n < w->opt.batch_max && !(n && c->type == WRITE_VOID); c = c->next, n++) {
             last = c;
+            if (c->type == WRITE_VOID) {
+                n++;
+                break;
+            }
+        }
         if (last) {
             w->head = last->next;
             if (!w->head)
