@@ -13,8 +13,8 @@ import threading
 import time
 import unittest
 
-from harness import (SLOW, Server, SharedServerTestCase, TallyTestCase, metric, run_threads,
-                     split_cursor, uid)
+from harness import (SLOW, Server, SharedServerTestCase, TallyTestCase, metric, pg_only, run_threads,
+                     uid)
 
 ADMIN = {"X-User-Id": "admin"}
 ARGS = ("--rate-limit", "off", "--read-rate-limit", "off", "--who-reacted", "public",
@@ -399,6 +399,101 @@ class VoidRestart(VoidCase):
             self.assertEqual(self.assertOk(restore(srv, bot)), {"restored": 2})
             self.assertCounts(srv, a, {"like": 2, "dislike": 0})
             self.recount(srv, [a])
+
+
+@pg_only()
+class VoidTwoNodes(VoidCase):
+    """Two nodes on one database: a void on one applies to the other's reads within a second, and
+    writes of the user arriving on the other node while the void runs are counted exactly."""
+
+    a = b = None
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.a = Server(args=ARGS)
+        try:
+            cls.b = cls.a.node()
+        except BaseException:
+            cls.a.close()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            for n in (cls.b, cls.a):
+                if n is not None and n.running:
+                    n.stop()
+        finally:
+            for n in (cls.b, cls.a):
+                if n is not None:
+                    n.close()
+        super().tearDownClass()
+
+    def test_other_node_follows_within_a_second(self):
+        a = uid("a")
+        bot, u1 = uid("bot"), uid("u")
+        self.b.put(a, bot, "like")
+        self.b.put(a, u1, "like")
+        self.assertCounts(self.b, a, {"like": 2, "dislike": 0})
+        view = self.user_view(self.b, bot, [a])
+        self.assertOk(void(self.a, bot))
+        t0 = time.monotonic()
+        self.assertCounts(self.b, a, {"like": 1, "dislike": 0})
+        while time.monotonic() - t0 < 1.5 * SLOW and self.user_view(self.b, bot, [a]) != view:
+            time.sleep(0.05)
+        self.assertLess(time.monotonic() - t0, 1.5 * SLOW)
+        self.assertEqual(self.user_view(self.b, bot, [a]), view, "the voided user's view on the other node")
+        doc = self.assertOk(self.b.json("GET", "/v1/items/%s/reactions" % a))
+        self.assertEqual([e["user"] for e in doc["reactions"]], [u1])
+        self.assertEqual(self.assertOk(self.b.json("GET", "/v1/admin/users/" + bot, headers=ADMIN))["voided"], True)
+        self.assertOk(restore(self.b, bot))
+        self.assertCounts(self.a, a, {"like": 2, "dislike": 0})
+
+    def test_void_on_one_node_while_writes_arrive_on_the_other(self):
+        items = [uid("n") for _ in range(6)]
+        bot, others = uid("bot"), [uid("u") for _ in range(2)]
+        for it in items:
+            for u in others:
+                self.a.put(it, u, "like")
+        stop = threading.Event()
+        errors = []
+
+        def writer(seed):
+            rnd = random.Random(seed)
+            cl = self.b.client()
+            try:
+                while not stop.is_set():
+                    it = rnd.choice(items)
+                    st, _, _, raw = cl.json("PUT", "/v1/items/%s/reaction" % it,
+                                            {"reaction": rnd.choice(["like", "dislike", "none"])}, user=bot)
+                    if st != 200:
+                        errors.append((st, raw))
+            finally:
+                cl.close()
+
+        def voider():
+            for i in range(12):
+                self.assertOk(void(self.a, bot) if i % 2 == 0 else restore(self.a, bot))
+                time.sleep(0.03)
+            self.assertOk(void(self.a, bot))
+            time.sleep(0.2)
+            stop.set()
+
+        run_threads([lambda: writer(1), lambda: writer(2), voider], timeout=120)
+        self.assertEqual(errors, [])
+        for n in (self.a, self.b):
+            for it in items:
+                self.assertCounts(n, it, {"like": 2, "dislike": 0})
+        self.recount(self.a, items)
+        self.assertOk(restore(self.b, bot))
+        for it in items:
+            mine = self.a.reaction(it, bot)["reaction"]
+            want = {"like": 2, "dislike": 0}
+            if mine != "none":
+                want[mine] += 1
+            self.assertCounts(self.b, it, want)
+        self.recount(self.b, items)
 
 
 if __name__ == "__main__":
