@@ -280,6 +280,7 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         log_line("level=error event=start-failed msg=\"%s\"", perr);
         return -1;
     }
+    wopt.voids = app->voids;
     if (store_shared(app->store) && readers_start(READERS_THREADS_DEFAULT, READERS_QUEUE_MAX, &app->readers) != 0)
         what = "the reader threads";
     else if (feed_start(app->store, &app->feed) != 0)

@@ -772,6 +772,9 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         }
         if (c->type == WRITE_REACT)
             histogram_observe(&w->stats.write_seconds, (double)(done_ns - c->submitted_ns) / 1e9);
+        if (rc == STORE_OK && c->type == WRITE_VOID && c->void_user.version && w->opt.voids) /* in force here now */
+            voids_changed(w->opt.voids, (span_t){c->void_user.user, c->void_user.user_len}, !c->void_user.restore,
+                          c->void_user.version, c->void_user.rows);
         c->done(c);
     }
     if (w->opt.release_end)

@@ -139,6 +139,9 @@ typedef struct {
     /* The item policies in force (optional): each reaction write is checked against its item's, after
      * the idempotency record and If-Match, where the row's old value is known. */
     policies_t *policies;
+    /* The voided users known on this node (optional): a committed void or restore is put in force
+     * there before its command's done is called. */
+    struct voids *voids;
 } writer_options_t;
 
 #define WRITER_QUEUE_MAX_DEFAULT 8192

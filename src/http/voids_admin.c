@@ -25,14 +25,14 @@ static void req_free(void *arg)
     free(r);
 }
 
-/* Writer thread: durable (or failed); a change made is in force here before the answer leaves. */
+/* Writer thread: durable (or failed); a change made is in force here before the answer leaves (the
+ * writer's voids_changed). */
 static void void_done(write_cmd_t *cmd)
 {
     void_req_t *r = (void_req_t *)cmd;
     const write_void_t *v = &cmd->void_user;
     span_t user = {v->user, v->user_len};
-    if (cmd->answer.status == 200 && v->version) {
-        voids_changed(r->app->voids, user, !v->restore, v->version, v->rows);
+    if (cmd->answer.status == 200 && v->version) { /* the writer put it in force here before this */
         log_line("level=info event=void action=%s user=\"%.*s\" rows=%zu who=\"%s\"", v->restore ? "restore" : "void",
                  (int)user.len, user.ptr, v->rows, r->who);
     }

@@ -8,15 +8,20 @@ reacted and trending leave them out; erasing keeps the flag; the metrics and the
 restart. Both stores, both reaction modes."""
 
 import collections
+import json
+import os
 import random
+import subprocess
 import threading
 import time
 import unittest
 
-from harness import (SLOW, Server, SharedServerTestCase, TallyTestCase, metric, pg_only, run_threads,
-                     uid)
+from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env, embedded_only,
+                     metric, pg_only, run_threads, uid)
 
 ADMIN = {"X-User-Id": "admin"}
+NDJSON = {"X-User-Id": "admin", "Content-Type": "application/x-ndjson"}
+TALLY = os.path.join(REPO_ROOT, "build", "tally")
 ARGS = ("--rate-limit", "off", "--read-rate-limit", "off", "--who-reacted", "public",
         "--recount-interval", "0")
 MANY = ("--reaction-mode", "many", "--reactions", "like,love,haha") + ARGS
@@ -399,6 +404,60 @@ class VoidRestart(VoidCase):
             self.assertEqual(self.assertOk(restore(srv, bot)), {"restored": 2})
             self.assertCounts(srv, a, {"like": 2, "dislike": 0})
             self.recount(srv, [a])
+
+
+class VoidImportExport(VoidCase):
+
+    def test_import_honours_voided_lines(self):
+        with Server(args=ARGS) as srv:
+            a, b = uid("a"), uid("b")
+            bot, u1 = uid("bot"), uid("u")
+            lines = [{"item": a, "user": bot, "reaction": "like"}, {"item": b, "user": bot, "reaction": "dislike"},
+                     {"item": a, "user": u1, "reaction": "like"}, {"user": bot, "voided": True},
+                     {"user": "not an id", "voided": True}, {"user": bot, "voided": "yes"}]
+            body = "".join(json.dumps(x) + "\n" for x in lines)
+            doc = self.assertOk(srv.json("POST", "/v1/admin/import", body=body, headers=NDJSON))
+            self.assertEqual((doc["read"], doc["applied"], len(doc["rejected"])), (6, 4, 2), doc)
+            self.assertEqual([r["line"] for r in doc["rejected"]], [5, 6])
+            self.assertCounts(srv, a, {"like": 1, "dislike": 0})
+            self.assertCounts(srv, b, {"like": 0, "dislike": 0})
+            self.assertEqual(self.assertOk(srv.json("GET", "/v1/admin/users/" + bot, headers=ADMIN))["voided"], True)
+            self.assertEqual(self.assertOk(srv.item(a, user=bot))["counts"], {"like": 2, "dislike": 0})
+            self.recount(srv, [a, b])
+            body = json.dumps({"user": bot, "voided": False}) + "\n"
+            doc = self.assertOk(srv.json("POST", "/v1/admin/import", body=body, headers=NDJSON))
+            self.assertEqual(doc["applied"], 1)
+            self.assertCounts(srv, a, {"like": 2, "dislike": 0})
+
+    @embedded_only("tally export and verify read a data directory")
+    def test_tally_export_verify_and_round_trip(self):
+        with Server(args=ARGS) as srv:
+            a = uid("a")
+            bot, u1 = uid("bot"), uid("u")
+            srv.put(a, bot, "like")
+            srv.put(a, u1, "dislike")
+            self.assertOk(void(srv, bot))
+            self.assertCounts(srv, a, {"like": 0, "dislike": 1})
+            srv.stop()
+            env = child_env()
+            r = subprocess.run([TALLY, "verify", "--data", srv.data_dir], capture_output=True, text=True, env=env,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("voided users: 1", r.stdout)
+            r = subprocess.run([TALLY, "export", "--data", srv.data_dir], capture_output=True, text=True, env=env,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            lines = [json.loads(x) for x in r.stdout.splitlines()]
+            self.assertEqual(lines[-1], {"export": "complete", "lines": 3})
+            self.assertIn({"user": bot, "voided": True}, lines)
+            export = r.stdout
+        with Server(args=ARGS) as dst:
+            doc = self.assertOk(dst.json("POST", "/v1/admin/import", body=export, headers=NDJSON))
+            self.assertEqual(doc["rejected"], [])
+            self.assertCounts(dst, a, {"like": 0, "dislike": 1})
+            self.assertEqual(self.assertOk(dst.json("GET", "/v1/admin/users/" + bot, headers=ADMIN))["voided"], True)
+            self.assertOk(restore(dst, bot))
+            self.assertCounts(dst, a, {"like": 1, "dislike": 1})
 
 
 @pg_only()
