@@ -52,7 +52,7 @@ static int apply_set(store_write_t *w, const char *item, const char *user, kinds
     if (rc != STORE_OK || row.set == to)
         return rc;
     reaction_row_t next = {to, row.version + 1};
-    transition_t t = {span_of(item), span_of(user), row.set, to, next.version, at_ms};
+    transition_t t = {span_of(item), span_of(user), row.set, to, next.version, at_ms, 0};
     uint64_t seq;
     rc = store_row_put(w, span_of(item), span_of(user), &next);
     return rc == STORE_OK ? store_log_append(w, &t, &seq) : rc;
