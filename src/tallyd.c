@@ -225,8 +225,9 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
     cors.count = o->ncors;
     atomic_store(&app->cors, &cors);
     app->max_header_bytes = o->max_header_bytes;
-    app->client_rules = (client_rules_t){
-        .trusted = o->trusted_proxies, .header = o->real_ip_header, .prefix_v6 = (unsigned)o->client_prefix_v6};
+    static client_rules_t client_rules;
+    client_rules = tallyd_client_rules(o);
+    atomic_store(&app->client_rules, &client_rules);
     app->who_reacted = o->who_reacted;
     app->user_reactions = o->user_reactions;
     atomic_store(&app->public_max_age_s, (unsigned)(o->public_max_age_ms / 1000));

@@ -212,10 +212,10 @@ static const flag_t flags[] = {
      "proxies whose --real-ip-header names the client (right-most address\n"
      "not itself trusted); from any other peer the header is ignored\n"
      "(default none)",
-     set_allow, OPT(trusted_proxies)},
+     set_allow, OPT(trusted_proxies), .opts = FLAG_RELOADS},
     {"--real-ip-header", "x-forwarded-for|forwarded", "x-forwarded-for",
      "the one header read from a trusted proxy (Forwarded: RFC 7239)", set_real_ip_header, OPT(real_ip_header), 0, 0,
-     "expected x-forwarded-for or forwarded"},
+     "expected x-forwarded-for or forwarded", .opts = FLAG_RELOADS},
     {"--client-prefix-v6", "BITS", "64", "IPv6 clients share per-address limits per prefix of this length",
      flag_set_uint, OPT(client_prefix_v6), 1, 128},
     {"--webhook-allow", "CIDR[,CIDR...]", NULL,
@@ -265,6 +265,9 @@ static const flag_t flags[] = {
      flag_set_string, 0, .opts = FLAG_ARGS_ONLY},
     {"--version", NULL, NULL, "print the version and exit", NULL, 0, .opts = FLAG_ARGS_ONLY},
     {"--help", NULL, NULL, "this text", NULL, 0, .opts = FLAG_ARGS_ONLY},
+    {"--print-config-template", NULL, NULL,
+     "print a configuration file listing every flag, commented out; the flags given with it are set in it", NULL, 0,
+     .opts = FLAG_ARGS_ONLY | FLAG_HIDDEN},
 };
 #pragma GCC diagnostic pop
 

@@ -85,6 +85,10 @@ stage e2e-pg-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 TALLY_STORE
     -k WebhookRaceNodesTest
 # The OpenAPI document, the JavaScript client and the pages in headless Chromium (~15 s).
 stage js tests/js/run.sh
+# The Debian package (make deb, from a copy in build/pkg/), lintian, its contents extracted with
+# dpkg -x, the unit through systemd-analyze, make install DESTDIR=... (~60-90 s, most of it the
+# package's own build).
+stage package python3 tests/package/test_package.py
 background_wait e2e-slow
 rm -rf "$log_dir"
 echo "(whole suite: ${SECONDS}s)"

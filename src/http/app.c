@@ -132,7 +132,7 @@ bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
     if (who->known || !limit)
         return true;
     http_client_t client;
-    http_client_of(&app->client_rules, req, &client);
+    http_client_of(atomic_load(&app->client_rules), req, &client);
     return rate_or_reply(app, limit, req, http_client_key(&client));
 }
 
@@ -163,7 +163,7 @@ static void access_log_line(app_t *app, FILE *out, http_request_t *req, route_id
     }
     target[n] = '\0';
     http_client_t client;
-    http_client_of(&app->client_rules, req, &client);
+    http_client_of(atomic_load(&app->client_rules), req, &client);
     if (client.peer_len)
         snprintf(proxy, sizeof proxy, " proxy=%s", client.peer);
     app_iso_time(wall_ms(), ts);
@@ -299,7 +299,7 @@ static bool request_or_reply(app_t *app, http_request_t *req, const route_t *rou
         return false;
     }
     http_client_t client;
-    http_client_of(&app->client_rules, req, &client);
+    http_client_of(atomic_load(&app->client_rules), req, &client);
     if (client.forwarded)
         atomic_fetch_add_explicit(&app->forwarded, 1, memory_order_relaxed);
     if (client.invalid)

@@ -347,7 +347,7 @@ void live_http_get(app_t *app, http_request_t *req, span_t query)
         return;
     }
     http_client_t from;
-    http_client_of(&app->client_rules, req, &from);
+    http_client_of(atomic_load(&app->client_rules), req, &from);
     size_t client_len = from.key_len < sizeof client ? from.key_len : sizeof client - 1;
     memcpy(client, from.key, client_len);
     if (!caps_take((span_t){client, client_len})) {
