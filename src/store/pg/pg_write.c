@@ -177,6 +177,13 @@ static const char LOCK_VOID_SQL[] =
 static const char READ_VOID_SQL[] =
     "SELECT substr(key, " PG_VOID_KEY_FROM ") FROM tally_aux WHERE key IN (SELECT '" STORE_VOID_PREFIX
     "' || u FROM unnest($1::text[]) AS t(u))";
+/* A batch's rows locked as LOCK_ROWS_SQL does, and in the same statement (so after LOCK_VOID_SQL's
+ * locks) the voided flags of its users ($3): rows with void false, then one line per voided user. */
+static const char LOCK_ROWS_VOID_SQL[] =
+    "WITH r AS (SELECT item, \"user\", kind, version FROM tally_rows WHERE (item, \"user\") IN (SELECT * FROM "
+    "unnest($1::text[], $2::text[])) ORDER BY 1, 2 FOR UPDATE)"
+    " SELECT item, \"user\", kind, version, false AS void FROM r UNION ALL SELECT '', substr(key, " PG_VOID_KEY_FROM
+    "), 0, 0, true FROM tally_aux WHERE key IN (SELECT '" STORE_VOID_PREFIX "' || u FROM unnest($3::text[]) AS t(u))";
 
 /* The users of rows (their b) as a text array. */
 static void users_array(const store_pair_t *rows, size_t n, pg_buf_t *u)
@@ -231,12 +238,20 @@ int pg_user_voided(store_write_t *w_, span_t user, bool *voided)
     return STORE_OK;
 }
 
-/* Fills the cache from a locking read's rows. */
+/* Fills the cache from a locking read's rows (LOCK_ROWS_VOID_SQL's lines of voided users too). */
 static int lock_read(pg_write_t *w, const PGresult *res, bool rows)
 {
     int rc = STORE_OK;
+    bool flags = rows && PQnfields(res) == 5;
     for (int i = 0; rc == STORE_OK && i < PQntuples(res); i++) {
-        if (rows)
+        if (flags && PQgetvalue(res, i, 4)[0] == 't') {
+            pg_entry_t *e = pg_cache_put(&w->voided, (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)},
+                                         (span_t){"", 0});
+            if (!e)
+                rc = STORE_ERROR;
+            else
+                e->present = true;
+        } else if (rows)
             row_entry_fill(w, res, i, 0);
         else
             rc = idem_entry_fill(w, res, i);
@@ -312,7 +327,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     }
     char scan[NUM_LEN];
     snprintf(scan, sizeof scan, "%zu", fold_scan > INT64_MAX ? (size_t)INT64_MAX : fold_scan);
-    const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf}, *up[] = {ua.buf}, *fp[] = {scan};
+    const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf, ua.buf}, *up[] = {ua.buf}, *fp[] = {scan};
     bool send_begin = !w->began;
     int rc = pg_pipe_enter(s, w->sess->conn);
     bool entered = rc == STORE_OK;
@@ -323,9 +338,7 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     if (rc == STORE_OK && nrows)
         rc = pg_pipe_send(s, w->sess->conn, LOCK_VOID_SQL, 1, up);
     if (rc == STORE_OK && nrows)
-        rc = pg_pipe_send(s, w->sess->conn, READ_VOID_SQL, 1, up);
-    if (rc == STORE_OK && nrows)
-        rc = pg_pipe_send(s, w->sess->conn, LOCK_ROWS_SQL, 2, rp);
+        rc = pg_pipe_send(s, w->sess->conn, LOCK_ROWS_VOID_SQL, 3, rp);
     if (rc == STORE_OK && fold)
         rc = pg_pipe_send(s, w->sess->conn, FOLD_CHECKPOINT_SQL, 0, NULL);
     if (rc == STORE_OK && fold)
@@ -340,15 +353,11 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     for (int part = 0; part < 2 && rc == STORE_OK; part++) {
         if (part == 0 ? !nkeys : !nrows)
             continue;
-        if (part == 1) { /* the users' voided flags, read once their locks are held */
+        if (part == 1) { /* the users' voided locks first; their flags come with the rows */
             PQclear(pg_pipe_result(s, w->sess->conn, "lock-void", &rc));
-            PGresult *res = rc == STORE_OK ? pg_pipe_result(s, w->sess->conn, "read-void", &rc) : NULL;
-            for (size_t i = 0; res && rc == STORE_OK && i < nrows; i++)
+            for (size_t i = 0; rc == STORE_OK && i < nrows; i++)
                 if (!pg_cache_put(&w->voided, rows[i].b, (span_t){"", 0}))
                     rc = STORE_ERROR;
-            if (res && rc == STORE_OK)
-                rc = voided_fill(w, res, NULL, 0);
-            PQclear(res);
             if (rc != STORE_OK)
                 break;
         }
