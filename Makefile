@@ -16,9 +16,11 @@ BUILD_PACKAGES := build-essential pkg-config libh2o-evloop-dev liblmdb-dev libpq
                   libcurl4-openssl-dev zlib1g-dev libsystemd-dev xxd
 RUN_PACKAGES   := curl
 PG_PACKAGES    := postgresql-15
+# The failover stage's PostgreSQL under Patroni (tests/pg/patronicluster.py), with one etcd.
+PATRONI_PACKAGES := patroni etcd-server
 DEB_TOOLS      := debhelper dpkg-dev fakeroot
-TEST_PACKAGES  := $(PG_PACKAGES) $(DEB_TOOLS) python3 python3-jwt python3-cryptography clang clang-format \
-                  libclang-rt-14-dev chromium chromium-driver lintian groff-base man-db systemd
+TEST_PACKAGES  := $(PG_PACKAGES) $(PATRONI_PACKAGES) $(DEB_TOOLS) python3 python3-jwt python3-cryptography clang clang-format \
+                  libclang-rt-14-dev chromium chromium-driver lintian groff-base man-db systemd nginx
 
 # Installs the missing ones of the packages $(1) (as root, from Debian's archive).
 define apt_install
@@ -61,7 +63,7 @@ MAN_PAGES  := $(BUILD)/man/tallyd.8 $(BUILD)/man/tally.1
 
 obj = $(patsubst %.c,$(BUILD)/$(1)/%.o,$(2))
 
-.PHONY: all deps test-deps pg-deps deb-deps npm-deps js-test run run-pg test unit e2e e2e-pg format format-check clean install uninstall deb
+.PHONY: all deps test-deps pg-deps deb-deps npm-deps js-test run run-pg test unit e2e e2e-pg e2e-patroni format format-check clean install uninstall deb
 all: $(BUILD)/tallyd $(BUILD)/tally $(MAN_PAGES)
 
 deps:
@@ -205,6 +207,10 @@ e2e: all
 # The end-to-end suite on the PostgreSQL store (its own throwaway cluster; needs postgresql-15).
 e2e-pg: all
 	TALLY_STORE=pg python3 tests/e2e/run_e2e.py
+
+# The failover under Patroni alone (etcd and two PostgreSQL servers under patroni; ~1 minute).
+e2e-patroni: all
+	TALLY_PATRONI=1 python3 tests/e2e/run_e2e.py -k test_patroni
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

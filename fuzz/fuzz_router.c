@@ -36,7 +36,7 @@ static const struct {
     {ROUTE_WEBHOOK, NULL, NULL, "DELETE"},
     {ROUTE_WEBHOOK_RESUME, NULL, NULL, "POST"},
     {ROUTE_WEBHOOK_SECRET, NULL, NULL, "POST"},
-    {ROUTE_LIVE, "/v1/live", NULL, "GET"},
+    {ROUTE_LIVE, "/v1/live", NULL, "GET HEAD"},
     {ROUTE_OPENAPI, "/v1/openapi.json", NULL, "GET HEAD"},
     {ROUTE_UI, NULL, NULL, "GET HEAD"},
     {ROUTE_ITEM_REACTIONS, NULL, NULL, "GET HEAD"},

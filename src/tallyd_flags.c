@@ -194,7 +194,8 @@ static const flag_t flags[] = {
      flag_set_size, OPT(max_header_bytes), 1024, 1u << 20, "expected a size from 1K to 1M, such as 16K"},
     {"--max-connections", "N", "10000",
      "open connections at most; past it 503 and close (16 more for health\n"
-     "checks); lowered to fit RLIMIT_NOFILE when not given",
+     "checks); lowered to fit RLIMIT_NOFILE when not given. At 5000 or less,\n"
+     "and without --max-live-streams, live streams get half of it",
      flag_set_uint, OPT(max_connections), 1, 1000000},
     {"--cors-origin", "ORIGIN", NULL, "allow browser calls from ORIGIN (repeatable; * for any; default none)", set_cors,
      OPT(cors), .opts = FLAG_RELOADS | FLAG_REPEATS},
@@ -236,7 +237,10 @@ static const flag_t flags[] = {
      flag_set_duration, OPT(live_interval_ms), 1, 0, "must be at least 1ms"},
     {"--live-keepalive", "DUR", "15s", "a keep-alive comment on every live stream this often", flag_set_duration,
      OPT(live_keepalive_ms), 1, 0, "must be at least 1ms"},
-    {"--max-live-streams", "N", "5000", "open live streams at most (below --max-connections); past it 503",
+    {"--max-live-streams", "N", "5000",
+     "open live streams at most; past it 503. A value given must be below\n"
+     "--max-connections; the default becomes half of --max-connections when\n"
+     "that is 5000 or less (logged at start)",
      flag_set_uint, OPT(max_live_streams), 0, 1000000},
     {"--max-live-streams-per-client", "N", "16", "open live streams per client address at most; past it 503",
      flag_set_uint, OPT(max_live_streams_per_client), 0, 1000000},

@@ -9,6 +9,7 @@
 
 #include "core/changejson.h"
 #include "core/clock.h"
+#include "core/jsontext.h"
 #include "http/admin.h"
 #include "http/changes.h"
 #include "http/items.h"
@@ -61,7 +62,7 @@ void reply_body(http_request_t *req, int status, answer_type_t type, char *body,
 
 void reply_json(http_request_t *req, int status, json_t *body)
 {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REALS) : NULL;
     json_decref(body);
     if (!text)
         reply_problem(req, 500, "internal", "out of memory");
