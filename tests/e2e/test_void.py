@@ -11,7 +11,9 @@ import collections
 import json
 import os
 import random
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
@@ -461,6 +463,23 @@ class VoidImportExport(VoidCase):
             self.assertEqual(lines[-1], {"export": "complete", "lines": 3})
             self.assertIn({"user": bot, "voided": True}, lines)
             export = r.stdout
+            # offline: tally import of the export into a new directory keeps the voided user
+            tmp = tempfile.mkdtemp(prefix="tally-e2e-void-")
+            self.addCleanup(shutil.rmtree, tmp, True)
+            path = os.path.join(tmp, "export.ndjson")
+            with open(path, "w") as f:
+                f.write(export)
+            copy = os.path.join(tmp, "copy")
+            r = subprocess.run([TALLY, "import", "--data", copy, "--reactions", "like,dislike", path], capture_output=True, text=True, env=env,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            r = subprocess.run([TALLY, "verify", "--data", copy], capture_output=True, text=True, env=env,
+                               timeout=60)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertIn("voided users: 1", r.stdout)
+            r = subprocess.run([TALLY, "export", "--data", copy], capture_output=True, text=True, env=env,
+                               timeout=60)
+            self.assertEqual(sorted(r.stdout.splitlines()), sorted(export.splitlines()), "the same lines again")
         with Server(args=ARGS) as dst:
             doc = self.assertOk(dst.json("POST", "/v1/admin/import", body=export, headers=NDJSON))
             self.assertEqual(doc["rejected"], [])
