@@ -30,7 +30,7 @@ static const struct {
     {ROUTE_IMPORT, "/v1/admin/import", NULL, "POST"},
     {ROUTE_TRENDING, "/v1/trending", NULL, "GET HEAD"},
     {ROUTE_HOT, "/v1/admin/hot", NULL, "GET HEAD"},
-    {ROUTE_ADMIN_USER, NULL, "/v1/admin/users/", "DELETE"},
+    {ROUTE_ADMIN_USER, NULL, "/v1/admin/users/", "GET HEAD DELETE"},
     {ROUTE_ADMIN_ITEM, NULL, "/v1/admin/items/", "DELETE"},
     {ROUTE_WEBHOOKS, "/v1/admin/webhooks", NULL, "GET HEAD POST"},
     {ROUTE_WEBHOOK, NULL, NULL, "DELETE"},
@@ -44,6 +44,8 @@ static const struct {
     {ROUTE_VIEWER, "/v1/viewer", NULL, "GET HEAD"},
     {ROUTE_POLICIES, "/v1/admin/policies", NULL, "GET HEAD"},
     {ROUTE_POLICY, NULL, "/v1/admin/policies/", "GET HEAD PUT DELETE"},
+    {ROUTE_USER_VOID, NULL, NULL, "POST"},
+    {ROUTE_USER_RESTORE, NULL, NULL, "POST"},
 };
 _Static_assert(sizeof spec / sizeof spec[0] == ROUTE_COUNT, "fuzz_router.c: a route was added; add its row to spec");
 
@@ -85,6 +87,19 @@ static route_t ref_route(span_t path)
             r.id = ROUTE_WEBHOOK_SECRET;
         if (r.id != ROUTE_NOT_FOUND) {
             r.item = id;
+            return r;
+        }
+    }
+    /* /v1/admin/users/{user}/void and …/restore */
+    static const char admin_users[] = "/v1/admin/users/";
+    size_t an = strlen(admin_users);
+    if (path.len > an && memcmp(path.ptr, admin_users, an) == 0) {
+        span_t rest = {path.ptr + an, path.len - an};
+        const char *slash = memchr(rest.ptr, '/', rest.len);
+        span_t action = slash ? (span_t){slash + 1, rest.len - (size_t)(slash - rest.ptr) - 1} : (span_t){0};
+        if (slash && (span_eq_str(action, "void") || span_eq_str(action, "restore"))) {
+            r.id = span_eq_str(action, "void") ? ROUTE_USER_VOID : ROUTE_USER_RESTORE;
+            r.item = (span_t){rest.ptr, (size_t)(slash - rest.ptr)};
             return r;
         }
     }
@@ -198,7 +213,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r.id == ROUTE_ITEM || r.id == ROUTE_REACTION || r.id == ROUTE_TOGGLE || r.id == ROUTE_KIND ||
         r.id == ROUTE_ADMIN_USER || r.id == ROUTE_ADMIN_ITEM || r.id == ROUTE_WEBHOOK || r.id == ROUTE_WEBHOOK_RESUME ||
         r.id == ROUTE_WEBHOOK_SECRET || r.id == ROUTE_ITEM_REACTIONS || r.id == ROUTE_USER_REACTIONS ||
-        r.id == ROUTE_POLICY) {
+        r.id == ROUTE_POLICY || r.id == ROUTE_USER_VOID || r.id == ROUTE_USER_RESTORE) {
         FUZZ_ASSERT(span_eq(r.item, want.item));
         FUZZ_ASSERT(r.item.len == 0 || !memchr(r.item.ptr, '/', r.item.len));
     }

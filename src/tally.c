@@ -606,6 +606,13 @@ static int cmd_backup(int argc, char **argv)
     return 0;
 }
 
+static int count_aux(void *arg, span_t key, span_t value)
+{
+    (void)key, (void)value;
+    (*(uint64_t *)arg)++;
+    return 0;
+}
+
 static int cmd_verify(int argc, char **argv)
 {
     flags_t f = {0};
@@ -626,6 +633,13 @@ static int cmd_verify(int argc, char **argv)
                    kinds_count_name(kinds, rep.drift[i].kind), (long long)rep.drift[i].counted,
                    (long long)rep.drift[i].stored);
         printf("checked %zu items, %zu drift\n", rep.checked, rep.ndrift);
+        uint64_t voided = 0;
+        store_read_t *snap;
+        if (store_read_begin(store, &snap) == STORE_OK) {
+            store_read_aux(snap, SPAN_LIT(STORE_VOID_PREFIX), count_aux, &voided);
+            store_read_end(snap);
+        }
+        printf("voided users: %llu (their rows are not counted)\n", (unsigned long long)voided);
         if (rep.list_mismatches)
             printf("lists: %llu entries disagree with the rows\n", (unsigned long long)rep.list_mismatches);
     } else {
@@ -709,7 +723,9 @@ static const command_t commands[] = {
      "safe while tallyd runs\n",
      cmd_backup},
     {"verify",
-     "tally verify --data DIR\n  recounts every item from the reaction rows; lists drift and exits 1 if any\n",
+     "tally verify --data DIR\n  recounts every item from the reaction rows (a voided user's rows do not count); lists "
+     "drift\n"
+     "  and exits 1 if any; says how many users are voided\n",
      cmd_verify},
     {"token",
      "tally token --user U [--admin] [--ttl 1h] [--jwt-secret-file FILE]\n  mints an HS256 JWT with the first secret "

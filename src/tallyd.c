@@ -303,6 +303,11 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         return -1;
     }
     wopt.policies = app->policies;
+    if (voids_open(app->store, &app->voids, perr, sizeof perr) != 0) {
+        log_line("level=error event=start-failed msg=\"%s\"", perr);
+        return -1;
+    }
+    wopt.voids = app->voids;
     if (store_shared(app->store) && readers_start(READERS_THREADS_DEFAULT, READERS_QUEUE_MAX, &app->readers) != 0)
         what = "the reader threads";
     else if (feed_start(app->store, &app->feed) != 0)
@@ -393,6 +398,7 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     trending_stop(app->trending); /* persists its open buckets through the writer */
     writer_stop(app->writer);
     policies_close(app->policies);
+    voids_close(app->voids);
     feed_free(app->feed);
     readers_free(app->readers);
     store_close(app->store);

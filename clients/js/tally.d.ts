@@ -139,6 +139,17 @@ export function newIdempotencyKey(): string;
 /** <0, 0, >0, or null when the cursors are not comparable */
 export function compareCursors(a: string | null, b: string | null): number | null;
 
+/** A change-feed entry (GET /v1/changes) or a webhook's transition. */
+export interface Change {
+  cursor: string; item: Id; user: Id; from: Kind | 'none' | Kind[]; to: Kind | 'none' | Kind[];
+  version: number; at: string;
+  /** [counted before, counted after]; absent means [true, true] (a voided user's entries) */
+  counted?: [boolean, boolean];
+}
+/** Folds one entry into counts ({kind: n}, and reactors in many mode), in place: minus from if it
+ * counted before, plus to if it counts after. Returns counts. */
+export function foldChange(counts: Record<string, number>, entry: Change): Record<string, number>;
+
 export class EventStreamParser {
   constructor(onEvent: (e: { event: string; data: string; id: string }) => void, onRetry?: (ms: number) => void);
   push(text: string): void;

@@ -74,6 +74,28 @@ export function compareCursors(a, b) {
   return x < y ? -1 : x > y ? 1 : 0;
 }
 
+/**
+ * Folds one change-feed entry (GET /v1/changes, or a webhook's transition) into counts, an object
+ * {kind: n} (and `reactors` in many mode), in place; returns counts. An entry may carry
+ * counted: [before, after] (absent: [true, true]): minus `from` if the row counted before, plus `to`
+ * if it counts after. A void or restore of a user is an entry with from equal to to that moves the
+ * counts by the counted flags alone; a voided user's own writes ([false, false]) move nothing. Folding
+ * every entry of the feed in order gives exactly the counts tally holds. `from`/`to` are a kind or
+ * "none" (one mode) or arrays of kinds (many mode).
+ */
+export function foldChange(counts, entry) {
+  const [before, after] = Array.isArray(entry.counted) ? entry.counted : [true, true];
+  const kinds = (v) => (Array.isArray(v) ? v : v === 'none' || v == null ? [] : [v]);
+  const many = Array.isArray(entry.from) || Array.isArray(entry.to);
+  const apply = (set, by) => {
+    for (const k of set) counts[k] = (counts[k] ?? 0) + by;
+    if (many && set.length) counts.reactors = (counts.reactors ?? 0) + by;
+  };
+  if (before) apply(kinds(entry.from), -1);
+  if (after) apply(kinds(entry.to), +1);
+  return counts;
+}
+
 function query(params) {
   const parts = [];
   for (const [k, v] of Object.entries(params)) {

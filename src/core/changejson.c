@@ -63,9 +63,17 @@ json_t *changejson_entry(const kinds_t *kinds, uint64_t seq, const transition_t 
     char cursor[24], at[32];
     snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)seq);
     changejson_iso_time(t->at_ms, at);
-    return json_pack("{s:s,s:s%,s:s%,s:o?,s:o?,s:I,s:s}", "cursor", cursor, "item", t->item.ptr, t->item.len, "user",
-                     t->user.ptr, t->user.len, "from", kindset_json(kinds, t->from), "to", kindset_json(kinds, t->to),
-                     "version", (json_int_t)t->version, "at", at);
+    json_t *e = json_pack("{s:s,s:s%,s:s%,s:o?,s:o?,s:I,s:s}", "cursor", cursor, "item", t->item.ptr, t->item.len,
+                          "user", t->user.ptr, t->user.len, "from", kindset_json(kinds, t->from), "to",
+                          kindset_json(kinds, t->to), "version", (json_int_t)t->version, "at", at);
+    if (e && t->uncounted &&
+        json_object_set_new(e, "counted",
+                            json_pack("[bb]", !(t->uncounted & TRANSITION_UNCOUNTED_BEFORE),
+                                      !(t->uncounted & TRANSITION_UNCOUNTED_AFTER))) != 0) {
+        json_decref(e);
+        return NULL;
+    }
+    return e;
 }
 
 void changejson_append(textbuf_t *b, const kinds_t *kinds, uint64_t seq, const transition_t *t)
@@ -86,5 +94,9 @@ void changejson_append(textbuf_t *b, const kinds_t *kinds, uint64_t seq, const t
     textbuf_uint(b, t->version);
     textbuf_lit(b, ",\"at\":");
     textbuf_safe(b, span_of(at));
+    if (t->uncounted) { /* absent means [true,true] */
+        textbuf_printf(b, ",\"counted\":[%s,%s]", t->uncounted & TRANSITION_UNCOUNTED_BEFORE ? "false" : "true",
+                       t->uncounted & TRANSITION_UNCOUNTED_AFTER ? "false" : "true");
+    }
     textbuf_lit(b, "}");
 }

@@ -33,3 +33,9 @@ void reaction_deltas_add(kindset_t from, kindset_t to, int64_t deltas[KINDS_MAX 
     else if (from && !to)
         deltas[KIND_NONE] -= 1;
 }
+
+void transition_deltas_add(const transition_t *t, int64_t deltas[KINDS_MAX + 1])
+{
+    reaction_deltas_add(t->uncounted & TRANSITION_UNCOUNTED_BEFORE ? KINDSET_EMPTY : t->from,
+                        t->uncounted & TRANSITION_UNCOUNTED_AFTER ? KINDSET_EMPTY : t->to, deltas);
+}

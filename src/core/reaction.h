@@ -61,7 +61,43 @@ typedef struct {
     kindset_t to;
     uint64_t version; /* the row's version after the change */
     uint64_t at_ms;   /* wall-clock commit time, ms since the epoch */
+    /* Whether the row counted before and after the entry, as TRANSITION_UNCOUNTED_* bits: 0 (both
+     * counted) for every write of a user who is not voided. A void or a restore is an entry with
+     * from == to, the version unchanged, and exactly one of the bits. */
+    uint8_t uncounted;
 } transition_t;
+
+#define TRANSITION_UNCOUNTED_BEFORE 1u
+#define TRANSITION_UNCOUNTED_AFTER 2u
+#define TRANSITION_UNCOUNTED_BOTH 3u
+
+/* How the stores keep `uncounted`: in two bits of the stored version above any version a row
+ * reaches by counting, so an entry written before voiding existed reads as counted both ways. */
+#define TRANSITION_VERSION_BITS 60
+#define TRANSITION_VERSION_MASK ((UINT64_C(1) << TRANSITION_VERSION_BITS) - 1)
+
+static inline uint64_t transition_version_pack(const transition_t *t)
+{
+    return (t->version & TRANSITION_VERSION_MASK) | (uint64_t)(t->uncounted & 3u) << TRANSITION_VERSION_BITS;
+}
+
+/* Sets t->version and t->uncounted from a stored version. False when the stored value has bits no
+ * writer sets (above the two). */
+static inline bool transition_version_unpack(transition_t *t, uint64_t stored)
+{
+    t->version = stored & TRANSITION_VERSION_MASK;
+    t->uncounted = (uint8_t)(stored >> TRANSITION_VERSION_BITS & 3u);
+    return stored >> (TRANSITION_VERSION_BITS + 2) == 0;
+}
+
+/* A well-formed entry: a real change (from != to) counted the same before and after, or a void or a
+ * restore (from == to, exactly one side counted). */
+static inline bool transition_well_formed(const transition_t *t)
+{
+    if (t->from != t->to)
+        return t->uncounted == 0 || t->uncounted == TRANSITION_UNCOUNTED_BOTH;
+    return t->uncounted == TRANSITION_UNCOUNTED_BEFORE || t->uncounted == TRANSITION_UNCOUNTED_AFTER;
+}
 
 /* The set a row ends up with when op(arg) is applied to current in mode. In one mode every result
  * holds at most one kind when arg and current do. */
@@ -71,5 +107,9 @@ kindset_t reaction_target(reaction_mode_t mode, react_op_t op, kindset_t arg, ki
  * +1 for each that joined; and deltas[0], the item's reactors (users whose set is not empty), +1
  * when the set stops being empty, -1 when it becomes empty. from == to adds nothing. */
 void reaction_deltas_add(kindset_t from, kindset_t to, int64_t deltas[KINDS_MAX + 1]);
+
+/* The counts' delta of one log entry: minus `from` if the row counted before, plus `to` if it counts
+ * after (the fold a change-feed consumer does too). */
+void transition_deltas_add(const transition_t *t, int64_t deltas[KINDS_MAX + 1]);
 
 #endif

@@ -116,16 +116,33 @@ static int list_line(void *arg, span_t item, uint64_t seq, uint64_t at_ms, kinds
     return p->out->failed ? 1 : 0;
 }
 
+/* {"user":"…","voided":true}: one line per voided user, after the rows, from the same snapshot. */
+static int voided_line(void *arg, span_t key, span_t value)
+{
+    (void)value;
+    page_t *p = arg;
+    size_t plen = sizeof STORE_VOID_PREFIX - 1;
+    if (key.len <= plen)
+        return 0;
+    textbuf_lit(p->out, "{\"user\":");
+    textbuf_safe(p->out, (span_t){key.ptr + plen, key.len - plen});
+    textbuf_lit(p->out, ",\"voided\":true}\n");
+    p->x->lines++;
+    return p->out->failed ? 1 : 0;
+}
+
 static int rows_page(export_t *x, textbuf_t *out)
 {
     page_t p = {.x = x, .out = out};
     size_t visited = 0;
     int rc = store_export_page(x->snap, (span_t){x->after_item, x->after_item_len},
                                (span_t){x->after_user, x->after_user_len}, EXPORT_PAGE_ROWS, row_line, &p, &visited);
+    if (rc == STORE_OK && visited < EXPORT_PAGE_ROWS) {
+        rc = store_read_aux(x->snap, SPAN_LIT(STORE_VOID_PREFIX), voided_line, &p);
+        x->part = PART_CLOSING;
+    }
     if (rc == STORE_OK && out->failed)
         rc = STORE_ERROR;
-    if (rc == STORE_OK && visited < EXPORT_PAGE_ROWS)
-        x->part = PART_CLOSING;
     return rc;
 }
 

@@ -11,6 +11,7 @@
 typedef struct {
     span_t item, user;
     kindset_t set;
+    int voided;     /* a voided-user line: 1 void, 0 restore; -1 a reaction record */
     char error[96]; /* what is wrong with the reactions, when they are */
 } record_t;
 
@@ -56,8 +57,17 @@ static const char *parse_ndjson(const kinds_t *kinds, span_t line, json_t **doc,
     *doc = json_loadb(line.ptr, line.len, JSON_REJECT_DUPLICATES, NULL);
     json_t *item = json_object_get(*doc, "item"), *user = json_object_get(*doc, "user"),
            *reaction = json_object_get(*doc, "reaction"), *reactions = json_object_get(*doc, "reactions");
+    rec->voided = -1;
     if (!json_is_object(*doc))
         return "not a JSON object";
+    json_t *voided = json_object_get(*doc, "voided");
+    if (voided && !item) { /* {"user":"…","voided":true}: an export's line for a voided user */
+        if (!json_is_string(user) || !json_is_boolean(voided) || json_object_size(*doc) != 2)
+            return "a voided-user line is {\"user\":\"…\",\"voided\":true|false}";
+        rec->user = (span_t){json_string_value(user), json_string_length(user)};
+        rec->voided = json_is_true(voided);
+        return id_valid(rec->user) ? NULL : "invalid user id";
+    }
     if (!json_is_string(item) || !json_is_string(user))
         return "item and user must be strings";
     rec->item = (span_t){json_string_value(item), json_string_length(item)};
@@ -90,6 +100,7 @@ static const char *parse_csv(const kinds_t *kinds, span_t text, bool sets, recor
         return error;
     if (n != 3)
         return "expected 3 fields: item,user,reaction";
+    rec->voided = -1;
     rec->item = f[0];
     rec->user = f[1];
     error = record_check(rec);
@@ -142,7 +153,8 @@ static void csv_append(csv_reader_t *c, span_t line, bool sep)
 static void record_done(write_cmd_t *cmd, void *arg)
 {
     import_report_t *rep = arg;
-    if (cmd->answer.status == 200 && cmd->react.changed)
+    bool changed = cmd->type == WRITE_VOID ? cmd->void_user.version != 0 : cmd->react.changed != 0;
+    if (cmd->answer.status == 200 && changed)
         atomic_fetch_add(&rep->applied_live, 1);
     else if (cmd->answer.status == 200)
         atomic_fetch_add(&rep->unchanged_live, 1);
@@ -153,6 +165,17 @@ static int record_submit(writer_t *w, writer_group_t *g, const record_t *rec)
     write_cmd_t *cmd = calloc(1, sizeof *cmd);
     if (!cmd)
         return -1;
+    if (rec->voided >= 0) { /* the user's flag: a void or a restore, as the line says */
+        cmd->type = WRITE_VOID;
+        cmd->void_user.restore = !rec->voided;
+        memcpy(cmd->void_user.user, rec->user.ptr, rec->user.len);
+        cmd->void_user.user_len = rec->user.len;
+        if (writer_group_submit(w, g, cmd) != 0) {
+            free(cmd);
+            return -1;
+        }
+        return 0;
+    }
     cmd->type = WRITE_REACT;
     cmd->react.op = REACT_SET;
     cmd->react.arg = rec->set;

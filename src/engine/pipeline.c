@@ -27,8 +27,8 @@ static int fold_one(void *arg, uint64_t seq, const transition_t *t)
         f->result->oldest_unfolded_ms = t->at_ms;
         return 1;
     }
-    if (t->from == t->to) { /* read from the disk: the writer never logs a non-change */
-        log_line("level=error event=store-corrupt table=log seq=%llu error=\"a transition from a kind to itself\"",
+    if (!transition_well_formed(t)) { /* read from the disk: the writer logs only changes, voids, restores */
+        log_line("level=error event=store-corrupt table=log seq=%llu error=\"an entry that changes nothing\"",
                  (unsigned long long)seq);
         f->rc = STORE_ERROR;
         return 1;
@@ -38,15 +38,17 @@ static int fold_one(void *arg, uint64_t seq, const transition_t *t)
         f->rc = STORE_ERROR;
         return 1;
     }
-    reaction_deltas_add(t->from, t->to, e->deltas);
+    transition_deltas_add(t, e->deltas);
+    f->last_seq = seq;
+    f->seen++;
+    if (t->from == t->to)
+        return 0; /* a void or a restore: the lists keep the user's reactions where they were */
     listmap_entry_t *p = listmap_get(&f->pairs, t->item, t->user);
     if (!p) {
         f->rc = STORE_ERROR;
         return 1;
     }
     list_change_add(&p->change, t->from, t->to, seq, t->at_ms);
-    f->last_seq = seq;
-    f->seen++;
     return 0;
 }
 

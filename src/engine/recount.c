@@ -67,7 +67,9 @@ static int unfolded_add(void *arg, uint64_t seq, const transition_t *t)
         u->rc = STORE_ERROR;
         return 1;
     }
-    reaction_deltas_add(t->from, t->to, e->deltas);
+    transition_deltas_add(t, e->deltas);
+    if (t->from == t->to)
+        return 0; /* a void or a restore leaves the lists as they are */
     listmap_entry_t *p = listmap_get(&u->pairs, t->item, t->user);
     if (!p) {
         u->rc = STORE_ERROR;

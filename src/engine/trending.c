@@ -106,17 +106,21 @@ static bucket_t *bucket_for(trending_t *t, int l, uint64_t at_ms)
 
 static void add_event(trending_t *t, const transition_t *tr)
 {
+    /* as the counts see it: a voided user's reactions neither gain nor lose, a void loses them and a
+     * restore gains them back */
+    kindset_t from = tr->uncounted & TRANSITION_UNCOUNTED_BEFORE ? KINDSET_EMPTY : tr->from;
+    kindset_t to = tr->uncounted & TRANSITION_UNCOUNTED_AFTER ? KINDSET_EMPTY : tr->to;
     for (int l = 0; l < LEVELS; l++) {
         bucket_t *b = bucket_for(t, l, tr->at_ms);
         spacesaving_t *s;
         /* per kind: a user who added it is a gain, one who removed it a loss */
-        for (kindset_t joined = tr->to & ~tr->from; joined; joined &= joined - 1)
+        for (kindset_t joined = to & ~from; joined; joined &= joined - 1)
             if ((s = summary(t, &b->gain[__builtin_ctz(joined)])))
                 ss_add(s, tr->item, 1);
-        for (kindset_t left = tr->from & ~tr->to; left; left &= left - 1)
+        for (kindset_t left = from & ~to; left; left &= left - 1)
             if ((s = summary(t, &b->loss[__builtin_ctz(left)])))
                 ss_add(s, tr->item, 1);
-        if (l == LEVEL_5S && (s = summary(t, &b->all)))
+        if (l == LEVEL_5S && tr->from != tr->to && (s = summary(t, &b->all))) /* writes, not voids */
             ss_add(s, tr->item, 1);
         b->dirty = true;
     }

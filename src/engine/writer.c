@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "core/clock.h"
@@ -15,6 +16,7 @@
 #include "engine/pipeline.h"
 #include "engine/policies.h"
 #include "engine/thread.h"
+#include "engine/voids.h"
 
 /* The writer this thread runs (writer_main), NULL on every other thread: writer-only functions assert
  * that they run on their writer's thread, as SQLite's do. Cheap, so kept in release builds. */
@@ -169,9 +171,14 @@ static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t
     }
     reaction_row_t next = {target, row->version + 1};
     assert(next.version == row->version + 1 && next.version > row->version && "a version rises by exactly one");
-    transition_t t = {item, user, row->set, target, next.version, now_ms};
+    transition_t t = {item, user, row->set, target, next.version, now_ms, 0};
+    bool voided = false;
+    int rc = store_user_voided(tx, user, &voided); /* a voided user's rows count neither before nor after */
+    if (rc != STORE_OK)
+        return rc;
+    t.uncounted = voided ? TRANSITION_UNCOUNTED_BOTH : 0;
     uint64_t seq, none = 0;
-    int rc = store_row_put(tx, item, user, &next);
+    rc = store_row_put(tx, item, user, &next);
     if (rc == STORE_OK)
         rc = store_log_append(tx, &t, &seq);
     if (rc != STORE_OK)
@@ -259,6 +266,116 @@ static int writer_clear(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
     assert(cl->changed <= visited && visited <= WRITER_CLEAR_CHUNK);
     cl->more = visited == WRITER_CLEAR_CHUNK || deleted == WRITER_CLEAR_CHUNK;
     answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
+    return STORE_OK;
+}
+
+/* WRITE_VOID: the walk over the user's rows. */
+typedef struct {
+    writer_t *w;
+    store_write_t *tx;
+    write_cmd_t *cmd;
+    uint64_t now_ms;
+    int rc;
+} void_walk_t;
+
+static int void_one(void *arg, span_t item)
+{
+    void_walk_t *v = arg;
+    write_void_t *vu = &v->cmd->void_user;
+    span_t user = {vu->user, vu->user_len};
+    reaction_row_t row;
+    if ((v->rc = store_row_get(v->tx, item, user, &row)) != STORE_OK)
+        return 1;
+    if (row.set == KINDSET_EMPTY)
+        return 0; /* counts nothing either way */
+    transition_t t = {item,
+                      user,
+                      row.set,
+                      row.set,
+                      row.version,
+                      v->now_ms,
+                      vu->restore ? TRANSITION_UNCOUNTED_BEFORE : TRANSITION_UNCOUNTED_AFTER};
+    uint64_t seq, none = 0;
+    if ((v->rc = store_log_append(v->tx, &t, &seq)) != STORE_OK)
+        return 1;
+    atomic_compare_exchange_strong(&v->w->stats.oldest_unfolded_ms, &none, v->now_ms);
+    v->w->tx_appends++;
+    v->w->last_seq = seq;
+    vu->rows++;
+    return 0;
+}
+
+typedef struct {
+    span_t key;
+    bool found;
+    uint64_t version, count;
+} void_flag_t;
+
+static int void_flag_read(void *arg, span_t key, span_t value)
+{
+    void_flag_t *f = arg;
+    if (span_eq(key, f->key))
+        f->found = true;
+    if (span_eq_str(key, VOIDS_COUNTER_KEY))
+        voids_parse_counter(value, &f->version, &f->count);
+    return 0;
+}
+
+/* Sets (or clears) the flag under the lock every write of the user reads it under, then writes one
+ * entry per counted row: the same transaction, so no write of the user falls between. */
+static int writer_void(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
+{
+    write_void_t *vu = &cmd->void_user;
+    span_t user = {vu->user, vu->user_len};
+    char key[sizeof STORE_VOID_PREFIX + ID_MAX_LEN + 1], end[sizeof key + 1];
+    int klen = snprintf(key, sizeof key, "%s%.*s", STORE_VOID_PREFIX, (int)user.len, user.ptr);
+    memcpy(end, key, (size_t)klen);
+    end[klen] = '\x01'; /* past the key, before any longer user id (ids hold no byte below '-') */
+    vu->rows = 0;
+    vu->version = 0;
+    /* every void and restore decides from the counter first, then the user's flag: one order */
+    void_flag_t flag = {.key = {key, (size_t)klen}};
+    int rc = store_aux_read_locked(tx, SPAN_LIT(VOIDS_COUNTER_KEY), void_flag_read, &flag);
+    if (rc == STORE_OK)
+        rc = store_aux_read_locked(tx, flag.key, void_flag_read, &flag);
+    if (rc != STORE_OK)
+        return rc;
+    if (flag.found != vu->restore) { /* already as asked */
+        char body[48];
+        int n = snprintf(body, sizeof body, "{\"%s\":0}", vu->restore ? "restored" : "voided");
+        char *copy = strndup(body, (size_t)n);
+        if (!copy)
+            return STORE_ERROR;
+        answer_set_body(&cmd->answer, 200, ANSWER_JSON, copy, (size_t)n);
+        return STORE_OK;
+    }
+    char value[48], counter[48];
+    int vlen = snprintf(value, sizeof value, "%llu", (unsigned long long)now_ms);
+    uint64_t count = flag.count + (vu->restore ? (flag.count > 0 ? (uint64_t)-1 : 0) : 1);
+    vu->version = flag.version + 1;
+    int clen =
+        snprintf(counter, sizeof counter, "%llu %llu", (unsigned long long)vu->version, (unsigned long long)count);
+    rc = vu->restore ? store_aux_delete_range(tx, flag.key, (span_t){end, (size_t)klen + 1})
+                     : store_aux_put(tx, flag.key, (span_t){value, (size_t)vlen});
+    if (rc == STORE_OK)
+        rc = store_aux_put(tx, SPAN_LIT(VOIDS_COUNTER_KEY), (span_t){counter, (size_t)clen});
+    if (rc == STORE_OK)
+        rc = writer_catch_up(w, tx); /* the embedded store walks the user's list: exact once folded */
+    void_walk_t walk = {w, tx, cmd, now_ms, STORE_OK};
+    size_t visited = 0, last_len = 0;
+    char last[ID_MAX_LEN];
+    if (rc == STORE_OK)
+        rc = store_user_items(tx, user, (span_t){"", 0}, (size_t)INT64_MAX, void_one, &walk, &visited, last, &last_len);
+    if (rc == STORE_OK)
+        rc = walk.rc;
+    if (rc != STORE_OK)
+        return rc;
+    char body[64];
+    int n = snprintf(body, sizeof body, "{\"%s\":%zu}", vu->restore ? "restored" : "voided", vu->rows);
+    char *copy = strndup(body, (size_t)n);
+    if (!copy)
+        return STORE_ERROR;
+    answer_set_body(&cmd->answer, 200, ANSWER_JSON, copy, (size_t)n);
     return STORE_OK;
 }
 
@@ -376,6 +493,8 @@ static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         return writer_clear(w, tx, cmd, now_ms);
     case WRITE_AUX:
         return writer_aux(tx, cmd);
+    case WRITE_VOID:
+        return writer_void(w, tx, cmd, now_ms);
     }
     assert(!"unknown write command type"); /* a type outside the enum: the submitter's bug */
     return STORE_ERROR;
@@ -572,6 +691,10 @@ static void writer_reset(writer_t *w, write_cmd_t *batch)
             memcpy(c->clear.resume, w->resume_saved[i], w->resume_saved_len[i]);
             c->clear.resume_len = w->resume_saved_len[i];
             break;
+        case WRITE_VOID:
+            c->void_user.rows = 0;
+            c->void_user.version = 0;
+            break;
         case WRITE_COUNTS_ADJUST:
         case WRITE_AUX:
             break;
@@ -660,6 +783,9 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         }
         if (c->type == WRITE_REACT)
             histogram_observe(&w->stats.write_seconds, (double)(done_ns - c->submitted_ns) / 1e9);
+        if (rc == STORE_OK && c->type == WRITE_VOID && c->void_user.version && w->opt.voids) /* in force here now */
+            voids_changed(w->opt.voids, (span_t){c->void_user.user, c->void_user.user_len}, !c->void_user.restore,
+                          c->void_user.version, c->void_user.rows);
         c->done(c);
     }
     if (w->opt.release_end)
@@ -713,8 +839,15 @@ static void *writer_main(void *arg)
         }
         write_cmd_t *batch = w->head, *last = NULL;
         size_t n = 0;
-        for (write_cmd_t *c = w->head; c && n < w->opt.batch_max; c = c->next, n++)
+        /* A void (or restore) has a batch of its own: it walks the user's rows as stored, and a shared
+         * store writes a batch's rows only at its commit. */
+        for (write_cmd_t *c = w->head; c && n < w->opt.batch_max && !(n && c->type == WRITE_VOID); c = c->next, n++) {
             last = c;
+            if (c->type == WRITE_VOID) {
+                n++;
+                break;
+            }
+        }
         if (last) {
             w->head = last->next;
             if (!w->head)

@@ -28,6 +28,7 @@ typedef enum {
     WRITE_CLEAR_ITEM,    /* every reaction on item becomes none (a chunk at a time) */
     WRITE_CLEAR_USER,    /* every reaction of user becomes none, and their idempotency records go */
     WRITE_AUX,           /* auxiliary records: puts and a range deletion (trending's summaries) */
+    WRITE_VOID,          /* a user's reactions stop counting, or count again (restore) */
 } write_type_t;
 
 #define WRITE_AUX_MAX 1024
@@ -86,6 +87,17 @@ typedef struct {
     bool more;      /* result: rows remain; submit again */
 } write_clear_t;
 
+/* WRITE_VOID: the voided flag of a user set (or cleared, restore) and, in the same transaction, one
+ * log entry per row of the user whose reaction is not none, from == to at the row's version, counted
+ * before and not after (a restore: the other way). Nothing when the flag already says so. */
+typedef struct {
+    char user[ID_MAX_LEN];
+    size_t user_len;
+    bool restore;
+    size_t rows;      /* result: rows that stopped (or started) counting */
+    uint64_t version; /* result: the voided users' version after the change; 0: nothing changed */
+} write_void_t;
+
 /* One command: a common header, then the payload that type names. Owned by the submitter; the
  * writer fills answer (and the payload's results) and calls done (on the writer thread) once the
  * answer is final: after the commit that holds its effect is durable, or after that commit failed. */
@@ -104,6 +116,7 @@ struct write_cmd {
         write_counts_adjust_t counts_adjust; /* WRITE_COUNTS_ADJUST */
         write_clear_t clear;                 /* WRITE_CLEAR_ITEM, WRITE_CLEAR_USER */
         write_aux_t *aux;                    /* WRITE_AUX */
+        write_void_t void_user;              /* WRITE_VOID */
     };
 };
 
@@ -126,6 +139,9 @@ typedef struct {
     /* The item policies in force (optional): each reaction write is checked against its item's, after
      * the idempotency record and If-Match, where the row's old value is known. */
     policies_t *policies;
+    /* The voided users known on this node (optional): a committed void or restore is put in force
+     * there before its command's done is called. */
+    struct voids *voids;
 } writer_options_t;
 
 #define WRITER_QUEUE_MAX_DEFAULT 8192

@@ -16,6 +16,7 @@
 #include "engine/policies.h"
 #include "engine/readers.h"
 #include "engine/trending.h"
+#include "engine/voids.h"
 #include "engine/webhooks.h"
 #include "engine/writer.h"
 #include "http/client.h"
@@ -54,6 +55,7 @@ typedef struct app {
     readers_t *readers; /* reads run here when the store's reads wait on a server; NULL: on the HTTP threads */
     feed_t *feed;
     policies_t *policies; /* the item policies in force */
+    voids_t *voids;       /* the voided users known on this node */
     trending_t *trending;
     webhooks_t *webhooks;
     const char *data_dir;

@@ -23,6 +23,7 @@
 #include "http/router.h"
 #include "http/trends.h"
 #include "http/ui.h"
+#include "http/voids_admin.h"
 #include "http/webhooks_admin.h"
 
 static void reply_health(http_request_t *req, bool ok)
@@ -349,8 +350,18 @@ void app_handle(void *arg, http_request_t *req)
         admin_import(app, req, route.query);
         return;
     case ROUTE_ADMIN_USER:
+        if (!span_eq_str(http_req_method(req), "DELETE")) {
+            voids_admin_get(app, req, route.item);
+            return;
+        }
+        admin_clear(app, req, route.item, true);
+        return;
     case ROUTE_ADMIN_ITEM:
-        admin_clear(app, req, route.item, route.id == ROUTE_ADMIN_USER);
+        admin_clear(app, req, route.item, false);
+        return;
+    case ROUTE_USER_VOID:
+    case ROUTE_USER_RESTORE:
+        voids_admin_change(app, req, route.item, route.id == ROUTE_USER_RESTORE);
         return;
     case ROUTE_WEBHOOKS:
         webhooks_admin_collection(app, req);

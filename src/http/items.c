@@ -131,6 +131,11 @@ static void item_read_answer(item_read_t *rd)
         reaction_answer(rd, items[0], &rows[0]);
         return;
     }
+    /* A voided viewer's reactions no longer count, but the counts they are shown include them: their
+     * own view does not change. */
+    if (rd->known && !rd->viewer && voids_has(rd->app->voids, user))
+        for (size_t i = 0; i < rd->n; i++)
+            reaction_deltas_add(KINDSET_EMPTY, rows[i].set, counts[i]);
     textbuf_t out = {0};
     if (rd->many)
         textbuf_lit(&out, "{\"items\":[");

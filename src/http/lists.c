@@ -34,6 +34,7 @@ typedef struct {
     char last_name[ID_MAX_LEN];
     size_t last_name_len;
     bool more;
+    size_t skipped; /* entries of voided users left out of a list of who reacted */
     int rc;
 } page_t;
 
@@ -44,6 +45,13 @@ static int page_add(void *arg, span_t name, uint64_t seq, uint64_t at_ms, kindse
     if (p->n == rd->q.limit - 1) { /* the one asked past the page: there may be more */
         p->more = true;
         return 1;
+    }
+    if (!rd->q.by_user && voids_has(rd->app->voids, name)) { /* their reactions do not count: not listed */
+        p->skipped++;
+        p->last_seq = seq; /* the next page goes on after it */
+        memcpy(p->last_name, name.ptr, name.len);
+        p->last_name_len = name.len;
+        return 0;
     }
     char at[32];
     app_iso_time(at_ms, at);
@@ -75,6 +83,8 @@ static void list_page(list_read_t *rd)
     store_read_end(snap);
     if (rc == STORE_OK)
         rc = p.rc;
+    if (p.skipped && p.n + p.skipped == rd->q.limit)
+        p.more = true; /* the store stopped at the limit, voided users' entries included */
     json_t *body = NULL;
     if (rc == STORE_OK)
         body = json_pack("{s:s%,s:o}", rd->q.by_user ? "user" : "item", rd->key, rd->q.key.len, "reactions", p.entries);

@@ -122,6 +122,26 @@ static void render_policies(textbuf_t *t, app_t *app)
                        (unsigned long long)atomic_load_explicit(&ps->refused[v], memory_order_relaxed));
 }
 
+/* Voided users: how many this node knows, voids and restores made through it and the rows they moved. */
+static void render_voids(textbuf_t *t, app_t *app)
+{
+    if (!app->voids)
+        return;
+    const voids_stats_t *vs = voids_stats(app->voids);
+    gauge(t, "tally_voided_users", "Voided users known on this node.",
+          (double)atomic_load_explicit(&vs->count, memory_order_relaxed));
+    counter(t, "tally_voids_total", "Users voided through this node.",
+            atomic_load_explicit(&vs->voids, memory_order_relaxed));
+    counter(t, "tally_restores_total", "Voided users restored through this node.",
+            atomic_load_explicit(&vs->restores, memory_order_relaxed));
+    counter(t, "tally_voided_rows_total", "Reaction rows that stopped counting through this node's voids.",
+            atomic_load_explicit(&vs->voided_rows, memory_order_relaxed));
+    counter(t, "tally_restored_rows_total", "Reaction rows that counted again through this node's restores.",
+            atomic_load_explicit(&vs->restored_rows, memory_order_relaxed));
+    counter(t, "tally_void_loads_total", "Times this node loaded the voided users from the store.",
+            atomic_load_explicit(&vs->loads, memory_order_relaxed));
+}
+
 /* Per webhook: the age of its oldest undelivered transition, deliveries and failures (this node's). */
 static void render_webhooks(textbuf_t *t, app_t *app)
 {
@@ -278,6 +298,7 @@ static void metrics_render(app_t *app, answer_t *a)
           app_writes_failing(app) ? 1 : 0);
     render_webhooks(&t, app);
     render_policies(&t, app);
+    render_voids(&t, app);
     gauge(&t, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)resident_bytes());
     if (t.failed) {
         free(t.buf);

@@ -138,6 +138,14 @@ static json_t *change_schema(bool many)
         json_pack("{s:{s:s},s:o,s:o,s:o,s:o,s:o,s:{s:s,s:s}}", "cursor", "type", "string", "item", schema_ref("Id"),
                   "user", schema_ref("Id"), "from", schema_ref(state), "to", schema_ref(state), "version",
                   integer_min0(), "at", "type", "string", "format", "date-time");
+    /* whether the row counted before and after the entry (absent: [true,true]); a consumer folds an
+     * entry as minus from if it counted before, plus to if it counts after */
+    json_object_set_new(props, "counted",
+                        json_pack("{s:s,s:{s:s},s:i,s:i,s:s}", "type", "array", "items", "type", "boolean", "minItems",
+                                  2, "maxItems", 2, "description",
+                                  "[counted before, counted after]; absent means [true,true]. Fold: minus from if it "
+                                  "counted before, plus to if it counts after. A void or restore has from equal to "
+                                  "to and the version unchanged."));
     return object(props, REQUIRED("cursor", "item", "user", "from", "to", "version", "at"), true);
 }
 
@@ -330,6 +338,13 @@ static json_t *schemas_of(const openapi_config_t *cfg)
     json_object_set_new(s, "Policies",
                         object(json_pack("{s:{s:s,s:o}}", "policies", "type", "array", "items", schema_ref("Policy")),
                                REQUIRED("policies"), true));
+    json_object_set_new(s, "Voided", object(json_pack("{s:o}", "voided", integer_min0()), REQUIRED("voided"), true));
+    json_object_set_new(s, "Restored",
+                        object(json_pack("{s:o}", "restored", integer_min0()), REQUIRED("restored"), true));
+    json_object_set_new(s, "AdminUser",
+                        object(json_pack("{s:o,s:{s:s},s:o}", "user", schema_ref("Id"), "voided", "type", "boolean",
+                                         "reactions", integer_min0()),
+                               REQUIRED("user", "voided", "reactions"), true));
     json_object_set_new(s, "Changed", object(json_pack("{s:o}", "changed", integer_min0()), REQUIRED("changed"), true));
     json_object_set_new(s, "Health",
                         object(json_pack("{s:{s:s,s:[s,s]},s:{s:s}}", "status", "type", "string", "enum", "ok",

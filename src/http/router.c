@@ -28,7 +28,7 @@ static const struct {
     {ROUTE_IMPORT, "import", "/v1/admin/import", "POST"},
     {ROUTE_TRENDING, "trending", "/v1/trending", "GET, HEAD"},
     {ROUTE_HOT, "hot", "/v1/admin/hot", "GET, HEAD"},
-    {ROUTE_ADMIN_USER, "admin_user", NULL, "DELETE"},
+    {ROUTE_ADMIN_USER, "admin_user", NULL, "GET, HEAD, DELETE"},
     {ROUTE_ADMIN_ITEM, "admin_item", NULL, "DELETE"},
     {ROUTE_WEBHOOKS, "webhooks", "/v1/admin/webhooks", "GET, HEAD, POST"},
     {ROUTE_WEBHOOK, "webhook", NULL, "DELETE"},
@@ -42,6 +42,8 @@ static const struct {
     {ROUTE_VIEWER, "viewer", "/v1/viewer", "GET, HEAD"},
     {ROUTE_POLICIES, "policies", "/v1/admin/policies", "GET, HEAD"},
     {ROUTE_POLICY, "policy", NULL, "GET, HEAD, PUT, DELETE"},
+    {ROUTE_USER_VOID, "user_void", NULL, "POST"},
+    {ROUTE_USER_RESTORE, "user_restore", NULL, "POST"},
 };
 
 #define WEBHOOKS_PREFIX "/v1/admin/webhooks/"
@@ -138,6 +140,17 @@ void route_match(span_t target, route_t *out)
     } admin_prefixes[] = {{"/v1/admin/users/", ROUTE_ADMIN_USER},
                           {"/v1/admin/items/", ROUTE_ADMIN_ITEM},
                           {"/v1/admin/policies/", ROUTE_POLICY}};
+    size_t admin_users_len = strlen(admin_prefixes[0].prefix);
+    if (path.len > admin_users_len && memcmp(path.ptr, admin_prefixes[0].prefix, admin_users_len) == 0) {
+        span_t rest = {path.ptr + admin_users_len, path.len - admin_users_len};
+        bool more;
+        span_t user = next_segment(&rest, &more);
+        if (more && (span_eq_str(rest, "void") || span_eq_str(rest, "restore"))) {
+            out->id = span_eq_str(rest, "void") ? ROUTE_USER_VOID : ROUTE_USER_RESTORE;
+            out->item = user;
+            return;
+        }
+    }
     for (size_t i = 0; i < sizeof admin_prefixes / sizeof admin_prefixes[0]; i++) {
         size_t n = strlen(admin_prefixes[i].prefix);
         if (path.len >= n && memcmp(path.ptr, admin_prefixes[i].prefix, n) == 0 &&
@@ -241,5 +254,6 @@ bool route_is_admin(route_id_t id)
 {
     return id == ROUTE_CHANGES || id == ROUTE_RECOUNT || id == ROUTE_IMPORT || id == ROUTE_HOT ||
            id == ROUTE_ADMIN_USER || id == ROUTE_ADMIN_ITEM || id == ROUTE_WEBHOOKS || id == ROUTE_WEBHOOK ||
-           id == ROUTE_WEBHOOK_RESUME || id == ROUTE_WEBHOOK_SECRET || id == ROUTE_POLICIES || id == ROUTE_POLICY;
+           id == ROUTE_WEBHOOK_RESUME || id == ROUTE_WEBHOOK_SECRET || id == ROUTE_POLICIES || id == ROUTE_POLICY ||
+           id == ROUTE_USER_VOID || id == ROUTE_USER_RESTORE;
 }

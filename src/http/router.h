@@ -33,6 +33,8 @@ typedef enum {
     ROUTE_VIEWER,         /* /v1/viewer?ids=…: the viewer's own part of several items */
     ROUTE_POLICIES,       /* /v1/admin/policies */
     ROUTE_POLICY,         /* /v1/admin/policies/{target} (the target in item) */
+    ROUTE_USER_VOID,      /* /v1/admin/users/{user}/void (the user in item) */
+    ROUTE_USER_RESTORE,   /* /v1/admin/users/{user}/restore (the user in item) */
     ROUTE_COUNT           /* number of routes, for per-route tables */
 } route_id_t;
 

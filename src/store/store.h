@@ -60,6 +60,11 @@ enum {
 
 #define STORE_MAP_SIZE_DEFAULT (256ull << 30)
 
+/* The auxiliary record that marks a user as voided: its key is this prefix and the user's id (its
+ * value is the void's time). The stores read it themselves: a recount leaves voided users' rows out,
+ * a write asks store_user_voided. */
+#define STORE_VOID_PREFIX "void/u/"
+
 typedef struct store store_t;
 typedef struct store_read store_read_t;
 typedef struct store_write store_write_t;
@@ -238,7 +243,8 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
      * server gave. 0 when the store does not keep it (the PostgreSQL store: its snapshots show every                  \
      * answered write). Never fails. r's thread. */                                                                    \
     X(uint64_t, read_acknowledged, r, (store_read_t * r), (r))                                                         \
-    /* Counts item's rows per kind (the truth the counts are checked against). r's thread. */                          \
+    /* Counts item's rows per kind (the truth the counts are checked against): the rows that count, i.e.               \
+     * not those of a voided user (one whose record STORE_VOID_PREFIX<user> exists in the snapshot). r's thread. */    \
     X(int, read_tally_item, r, (store_read_t * r, span_t item, int64_t counts[KINDS_MAX + 1]), (r, item, counts))      \
     /* Calls fn for each item that has rows or a counts record, in key order, starting after `after`                   \
      * (from the first when after is empty), at most limit; *visited says how many. r's thread. */                     \
@@ -355,6 +361,13 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
      * shared store first takes a lock named by prefix until the transaction ends, so two writers (of                  \
      * any node) deciding from the same records run one after the other. w's thread. */                                \
     X(int, aux_read_locked, w, (store_write_t * w, span_t prefix, store_aux_fn fn, void *arg), (w, prefix, fn, arg))   \
+                                                                                                                       \
+    /* Whether user is voided (the record STORE_VOID_PREFIX<user> exists) as the transaction sees it now, for          \
+     * the write that decides whether the user's row counts. A shared store reads it under a shared lock               \
+     * named like store_aux_read_locked's of that record (a void holds it exclusively), so a void and a                \
+     * write of its user run one after the other: the store reads it with the batch's rows in                          \
+     * store_write_prepare for the users of the rows named there. w's thread. */                                       \
+    X(int, user_voided, w, (store_write_t * w, span_t user, bool *voided), (w, user, voided))                          \
                                                                                                                        \
     /* --- idempotency records, keyed (user, key) --- */                                                               \
     /* STORE_OK with *rec (its body valid until the transaction's next write), or STORE_NOTFOUND.                      \

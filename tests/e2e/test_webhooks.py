@@ -257,6 +257,34 @@ class WebhookDeliveryTest(WebhookCase):
                                     len(batches))
             self.assertEqual(metric(s, 'tally_webhook_oldest_undelivered_seconds{webhook="%s"}' % doc["id"]), 0)
 
+    def test_voided_user_entries_carry_counted_and_fold_to_the_counts(self):
+        with Receiver() as rc, Server(args=FAST + ALLOW + QUICK) as s:
+            start = self.newest(s)
+            doc = self.create(s, rc.url())
+            item, bot, u1 = uid("wv"), uid("bot"), uid("u")
+            s.put(item, bot, "like")
+            s.put(item, u1, "like")
+            self.assertOk(s.json("POST", "/v1/admin/users/%s/void" % bot, headers=ADMIN))
+            s.put(item, bot, "dislike")
+            s.put(item, u1, "dislike")
+            self.assertOk(s.json("POST", "/v1/admin/users/%s/restore" % bot, headers=ADMIN))
+            expected = self.feed(s, start)
+            last = expected[-1]["cursor"]
+            self.wait_for("every transition delivered", lambda: self.listing(s, doc["id"])["delivered"] == last)
+            self.check_deliveries(rc.got(), expected, doc["id"])
+            delivered = [e for r in rc.got() for e in json.loads(r["body"])["transitions"]]
+            self.assertEqual([e.get("counted") for e in delivered],
+                             [None, None, [True, False], [False, False], None, [False, True]])
+            counts = {"like": 0, "dislike": 0}
+            for e in delivered:  # the fold docs/api.md gives
+                before, after = e.get("counted", [True, True])
+                if before and e["from"] != "none":
+                    counts[e["from"]] -= 1
+                if after and e["to"] != "none":
+                    counts[e["to"]] += 1
+            self.assertEqual(counts, {"like": 0, "dislike": 2})
+            self.assertCounts(s, item, counts)
+
     def test_generated_secret(self):
         with Receiver() as rc, Server(args=FAST + ALLOW + QUICK) as s:
             doc = self.create(s, rc.url())

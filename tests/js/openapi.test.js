@@ -212,6 +212,15 @@ test('real answers of every route match the document (development mode)', async 
   await call('POST', '/v1/admin/import', '/v1/admin/import?on-error=abort', {
     headers: { ...admin, 'Content-Type': 'application/x-ndjson' }, body: '{"item":"bad id","user":"u2","reaction":"like"}\n', expect: 400,
   });
+  // voiding a user: the feed then carries "counted"
+  await call('PUT', '/v1/items/{item}/reaction', '/v1/items/v-1/reaction', { headers: { 'X-User-Id': 'bot1' }, body: { reaction: 'like' }, expect: 200 });
+  await call('POST', '/v1/admin/users/{user}/void', '/v1/admin/users/bot1/void', { headers: admin, expect: 200 });
+  await call('POST', '/v1/admin/users/{user}/void', '/v1/admin/users/bot1/void', { headers: u, expect: 403 });
+  await call('POST', '/v1/admin/users/{user}/void', '/v1/admin/users/a%20b/void', { headers: admin, expect: 400 });
+  await call('GET', '/v1/admin/users/{user}', '/v1/admin/users/bot1', { headers: admin, expect: 200 });
+  const voidedFeed = await call('GET', '/v1/changes', '/v1/changes?limit=1000', { headers: admin, expect: 200 });
+  assert.ok(voidedFeed.json().changes.some((e) => e.user === 'bot1' && e.counted && !e.counted[1]));
+  await call('POST', '/v1/admin/users/{user}/restore', '/v1/admin/users/bot1/restore', { headers: admin, expect: 200 });
   await call('DELETE', '/v1/admin/users/{user}', '/v1/admin/users/u2', { headers: admin, expect: 200 });
   await call('DELETE', '/v1/admin/items/{item}', `/v1/admin/items/${item}`, { headers: admin, expect: 200 });
   // the lists (once the build has them): default access, admin for who reacted, the owner for theirs

@@ -90,6 +90,39 @@ void test_reaction(void)
     for (kindset_t from = 0; from < (1u << 5); from += 2) /* every pair of sets of four kinds */
         for (kindset_t to = 0; to < (1u << 5); to += 2)
             check_delta(from, to, 4);
+    /* A log entry's delta by its counted bits: minus from if it counted before, plus to if after. */
+    transition_t t = {.from = like | love, .to = like | love, .uncounted = TRANSITION_UNCOUNTED_AFTER};
+    memset(d, 0, sizeof d);
+    CHECK(transition_well_formed(&t));
+    transition_deltas_add(&t, d); /* a void */
+    CHECK(d[1] == -1 && d[3] == -1 && d[0] == -1);
+    t.uncounted = TRANSITION_UNCOUNTED_BEFORE; /* a restore */
+    transition_deltas_add(&t, d);
+    CHECK(d[1] == 0 && d[3] == 0 && d[0] == 0);
+    t.to = dislike;
+    t.uncounted = TRANSITION_UNCOUNTED_BOTH; /* a voided user's write: moves nothing */
+    CHECK(transition_well_formed(&t));
+    transition_deltas_add(&t, d);
+    CHECK(d[1] == 0 && d[2] == 0 && d[3] == 0 && d[0] == 0);
+    t.uncounted = 0;
+    transition_deltas_add(&t, d);
+    CHECK(d[1] == -1 && d[2] == 1 && d[3] == -1 && d[0] == 0);
+    /* not well formed: a change counted on one side only, a non-change counted alike on both */
+    t.uncounted = TRANSITION_UNCOUNTED_AFTER;
+    CHECK(!transition_well_formed(&t));
+    t.to = t.from;
+    t.uncounted = 0;
+    CHECK(!transition_well_formed(&t));
+    t.uncounted = TRANSITION_UNCOUNTED_BOTH;
+    CHECK(!transition_well_formed(&t));
+    /* The stored version keeps the bits above every version a row reaches; old entries read counted. */
+    t.version = TRANSITION_VERSION_MASK;
+    t.uncounted = TRANSITION_UNCOUNTED_AFTER;
+    transition_t back = {0};
+    CHECK(transition_version_unpack(&back, transition_version_pack(&t)) && back.version == t.version &&
+          back.uncounted == TRANSITION_UNCOUNTED_AFTER);
+    CHECK(transition_version_unpack(&back, 77) && back.version == 77 && back.uncounted == 0);
+    CHECK(!transition_version_unpack(&back, UINT64_C(1) << 63)); /* bits no writer sets */
     /* One mode: a set of at most one kind, replaced rather than joined. */
     reaction_mode_t one = REACTION_MODE_ONE, many = REACTION_MODE_MANY;
     CHECK(reaction_target(one, REACT_SET, dislike, like) == dislike);

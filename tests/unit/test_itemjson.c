@@ -133,6 +133,25 @@ void test_changejson(void)
     t.from = KINDSET_EMPTY;
     t.to = KINDSET_EMPTY;
     same_entry(&many, 43, &t);
+    /* counted appears only for a voided user's entries, as [before, after] */
+    t.from = t.to = kindset_of(2);
+    t.uncounted = TRANSITION_UNCOUNTED_AFTER;
+    same_entry(&many, 44, &t);
+    textbuf_t one = {0};
+    changejson_append(&one, &many, 44, &t);
+    size_t one_len = 0;
+    char *one_text = textbuf_finish(&one, &one_len);
+    CHECK(one_text && strstr(one_text, ",\"counted\":[true,false]}") != NULL);
+    free(one_text);
+    t.uncounted = TRANSITION_UNCOUNTED_BOTH;
+    same_entry(&two, 45, &t);
+    t.uncounted = 0;
+    textbuf_t plain = {0};
+    changejson_append(&plain, &two, 46, &t);
+    size_t plain_len = 0;
+    char *plain_text = textbuf_finish(&plain, &plain_len);
+    CHECK(plain_text && strstr(plain_text, "counted") == NULL);
+    free(plain_text);
     /* A page of entries joined stays valid JSON with every entry. */
     textbuf_t page = {0};
     textbuf_lit(&page, "[");

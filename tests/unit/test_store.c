@@ -54,7 +54,7 @@ static int apply_set(store_write_t *w, const char *item, const char *user, kinds
     if (rc != STORE_OK || row.set == to)
         return rc;
     reaction_row_t next = {to, row.version + 1};
-    transition_t t = {span_of(item), span_of(user), row.set, to, next.version, at_ms};
+    transition_t t = {span_of(item), span_of(user), row.set, to, next.version, at_ms, 0};
     uint64_t seq;
     rc = store_row_put(w, span_of(item), span_of(user), &next);
     return rc == STORE_OK ? store_log_append(w, &t, &seq) : rc;
@@ -402,6 +402,51 @@ static void test_rows_log_fold(const char *dir)
     CHECK(store_read_counts(r, SPAN_LIT("viral"), counts) == STORE_OK && counts[3] == 9990 && counts[2] == 10 &&
           counts[1] == 0);
     CHECK(store_read_row(r, SPAN_LIT("viral"), SPAN_LIT("u0"), &row) == STORE_OK && row.set == kindset_of(2));
+    store_read_end(r);
+    store_close(s);
+}
+
+static int collect_uncounted(void *arg, uint64_t seq, const transition_t *t)
+{
+    (void)seq;
+    char *out = arg;
+    size_t n = strlen(out);
+    snprintf(out + n, 256 - n, "%.*s:%u,", (int)t->user.len, t->user.ptr, (unsigned)t->uncounted);
+    return 0;
+}
+
+/* A voided user: the flag record read by store_user_voided and by the recount's tally, log entries
+ * keeping their counted bits, and the fold moving the counts by them. */
+static void test_voided(const char *dir)
+{
+    store_t *s = open_with(dir, "like,dislike", 1ull << 30);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    store_write_t *w;
+    bool voided = true;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(apply(w, "i", "bot", 1, 1000) == STORE_OK);
+    CHECK(apply(w, "i", "bo", 1, 1000) == STORE_OK);
+    CHECK(store_user_voided(w, SPAN_LIT("bot"), &voided) == STORE_OK && !voided);
+    CHECK(store_aux_put(w, SPAN_LIT(STORE_VOID_PREFIX "bot"), SPAN_LIT("1")) == STORE_OK);
+    CHECK(store_user_voided(w, SPAN_LIT("bot"), &voided) == STORE_OK && voided); /* its own put, at once */
+    CHECK(store_user_voided(w, SPAN_LIT("bo"), &voided) == STORE_OK && !voided); /* a prefix is not the user */
+    transition_t t = {SPAN_LIT("i"), SPAN_LIT("bot"),           kindset_of(1), kindset_of(1), 1,
+                      1000,          TRANSITION_UNCOUNTED_AFTER};
+    uint64_t seq;
+    CHECK(store_log_append(w, &t, &seq) == STORE_OK);
+    pipeline_result_t res;
+    CHECK(pipeline_fold(w, 100, &res) == STORE_OK && res.folded == 3);
+    CHECK(store_write_commit(w) == STORE_OK);
+    store_read_t *r;
+    int64_t counts[KINDS_MAX + 1], tally[KINDS_MAX + 1];
+    char seen[256] = "";
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(store_read_counts(r, SPAN_LIT("i"), counts) == STORE_OK && counts[1] == 1);
+    CHECK(store_read_tally_item(r, SPAN_LIT("i"), tally) == STORE_OK && tally[1] == 1 && tally[0] == 1);
+    CHECK(store_read_log(r, 0, 10, collect_uncounted, seen) == STORE_OK);
+    CHECK(strcmp(seen, "bot:0,bo:0,bot:2,") == 0);
     store_read_end(r);
     store_close(s);
 }
@@ -1479,6 +1524,8 @@ void test_store(void)
     char dir[600];
     snprintf(dir, sizeof dir, "%s/a", base);
     test_rows_log_fold(dir);
+    snprintf(dir, sizeof dir, "%s/voided", base);
+    test_voided(dir);
     snprintf(dir, sizeof dir, "%s/c", base);
     test_full(dir);
     snprintf(dir, sizeof dir, "%s/d", base);

@@ -239,7 +239,8 @@ static int log_decode(const lmdb_store_t *s, const MDB_val *val, transition_t *t
     if ((!sets && (p[16] > s->db_kinds || p[17] > s->db_kinds)) || val->mv_size < head + p[18])
         return STORE_ERROR;
     t->at_ms = lmdb_get_u64(p);
-    t->version = lmdb_get_u64(p + 8);
+    if (!transition_version_unpack(t, lmdb_get_u64(p + 8)))
+        return STORE_ERROR;
     if (sets) {
         t->from = lmdb_set_from_db(s, (uint32_t)lmdb_get_u16(p + LOG_HEADER_LEN) << 1);
         t->to = lmdb_set_from_db(s, (uint32_t)lmdb_get_u16(p + LOG_HEADER_LEN + 2) << 1);

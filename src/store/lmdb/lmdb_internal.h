@@ -239,6 +239,8 @@ int lmdb_counts_decode(const lmdb_store_t *s, span_t item, const MDB_val *val, i
 size_t lmdb_counts_encode(const lmdb_store_t *s, reaction_mode_t mode, const int64_t counts[KINDS_MAX + 1],
                           uint8_t buf[1 + (KINDS_MAX + 1) * sizeof(int64_t)]);
 int lmdb_aux_walk(MDB_txn *txn, MDB_dbi dbi, span_t prefix, store_aux_fn fn, void *arg);
+/* Whether the record STORE_VOID_PREFIX<user> exists in txn's aux database (store_user_voided). */
+int lmdb_user_voided_txn(MDB_txn *txn, MDB_dbi aux, span_t user, bool *voided);
 /* LMDB's commit of the open epoch (lmdb_write.c; writer thread, no batch open): readers see its
  * batches. */
 int lmdb_epoch_commit(lmdb_store_t *s);

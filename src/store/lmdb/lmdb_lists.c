@@ -263,6 +263,8 @@ static int build_row(void *arg, span_t item, span_t user, const reaction_row_t *
 static int build_entry(void *arg, uint64_t seq, const transition_t *t)
 {
     build_t *b = arg;
+    if (t->from == t->to)
+        return 0; /* a void or a restore: the lists keep the user's reactions where they were */
     list_change_t c;
     list_change_init(&c);
     list_change_add(&c, t->from, t->to, seq, t->at_ms);

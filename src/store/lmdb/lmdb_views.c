@@ -139,11 +139,20 @@ int lmdb_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX
             break;
         reaction_row_t row;
         lmdb_row_decode(s, &val, &row);
+        bool voided = false;
+        if (row.set != KINDSET_EMPTY &&
+            (rc = lmdb_user_voided_txn(r->txn, s->aux, (span_t){(const char *)key.mv_data + plen, key.mv_size - plen},
+                                       &voided)) != STORE_OK)
+            break;
+        if (voided)
+            continue; /* a voided user's rows do not count */
         for (kindset_t k = row.set; k; k &= k - 1)
             counts[__builtin_ctz(k)]++;
         counts[KIND_NONE] += row.set != KINDSET_EMPTY; /* the reactors */
     }
     mdb_cursor_close(cur);
+    if (rc == STORE_ERROR)
+        return rc;
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 

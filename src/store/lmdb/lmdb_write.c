@@ -257,7 +257,7 @@ int lmdb_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
     uint8_t vbuf[LOG_HEADER_LEN + LOG_SETS_LEN + 2 * 255];
     assert(t->item.len <= 255 && t->user.len <= 255);
     lmdb_put_u64(vbuf, t->at_ms);
-    lmdb_put_u64(vbuf + 8, t->version);
+    lmdb_put_u64(vbuf + 8, transition_version_pack(t));
     uint16_t from, to;
     vbuf[16] = lmdb_set_encode(s, t->from, &from);
     vbuf[17] = lmdb_set_encode(s, t->to, &to);
@@ -362,6 +362,29 @@ int lmdb_aux_put(store_write_t *w_, span_t key, span_t value)
     LMDB_WRITE_CHECK(w);
     MDB_val k = {key.len, (void *)key.ptr}, v = {value.len, (void *)value.ptr};
     return lmdb_rc(lmdb_put(w->txn, w->store->aux, &k, &v, 0));
+}
+
+int lmdb_user_voided_txn(MDB_txn *txn, MDB_dbi aux, span_t user, bool *voided)
+{
+    char kbuf[sizeof STORE_VOID_PREFIX + ID_MAX_LEN];
+    size_t plen = sizeof STORE_VOID_PREFIX - 1;
+    *voided = false;
+    if (user.len > ID_MAX_LEN)
+        return STORE_ERROR;
+    memcpy(kbuf, STORE_VOID_PREFIX, plen);
+    memcpy(kbuf + plen, user.ptr, user.len);
+    MDB_val k = {plen + user.len, kbuf}, v;
+    int rc = mdb_get(txn, aux, &k, &v);
+    *voided = rc == MDB_SUCCESS;
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+}
+
+/* The single writer decides every write: the record as its transaction sees it is the truth. */
+int lmdb_user_voided(store_write_t *w_, span_t user, bool *voided)
+{
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
+    return lmdb_user_voided_txn(w->txn, w->store->aux, user, voided);
 }
 
 int lmdb_aux_delete_range(store_write_t *w_, span_t from, span_t to)

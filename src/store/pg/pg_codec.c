@@ -691,9 +691,10 @@ int pg_log_rows(const pg_store_t *s, const PGresult *res, store_log_fn fn, void 
             .user = {PQgetvalue(res, i, 2), (size_t)PQgetlength(res, i, 2)},
             .from = pg_cfg_set(s, strtol(PQgetvalue(res, i, 3), NULL, 10)),
             .to = pg_cfg_set(s, strtol(PQgetvalue(res, i, 4), NULL, 10)),
-            .version = strtoull(PQgetvalue(res, i, 5), NULL, 10),
             .at_ms = strtoull(PQgetvalue(res, i, 6), NULL, 10),
         };
+        if (!transition_version_unpack(&t, strtoull(PQgetvalue(res, i, 5), NULL, 10)))
+            return STORE_ERROR;
         if (fn(arg, strtoull(PQgetvalue(res, i, 0), NULL, 10), &t) != 0)
             break;
     }

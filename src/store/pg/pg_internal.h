@@ -20,6 +20,7 @@
 #define PG_SCHEMA_VERSION 2
 #define PG_LOCK_SCHEMA_SQL "7374616379001" /* advisory lock keys: creating the schema, */
 #define PG_LOCK_FOLD_SQL "7374616379002"   /* and the fold leader */
+#define PG_VOID_KEY_FROM "8"               /* substr's start of the user in a STORE_VOID_PREFIX key */
 #define PG_LOCK_AUX_SQL "73746163"         /* with hashtext(prefix): a transaction deciding from aux records */
 #define PG_FOLD_TRY_MS 1000                /* a node that does not fold tries to become the leader this often */
 #define PG_RECONNECT_MS 1000               /* after a failed connection, wait this long before the next try */
@@ -85,6 +86,7 @@ struct pg_write {
     size_t piped_count;
     size_t log_result; /* the log statement's place among the pipeline's results (from 1); 0: none */
     pg_cache_t rows, idem;
+    pg_cache_t voided; /* users whose voided flag was read (under the lock): (user, ""), present = voided */
     pg_logged_t *log;
     size_t log_count, log_cap;
     itemmap_t counts; /* deltas by configured code, flushed at commit */

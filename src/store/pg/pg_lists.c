@@ -116,7 +116,7 @@ const char *const PG_LISTS_BUILD_SQL[PG_LISTS_BUILD_STEPS] = {
     " CROSS JOIN generate_series(0, 16) AS d(d) WHERE r.kind <> 0 AND (d.d = 0 OR " PG_SET_HAS("r.kind", "d.d") ")",
     /* then each at its last change, and each kind where it last joined, in the retained log */
     "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, \"user\") item, \"user\","
-    " seq, at_ms FROM tally_log ORDER BY item, \"user\", seq DESC) x"
+    " seq, at_ms FROM tally_log WHERE from_kind <> to_kind ORDER BY item, \"user\", seq DESC) x"
     " WHERE l.kind = 0 AND l.item = x.item AND l.\"user\" = x.\"user\"",
     "UPDATE tally_lists l SET seq = x.seq, at_ms = x.at_ms FROM (SELECT DISTINCT ON (item, \"user\", d.d) item,"
     " \"user\", d.d, seq, at_ms FROM tally_log CROSS JOIN generate_series(1, 16) AS d(d)"

@@ -310,6 +310,7 @@ static void write_free(pg_write_t *w)
 {
     pg_cache_free(&w->rows);
     pg_cache_free(&w->idem);
+    pg_cache_free(&w->voided);
     itemmap_free(&w->counts);
     listmap_free(&w->lists);
     free(w->log);

@@ -213,7 +213,9 @@ int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX +
     int rc;
     memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
     PGresult *res =
-        pg_rexec(r, "tally-item", "SELECT kind, count(*) FROM tally_rows WHERE item = $1 AND kind <> 0 GROUP BY kind",
+        pg_rexec(r, "tally-item",
+                 "SELECT kind, count(*) FROM tally_rows r WHERE item = $1 AND kind <> 0 AND NOT EXISTS"
+                 " (SELECT 1 FROM tally_aux a WHERE a.key = '" STORE_VOID_PREFIX "' || r.\"user\") GROUP BY kind",
                  1, p, &rc);
     if (!res)
         return rc;

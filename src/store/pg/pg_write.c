@@ -32,6 +32,7 @@ static int write_begin(pg_write_t *w, store_write_t **out)
     w->fold_log = NULL;
     pg_cache_clear(&w->rows);
     pg_cache_clear(&w->idem);
+    pg_cache_clear(&w->voided);
     w->counts.count = 0;
     if (w->counts.slots)
         memset(w->counts.slots, 0, w->counts.nslots * sizeof *w->counts.slots);
@@ -137,12 +138,91 @@ static const char LOCK_ROWS_SQL[] =
     "SELECT item, \"user\", kind, version FROM tally_rows WHERE (item, \"user\") IN (SELECT * FROM unnest($1::text[], "
     "$2::text[])) ORDER BY 1, 2 FOR UPDATE";
 
-/* Fills the cache from a locking read's rows. */
+/* The voided flags of users ($1), each read under a shared lock named as store_aux_read_locked names
+ * the flag's record (a void holds it exclusively while it walks the user's rows): taken in one order,
+ * then read by a statement of its own, which under READ COMMITTED sees a void committed while it
+ * waited. */
+static const char LOCK_VOID_SQL[] =
+    "SELECT count(pg_advisory_xact_lock_shared(" PG_LOCK_AUX_SQL ", hashtext('" STORE_VOID_PREFIX "' || u)))"
+    " FROM (SELECT DISTINCT u FROM unnest($1::text[]) AS t(u) ORDER BY u) x";
+static const char READ_VOID_SQL[] =
+    "SELECT substr(key, " PG_VOID_KEY_FROM ") FROM tally_aux WHERE key IN (SELECT '" STORE_VOID_PREFIX
+    "' || u FROM unnest($1::text[]) AS t(u))";
+/* A batch's rows locked as LOCK_ROWS_SQL does, and in the same statement (so after LOCK_VOID_SQL's
+ * locks) the voided flags of its users ($3): rows with void false, then one line per voided user. */
+static const char LOCK_ROWS_VOID_SQL[] =
+    "WITH r AS (SELECT item, \"user\", kind, version FROM tally_rows WHERE (item, \"user\") IN (SELECT * FROM "
+    "unnest($1::text[], $2::text[])) ORDER BY 1, 2 FOR UPDATE)"
+    " SELECT item, \"user\", kind, version, false AS void FROM r UNION ALL SELECT '', substr(key, " PG_VOID_KEY_FROM
+    "), 0, 0, true FROM tally_aux WHERE key IN (SELECT '" STORE_VOID_PREFIX "' || u FROM unnest($3::text[]) AS t(u))";
+
+/* The users of rows (their b) as a text array. */
+static void users_array(const store_pair_t *rows, size_t n, pg_buf_t *u)
+{
+    pg_buf_open(u);
+    for (size_t i = 0; i < n; i++)
+        pg_buf_text_elem(u, rows[i].b.ptr, rows[i].b.len);
+    pg_buf_close(u);
+}
+
+/* Notes every user of users as read: voided when READ_VOID_SQL's res names them. */
+static int voided_fill(pg_write_t *w, const PGresult *res, const span_t *users, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!pg_cache_put(&w->voided, users[i], (span_t){"", 0}))
+            return STORE_ERROR;
+    for (int i = 0; i < PQntuples(res); i++) {
+        pg_entry_t *e =
+            pg_cache_put(&w->voided, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)}, (span_t){"", 0});
+        if (!e)
+            return STORE_ERROR;
+        e->present = true;
+    }
+    return STORE_OK;
+}
+
+int pg_user_voided(store_write_t *w_, span_t user, bool *voided)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_entry_t *e = pg_cache_find(&w->voided, user, (span_t){"", 0});
+    if (!e) { /* a user the batch did not name: lock and read it now */
+        pg_buf_t u = {0};
+        store_pair_t pair = {{"", 0}, user};
+        users_array(&pair, 1, &u);
+        if (u.failed) {
+            pg_buf_free(&u);
+            return STORE_ERROR;
+        }
+        const char *p[] = {u.buf};
+        int rc = pg_wrun(w, "lock-void", LOCK_VOID_SQL, 1, p);
+        PGresult *res = rc == STORE_OK ? pg_wexec(w, "read-void", READ_VOID_SQL, 1, p, &rc) : NULL;
+        pg_buf_free(&u);
+        if (!res)
+            return rc;
+        rc = voided_fill(w, res, &user, 1);
+        PQclear(res);
+        if (rc != STORE_OK)
+            return rc;
+        e = pg_cache_find(&w->voided, user, (span_t){"", 0});
+    }
+    *voided = e && e->present;
+    return STORE_OK;
+}
+
+/* Fills the cache from a locking read's rows (LOCK_ROWS_VOID_SQL's lines of voided users too). */
 static int lock_read(pg_write_t *w, const PGresult *res, bool rows)
 {
     int rc = STORE_OK;
+    bool flags = rows && PQnfields(res) == 5;
     for (int i = 0; rc == STORE_OK && i < PQntuples(res); i++) {
-        if (rows)
+        if (flags && PQgetvalue(res, i, 4)[0] == 't') {
+            pg_entry_t *e = pg_cache_put(&w->voided, (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)},
+                                         (span_t){"", 0});
+            if (!e)
+                rc = STORE_ERROR;
+            else
+                e->present = true;
+        } else if (rows)
             row_entry_fill(w, res, i, 0);
         else
             rc = idem_entry_fill(w, res, i);
@@ -215,16 +295,17 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     /* One order for everything a batch locks: idempotency records, then rows, each in key order;
      * then the checkpoint (the leader's fold), then (at commit) counts in key order and the log's
      * head last. BEGIN, both locking reads and the fold's two reads go in one round trip. */
-    pg_buf_t ka = {0}, kb = {0}, ra = {0}, rb = {0};
+    pg_buf_t ka = {0}, kb = {0}, ra = {0}, rb = {0}, ua = {0};
     pairs_arrays(keys, nkeys, &ka, &kb);
     pairs_arrays(rows, nrows, &ra, &rb);
-    if (ka.failed || kb.failed || ra.failed || rb.failed) {
-        pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
+    users_array(rows, nrows, &ua);
+    if (ka.failed || kb.failed || ra.failed || rb.failed || ua.failed) {
+        pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb), pg_buf_free(&ua);
         return STORE_ERROR;
     }
     char scan[PG_NUM_LEN];
     snprintf(scan, sizeof scan, "%zu", fold_scan > INT64_MAX ? (size_t)INT64_MAX : fold_scan);
-    const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf}, *fp[] = {scan};
+    const char *kp[] = {ka.buf, kb.buf}, *rp[] = {ra.buf, rb.buf, ua.buf}, *up[] = {ua.buf}, *fp[] = {scan};
     bool send_begin = !w->began;
     int rc = pg_pipe_enter(s, w->sess->conn);
     bool entered = rc == STORE_OK;
@@ -233,12 +314,14 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     if (rc == STORE_OK && nkeys)
         rc = pg_pipe_send(s, w->sess->conn, LOCK_IDEM_SQL, 2, kp);
     if (rc == STORE_OK && nrows)
-        rc = pg_pipe_send(s, w->sess->conn, LOCK_ROWS_SQL, 2, rp);
+        rc = pg_pipe_send(s, w->sess->conn, LOCK_VOID_SQL, 1, up);
+    if (rc == STORE_OK && nrows)
+        rc = pg_pipe_send(s, w->sess->conn, LOCK_ROWS_VOID_SQL, 3, rp);
     if (rc == STORE_OK && fold)
         rc = pg_pipe_send(s, w->sess->conn, FOLD_CHECKPOINT_SQL, 0, NULL);
     if (rc == STORE_OK && fold)
         rc = pg_pipe_send(s, w->sess->conn, FOLD_SCAN_SQL, 1, fp);
-    pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb);
+    pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb), pg_buf_free(&ua);
     if (rc == STORE_OK)
         rc = pg_pipe_sync(s, w->sess->conn);
     if (rc == STORE_OK && send_begin) {
@@ -248,6 +331,14 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     for (int part = 0; part < 2 && rc == STORE_OK; part++) {
         if (part == 0 ? !nkeys : !nrows)
             continue;
+        if (part == 1) { /* the users' voided locks first; their flags come with the rows */
+            PQclear(pg_pipe_result(s, w->sess->conn, "lock-void", &rc));
+            for (size_t i = 0; rc == STORE_OK && i < nrows; i++)
+                if (!pg_cache_put(&w->voided, rows[i].b, (span_t){"", 0}))
+                    rc = STORE_ERROR;
+            if (rc != STORE_OK)
+                break;
+        }
         PGresult *res = pg_pipe_result(s, w->sess->conn, part == 0 ? "lock-keys" : "lock-rows", &rc);
         if (res)
             rc = lock_read(w, res, part == 1);
@@ -359,7 +450,7 @@ int pg_log_append(store_write_t *w_, const transition_t *t, uint64_t *seq)
     l->user_len = (uint8_t)t->user.len;
     l->from = pg_db_set(w->store, t->from);
     l->to = pg_db_set(w->store, t->to);
-    l->version = t->version;
+    l->version = transition_version_pack(t); /* with the uncounted bits */
     l->at_ms = t->at_ms;
     l->seq = 0;
     *seq = 0; /* taken at commit, in commit order */
@@ -472,8 +563,20 @@ int pg_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_
                             3, p, deleted);
 }
 
+/* A voided flag written in the transaction: what store_user_voided answers from now on in it. */
+static void note_void_flag(pg_write_t *w, span_t key, bool voided)
+{
+    size_t plen = sizeof STORE_VOID_PREFIX - 1;
+    if (key.len <= plen || memcmp(key.ptr, STORE_VOID_PREFIX, plen) != 0)
+        return;
+    pg_entry_t *e = pg_cache_put(&w->voided, (span_t){key.ptr + plen, key.len - plen}, (span_t){"", 0});
+    if (e)
+        e->present = voided;
+}
+
 int pg_aux_put(store_write_t *w_, span_t key, span_t value)
 {
+    note_void_flag((pg_write_t *)w_, key, true);
     PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     char k[512];
@@ -510,6 +613,7 @@ int pg_aux_read_locked(store_write_t *w_, span_t prefix, store_aux_fn fn, void *
 
 int pg_aux_delete_range(store_write_t *w_, span_t from, span_t to)
 {
+    note_void_flag((pg_write_t *)w_, from, false); /* a restore deletes the one record */
     PG_WRITE_CHECK((pg_write_t *)w_);
     char f[512], t[512];
     snprintf(f, sizeof f, "%.*s", (int)(from.len < 511 ? from.len : 511), from.ptr);
