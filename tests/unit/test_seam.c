@@ -93,7 +93,7 @@ static int apply(store_write_t *w, const char *item, const char *user, int to, u
     if (rc != STORE_OK || row.set == set)
         return rc;
     reaction_row_t next = {set, row.version + 1};
-    transition_t tr = {span_of(item), span_of(user), row.set, set, next.version, at_ms};
+    transition_t tr = {span_of(item), span_of(user), row.set, set, next.version, at_ms, 0};
     uint64_t seq;
     rc = store_row_put(w, span_of(item), span_of(user), &next);
     return rc == STORE_OK ? store_log_append(w, &tr, &seq) : rc;
@@ -171,7 +171,7 @@ static void case_write(seam_t *t, store_t *s)
         CHECK(store_row_get(w, SPAN_LIT("i1"), span_of(users[i]), &row) == STORE_OK);
         reaction_row_t next = {kindset_of(to[i]), row.version + 1};
         CHECK(store_row_put(w, SPAN_LIT("i1"), span_of(users[i]), &next) == STORE_OK);
-        transition_t tr = {SPAN_LIT("i1"), span_of(users[i]), row.set, next.set, next.version, 1000 + (uint64_t)i};
+        transition_t tr = {SPAN_LIT("i1"), span_of(users[i]), row.set, next.set, next.version, 1000 + (uint64_t)i, 0};
         CHECK(store_log_append(w, &tr, &seqs[i]) == STORE_OK);
     }
     CHECK(store_row_get(w, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK && row.set == kindset_of(2) &&
@@ -213,7 +213,7 @@ static void case_write(seam_t *t, store_t *s)
 
     /* a position given (a moved store): above every position, and the log goes on after it */
     CHECK(store_write_begin(s, &w) == STORE_OK);
-    transition_t moved = {SPAN_LIT("i3"), SPAN_LIT("u9"), KINDSET_EMPTY, kindset_of(1), 1, 4000};
+    transition_t moved = {SPAN_LIT("i3"), SPAN_LIT("u9"), KINDSET_EMPTY, kindset_of(1), 1, 4000, 0};
     CHECK(store_log_put(w, 100, &moved) == STORE_OK);
     CHECK(store_write_commit(w) == STORE_OK);
     CHECK(store_write_begin(s, &w) == STORE_OK);
@@ -655,7 +655,7 @@ static void case_defer(seam_t *t, store_t *s)
     uint64_t seq = 0, base = 0;
     CHECK(store_write_begin(s, &w) == STORE_OK);
     reaction_row_t row = {kindset_of(1), 1};
-    transition_t tr = {SPAN_LIT("i1"), SPAN_LIT("u1"), KINDSET_EMPTY, row.set, 1, 1000};
+    transition_t tr = {SPAN_LIT("i1"), SPAN_LIT("u1"), KINDSET_EMPTY, row.set, 1, 1000, 0};
     CHECK(store_row_put(w, SPAN_LIT("i1"), SPAN_LIT("u1"), &row) == STORE_OK);
     CHECK(store_log_append(w, &tr, &seq) == STORE_OK);
     store_write_defer(w, more_waits, NULL);
