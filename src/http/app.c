@@ -11,6 +11,7 @@
 #include "core/clock.h"
 #include "http/admin.h"
 #include "http/changes.h"
+#include "http/export.h"
 #include "http/items.h"
 #include "http/lists.h"
 #include "http/live.h"
@@ -445,6 +446,12 @@ void app_handle(void *arg, http_request_t *req)
         return;
     case ROUTE_POLICY:
         policies_admin_one(app, req, route.item);
+        return;
+    case ROUTE_USER_EXPORT:
+        export_http_user(app, req, route.item);
+        return;
+    case ROUTE_ADMIN_EXPORT:
+        export_http_admin(app, req);
         return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:

@@ -7,6 +7,7 @@
 #define UI_PREFIX "/ui/"
 #define USERS_PREFIX "/v1/users/"
 #define LIST_SEGMENT "reactions"
+#define EXPORT_SEGMENT "export"
 
 static const struct {
     route_id_t id;
@@ -42,6 +43,8 @@ static const struct {
     {ROUTE_VIEWER, "viewer", "/v1/viewer", "GET, HEAD"},
     {ROUTE_POLICIES, "policies", "/v1/admin/policies", "GET, HEAD"},
     {ROUTE_POLICY, "policy", NULL, "GET, HEAD, PUT, DELETE"},
+    {ROUTE_USER_EXPORT, "user_export", NULL, "GET"},
+    {ROUTE_ADMIN_EXPORT, "admin_export", "/v1/admin/export", "GET"},
 };
 
 #define WEBHOOKS_PREFIX "/v1/admin/webhooks/"
@@ -155,6 +158,9 @@ void route_match(span_t target, route_t *out)
         if (more && span_eq_str(rest, LIST_SEGMENT)) {
             out->id = ROUTE_USER_REACTIONS;
             out->item = user;
+        } else if (more && span_eq_str(rest, EXPORT_SEGMENT)) {
+            out->id = ROUTE_USER_EXPORT;
+            out->item = user;
         }
         return;
     }
@@ -241,5 +247,6 @@ bool route_is_admin(route_id_t id)
 {
     return id == ROUTE_CHANGES || id == ROUTE_RECOUNT || id == ROUTE_IMPORT || id == ROUTE_HOT ||
            id == ROUTE_ADMIN_USER || id == ROUTE_ADMIN_ITEM || id == ROUTE_WEBHOOKS || id == ROUTE_WEBHOOK ||
-           id == ROUTE_WEBHOOK_RESUME || id == ROUTE_WEBHOOK_SECRET || id == ROUTE_POLICIES || id == ROUTE_POLICY;
+           id == ROUTE_WEBHOOK_RESUME || id == ROUTE_WEBHOOK_SECRET || id == ROUTE_POLICIES || id == ROUTE_POLICY ||
+           id == ROUTE_ADMIN_EXPORT;
 }
