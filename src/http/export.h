@@ -13,8 +13,8 @@
 #define EXPORT_STREAM_MAX_UNSENT (8u << 20)
 
 typedef struct {
-    size_t max_exports;   /* --max-exports: exports at once; past it 503 with Retry-After */
-    uint64_t timeout_ms;  /* --export-timeout: how long an export may hold its snapshot */
+    size_t max_exports;     /* --max-exports: exports at once; past it 503 with Retry-After */
+    uint64_t timeout_ms;    /* --export-timeout: how long an export may hold its snapshot */
     unsigned retry_after_s; /* the Retry-After of a 503 past the cap */
 } export_http_options_t;
 
@@ -32,11 +32,11 @@ void export_http_admin(app_t *app, http_request_t *req);
 size_t export_http_end_all(uint64_t timeout_ms);
 
 typedef struct {
-    size_t running;                     /* exports holding a snapshot now */
-    uint64_t started, completed, cut;   /* cut: the time ran out, the client left, or shutdown */
-    uint64_t refused;                   /* past --max-exports: 503 */
-    uint64_t failed;                    /* the store failed */
-    uint64_t lines;                     /* lines sent by exports that ended (the closing lines not counted) */
+    size_t running;                   /* exports holding a snapshot now */
+    uint64_t started, completed, cut; /* cut: the time ran out, the client left, or shutdown */
+    uint64_t refused;                 /* past --max-exports: 503 */
+    uint64_t failed;                  /* the store failed */
+    uint64_t lines;                   /* lines sent by exports that ended (the closing lines not counted) */
 } export_http_stats_t;
 
 void export_http_stats(export_http_stats_t *out);

@@ -291,6 +291,20 @@ class LimitsTest(TallyTestCase):
                 time.sleep(0.05)
             self.assertEqual(st, 200)
             self.assertEqual(len(rows_of(lines)), len(rows))
+            self.assertGreaterEqual(metric(s, "tally_exports_refused_total"), 2)
+            # a client that leaves part-way frees its slot (and the snapshot) at once
+            conn, resp = open_export(s, "/v1/admin/export")
+            self.assertEqual(resp.status, 200)
+            resp.read(1024)
+            resp.close()  # the socket is the response's too
+            conn.close()
+            deadline = time.monotonic() + 5 * SLOW
+            while metric(s, "tally_exports_running") != 0:
+                self.assertLess(time.monotonic(), deadline, "the export of a client gone still runs")
+                time.sleep(0.05)
+            self.assertEqual(export_lines(s)[0], 200)
+            self.assertGreaterEqual(metric(s, "tally_exports_cut_total"), 1)
+            self.assertEqual(metric(s, "tally_exports_completed_total"), 3)
 
     def test_export_timeout_cuts(self):
         rows = [{"item": "t%05d" % i, "user": "u", "reaction": "like"} for i in range(50000)]
