@@ -336,6 +336,32 @@ class LimitsTest(TallyTestCase):
             self.assertEqual(len(rows_of(lines)), len(rows))
 
 
+class ShutdownTest(TallyTestCase):
+
+    def test_sigterm_cuts_an_export_in_progress(self):
+        rows = [{"item": "d%05d" % i, "user": "u", "reaction": "like"} for i in range(20000)]
+        with Server(args=FAST + IMPORT_MAX) as s:
+            import_rows(s, rows)
+            conn, resp = open_export(s, "/v1/admin/export")
+            try:
+                self.assertEqual(resp.status, 200)
+                got = resp.read(4096)  # then not read while the server stops
+                t0 = time.monotonic()
+                s.stop()  # exit status 0
+                self.assertLess(time.monotonic() - t0, 8 * SLOW)
+                try:
+                    got += resp.read()
+                    cut = False
+                except http.client.IncompleteRead as e:
+                    got += e.partial
+                    cut = True
+            finally:
+                conn.close()
+            self.assertTrue(cut, "a cut export does not end its body as a whole one does")
+            self.assertNotIn(b'"export":"complete"', got)
+            self.assertIn("event=export kind=admin outcome=cut", s.logs[-1])
+
+
 class MemoryTest(TallyTestCase):
 
     def test_slow_reader_does_not_grow_the_server(self):
