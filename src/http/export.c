@@ -117,11 +117,10 @@ static bool stream_start(job_t *j, int rc)
     http_request_t *req = http_pending_take(j->pending);
     j->pending = NULL;
     if (req && (rc == EXPORT_MORE || rc == EXPORT_DONE)) {
-        j->stream = http_stream_open(req, "application/x-ndjson", EXPORT_STREAM_MAX_UNSENT, on_stream_end, j);
-        if (j->stream) {
-            http_stream_on_drain(j->stream, on_drain);
+        j->stream =
+            http_stream_open_paced(req, "application/x-ndjson", EXPORT_STREAM_MAX_UNSENT, on_stream_end, on_drain, j);
+        if (j->stream)
             return true;
-        }
         reply_problem(req, 503, "overloaded", "out of memory");
     } else if (req) {
         bool unavailable = rc == STORE_UNAVAILABLE || rc == EXPORT_CUT;

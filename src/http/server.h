@@ -79,6 +79,12 @@ typedef struct http_stream http_stream_t;
 http_stream_t *http_stream_open(http_request_t *req, const char *content_type, size_t max_unsent,
                                 void (*on_end)(void *arg), void *arg);
 
+/* http_stream_open for a body written one part at a time as the client takes it (an export): with
+ * on_drain set from the start (http_stream_on_drain), and a kernel send buffer large enough for bulk
+ * (an event stream's small one would pace a long body by delayed ACKs), still bounded. */
+http_stream_t *http_stream_open_paced(http_request_t *req, const char *content_type, size_t max_unsent,
+                                      void (*on_end)(void *arg), void (*on_drain)(void *arg), void *arg);
+
 /* The stream's thread: on_drain(arg) runs each time all that was written has been handed to the
  * connection (the client is taking it), so that a long body is written one part at a time, as fast as
  * the client reads, never all at once. */
