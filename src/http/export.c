@@ -268,10 +268,12 @@ static void job_start(app_t *app, http_request_t *req, export_kind_t kind, span_
     j->app = app;
     j->thread = http_thread_index();
     j->kind = kind;
-    memcpy(j->user, user.ptr, user.len);
+    if (user.len) /* the admin export has none */
+        memcpy(j->user, user.ptr, user.len);
     j->user_len = user.len;
     j->who_len = who.len < sizeof j->who ? who.len : sizeof j->who;
-    memcpy(j->who, who.ptr, j->who_len);
+    if (j->who_len)
+        memcpy(j->who, who.ptr, j->who_len);
     j->started_ms = mono_ms();
     j->deadline_ms = j->started_ms + exports.opt.timeout_ms;
     j->want = true; /* the first page goes as soon as it is read */
