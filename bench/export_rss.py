@@ -102,6 +102,20 @@ def export(host, port, pid, mode):
             "vmrss_grew_kb": sampler.peak["VmRSS"] - base["VmRSS"], "rss_anon_before_kb": base["RssAnon"]}
 
 
+def settle(host, port, timeout_s=600):
+    """Waits until tally_pipeline_lag_seconds is 0 (and stays so for a second)."""
+    deadline, quiet = time.monotonic() + timeout_s, 0
+    while quiet < 10:
+        assert time.monotonic() < deadline, "the fold did not catch up"
+        c = http.client.HTTPConnection(host, port, timeout=30)
+        c.request("GET", "/metrics")
+        text = c.getresponse().read().decode()
+        c.close()
+        m = re.search(r"^tally_pipeline_lag_seconds (\S+)$", text, re.M)
+        quiet = quiet + 1 if m and float(m.group(1)) == 0 else 0
+        time.sleep(0.1)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="tally-export-rss-")
     proc = None
@@ -131,7 +145,7 @@ def main():
                 assert r.status == 200, (r.status, r.read()[:200])
                 r.read()
                 c.close()
-            time.sleep(5)  # the fold of the import
+        settle(host, port)  # the fold of the import is over: what grows then is the export's
         print("loaded %d rows in %.1f s (%s)" % (ROWS, time.monotonic() - t0,
                                                   "PostgreSQL" if STORE_URI else "embedded"))
         for mode in ("fast", "slow", "stall"):
