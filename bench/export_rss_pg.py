@@ -2,6 +2,7 @@
 """bench/export_rss_pg.py — bench/export_rss.py on PostgreSQL: a throwaway cluster (tests/pg/pgcluster.py, fsync on),
 one database, STORE_URI set.   python3 bench/export_rss_pg.py [ROWS]   Not a test."""
 import os, subprocess, sys
+os.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
 sys.path.insert(0, "tests/pg")
 import pgcluster
 c = pgcluster.start_primary(name="exportbench", fsync=True)
