@@ -286,7 +286,8 @@ static void job_start(app_t *app, http_request_t *req, export_kind_t kind, span_
 
     pthread_mutex_lock(&exports.lock);
     bool closing = exports.closing, full = exports.count >= exports.opt.max_exports;
-    if (!closing && !full) {
+    bool head = span_eq_str(http_req_method(req), "HEAD"); /* what its GET would answer, no slot taken */
+    if (!closing && !full && !head) {
         j->next = exports.running;
         if (j->next)
             j->next->prev = j;
@@ -294,12 +295,15 @@ static void job_start(app_t *app, http_request_t *req, export_kind_t kind, span_
         exports.count++;
     }
     pthread_mutex_unlock(&exports.lock);
-    if (closing || full) {
+    if (closing || full || head) {
         pthread_mutex_destroy(&j->lock);
         pthread_cond_destroy(&j->cond);
         free(j);
-        if (full) {
-            atomic_fetch_add(&exports.refused, 1);
+        if (head && !closing && !full) {
+            http_stream_head(req, "application/x-ndjson");
+        } else if (full) {
+            if (!head)
+                atomic_fetch_add(&exports.refused, 1);
             reply_problem_with(req, 503, "overloaded", "too many exports are running (--max-exports); retry later",
                                (problem_headers_t){.retry_after_s = exports.opt.retry_after_s});
         } else {

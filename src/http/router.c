@@ -35,7 +35,7 @@ static const struct {
     {ROUTE_WEBHOOK, "webhook", NULL, "DELETE"},
     {ROUTE_WEBHOOK_RESUME, "webhook_resume", NULL, "POST"},
     {ROUTE_WEBHOOK_SECRET, "webhook_secret", NULL, "POST"},
-    {ROUTE_LIVE, "live", "/v1/live", "GET"},
+    {ROUTE_LIVE, "live", "/v1/live", "GET, HEAD"},
     {ROUTE_OPENAPI, "openapi", "/v1/openapi.json", "GET, HEAD"},
     {ROUTE_UI, "ui", NULL, "GET, HEAD"},
     {ROUTE_ITEM_REACTIONS, "item_reactions", NULL, "GET, HEAD"},
@@ -43,8 +43,8 @@ static const struct {
     {ROUTE_VIEWER, "viewer", "/v1/viewer", "GET, HEAD"},
     {ROUTE_POLICIES, "policies", "/v1/admin/policies", "GET, HEAD"},
     {ROUTE_POLICY, "policy", NULL, "GET, HEAD, PUT, DELETE"},
-    {ROUTE_USER_EXPORT, "user_export", NULL, "GET"},
-    {ROUTE_ADMIN_EXPORT, "admin_export", "/v1/admin/export", "GET"},
+    {ROUTE_USER_EXPORT, "user_export", NULL, "GET, HEAD"},
+    {ROUTE_ADMIN_EXPORT, "admin_export", "/v1/admin/export", "GET, HEAD"},
 };
 
 #define WEBHOOKS_PREFIX "/v1/admin/webhooks/"
