@@ -150,6 +150,11 @@ class AccessTest(TallyTestCase):
                 st, headers, _ = export_lines(s, "/v1/users/alice/export", who)
                 self.assertEqual(st, 200, who)
                 self.assertEqual(headers["content-type"], "application/x-ndjson")
+            # HEAD answers as GET would, without starting an export
+            st, headers, body = s.request("HEAD", "/v1/admin/export", headers=ADMIN)
+            self.assertEqual((st, headers.get("content-type"), body), (200, "application/x-ndjson", b""))
+            self.assertEqual(s.request("HEAD", "/v1/users/alice/export", headers={"X-User-Id": "bob"})[0], 403)
+            self.assertEqual(metric(s, "tally_exports_started_total"), 2)
             # nothing of anyone else's leaks into a user's export
             self.assertEqual(export_lines(s, "/v1/users/bob/export", "bob")[2], [])
 
