@@ -255,6 +255,24 @@ class RoundTripTest(TallyTestCase):
         recount = self.assertOk(b.json("POST", "/v1/admin/recount", {}, headers=ADMIN))
         self.assertEqual(recount["drift"], [])
 
+    def test_voided_users_are_carried(self):
+        # Runs once the build can void users (POST /v1/admin/users/{user}/void); skipped before.
+        rows = sample_rows(n_items=20, n_users=10)
+        with Server(args=FAST) as a, Server(args=FAST) as b:
+            import_rows(a, rows)
+            st, _, _, raw = a.json("POST", "/v1/admin/users/u001/void", headers=ADMIN)
+            if st == 404:
+                self.skipTest("voiding users is not in this build")
+            self.assertEqual(st, 200, raw[:300])
+            exported = export_lines(a)[2]
+            self.assertIn({"user": "u001", "voided": True}, exported)
+            self.assertEqual(len(rows_of(exported)), len(rows) + 1, "the voided line is counted in N")
+            import_rows(b, exported)
+            who = self.assertOk(b.json("GET", "/v1/admin/users/u001", headers=ADMIN))
+            self.assertTrue(who["voided"], who)
+            self.assertEqual(rows_of(export_lines(b)[2]), rows_of(exported))
+            wait_counts(self, b, expected_counts([r for r in rows if r["user"] != "u001"]))
+
     def test_into_an_empty_store(self):
         with Server(args=FAST) as a, Server(args=FAST) as b:
             self.round_trip(a, b)
