@@ -17,6 +17,7 @@ import http.client
 import json
 import os
 import time
+import unittest
 
 from harness import (PG, SLOW, Server, TallyTestCase, metric, pg_only)
 import harness
@@ -386,6 +387,8 @@ class ShutdownTest(TallyTestCase):
             self.assertIn("event=export kind=admin outcome=cut", s.logs[-1])
 
 
+@unittest.skipIf(os.environ.get("TALLY_SANITIZED"),
+                 "ASan keeps freed memory in its quarantine: the heap is measured on the release build")
 class MemoryTest(TallyTestCase):
 
     def test_slow_reader_does_not_grow_the_server(self):
