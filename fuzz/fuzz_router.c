@@ -46,6 +46,8 @@ static const struct {
     {ROUTE_POLICY, NULL, "/v1/admin/policies/", "GET HEAD PUT DELETE"},
     {ROUTE_USER_VOID, NULL, NULL, "POST"},
     {ROUTE_USER_RESTORE, NULL, NULL, "POST"},
+    {ROUTE_USER_EXPORT, NULL, NULL, "GET HEAD"},
+    {ROUTE_ADMIN_EXPORT, "/v1/admin/export", NULL, "GET HEAD"},
 };
 _Static_assert(sizeof spec / sizeof spec[0] == ROUTE_COUNT, "fuzz_router.c: a route was added; add its row to spec");
 
@@ -109,14 +111,15 @@ static route_t ref_route(span_t path)
         r.item = path;
         return r;
     }
-    /* /v1/users/{user}/reactions */
+    /* /v1/users/{user}/reactions, /v1/users/{user}/export */
     static const char users[] = "/v1/users/";
     size_t un = strlen(users);
     if (path.len > un && memcmp(path.ptr, users, un) == 0) {
         span_t rest = {path.ptr + un, path.len - un};
         const char *slash = memchr(rest.ptr, '/', rest.len);
-        if (slash && span_eq_str((span_t){slash + 1, rest.len - (size_t)(slash - rest.ptr) - 1}, "reactions")) {
-            r.id = ROUTE_USER_REACTIONS;
+        span_t tail = slash ? (span_t){slash + 1, rest.len - (size_t)(slash - rest.ptr) - 1} : (span_t){0};
+        if (slash && (span_eq_str(tail, "reactions") || span_eq_str(tail, "export"))) {
+            r.id = span_eq_str(tail, "export") ? ROUTE_USER_EXPORT : ROUTE_USER_REACTIONS;
             r.item = (span_t){rest.ptr, (size_t)(slash - rest.ptr)};
         }
         return r;
@@ -213,7 +216,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (r.id == ROUTE_ITEM || r.id == ROUTE_REACTION || r.id == ROUTE_TOGGLE || r.id == ROUTE_KIND ||
         r.id == ROUTE_ADMIN_USER || r.id == ROUTE_ADMIN_ITEM || r.id == ROUTE_WEBHOOK || r.id == ROUTE_WEBHOOK_RESUME ||
         r.id == ROUTE_WEBHOOK_SECRET || r.id == ROUTE_ITEM_REACTIONS || r.id == ROUTE_USER_REACTIONS ||
-        r.id == ROUTE_POLICY || r.id == ROUTE_USER_VOID || r.id == ROUTE_USER_RESTORE) {
+        r.id == ROUTE_POLICY || r.id == ROUTE_USER_VOID || r.id == ROUTE_USER_RESTORE || r.id == ROUTE_USER_EXPORT) {
         FUZZ_ASSERT(span_eq(r.item, want.item));
         FUZZ_ASSERT(r.item.len == 0 || !memchr(r.item.ptr, '/', r.item.len));
     }

@@ -24,6 +24,7 @@
 #include "engine/writer.h"
 #include "http/app.h"
 #include "http/dispatch.h"
+#include "http/export.h"
 #include "http/live.h"
 #include "http/server.h"
 #include "http/ui.h"
@@ -38,6 +39,8 @@
 #define LIVE_END_WAIT_MS 2000 /* live streams that will not end cleanly (clients not reading) are dropped at half */
 #define RECOUNT_SAMPLE_ITEMS 100
 #define ADMIN_JOB_WAIT_MS 60000
+#define EXPORT_END_WAIT_MS 5000             /* exports let go of their snapshots at shutdown: a page each at most */
+#define EXPORT_RETRY_AFTER_S 5              /* past --max-exports: an export lasts seconds to minutes */
 #define HTTP_SMALL_BODY_BYTES (8u << 10)    /* h2o's cap for everyone; handlers enforce the contract's 4 KiB */
 #define RECOUNT_BODY_MAX_BYTES (256u << 10) /* an admin recount's item list (admin.c) */
 #define LARGE_BODIES_IN_FLIGHT 2            /* admitted admin bodies of --import-max-size at once */
@@ -256,6 +259,8 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
     atomic_store(&app->client_rules, &client_rules);
     app->who_reacted = o->who_reacted;
     app->user_reactions = o->user_reactions;
+    export_http_setup(&(export_http_options_t){
+        .max_exports = o->max_exports, .timeout_ms = o->export_timeout_ms, .retry_after_s = EXPORT_RETRY_AFTER_S});
     atomic_store(&app->public_max_age_s, (unsigned)(o->public_max_age_ms / 1000));
     if (o->access_log) {
         FILE *out = strcmp(o->access_log, "-") == 0 ? stderr : fopen(o->access_log, "ae");
@@ -376,6 +381,9 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     http_server_stop_accepting();
     live_http_end_all();  /* no more live updates; every stream ends once what it was sent has left */
     feed_stop(app->feed); /* long polls are answered at once */
+    size_t exports_left = export_http_end_all(EXPORT_END_WAIT_MS); /* each lets go of its snapshot; cut */
+    if (exports_left)
+        log_line("level=warn event=shutdown-exports left=%zu", exports_left);
     size_t left = http_server_drain(DRAIN_TIMEOUT_MS);
     if (left)
         log_line("level=warn event=shutdown-drain unanswered=%zu", left);

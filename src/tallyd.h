@@ -50,6 +50,7 @@ typedef struct {
     uint64_t live_interval_ms, live_keepalive_ms;
     uint64_t max_live_streams, max_live_streams_per_client;
     bool max_live_streams_given;
+    uint64_t export_timeout_ms, max_exports;
     const char *access_log;
     const char *cors[CORS_ORIGINS_MAX];
     int ncors;

@@ -6,6 +6,7 @@
 
 #include "core/kinds.h"
 #include "core/parse.h"
+#include "engine/export.h"
 #include "engine/trending.h"
 #include "engine/writer.h"
 #include "store/store.h"
@@ -246,6 +247,13 @@ static const flag_t flags[] = {
      flag_set_uint, OPT(max_live_streams), 0, 1000000},
     {"--max-live-streams-per-client", "N", "16", "open live streams per client address at most; past it 503",
      flag_set_uint, OPT(max_live_streams_per_client), 0, 1000000},
+    {"--export-timeout", "DUR", EXPORT_TIMEOUT_DEFAULT,
+     "how long an export (GET /v1/admin/export, GET /v1/users/{user}/export)\n"
+     "may hold its snapshot of the store; past it the export is cut: its\n"
+     "answer ends without the closing line",
+     flag_set_duration, OPT(export_timeout_ms), 1, 0, "must be at least 1ms"},
+    {"--max-exports", "N", STR(EXPORT_MAX_DEFAULT), "exports running at once at most; past it 503 with Retry-After",
+     flag_set_uint, OPT(max_exports), 1, 1000},
     {"--who-reacted", "admin|users|public", "admin",
      "who may list an item's reactors (GET /v1/items/{item}/reactions):\n"
      "admins, any authenticated user, or anyone",

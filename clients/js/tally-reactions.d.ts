@@ -13,7 +13,11 @@ export function configure(settings: ReactionsSettings): void;
 /** The client the elements use. */
 export function tallyClient(): TallyClient;
 
-/** <tally-reactions item="post-1" kinds="like,dislike">; events tally-load, tally-change, tally-error. */
+/**
+ * <tally-reactions item="post-1" kinds="like,dislike" split-reads>; events tally-load, tally-change,
+ * tally-error. split-reads: this element's counts come from the public (cacheable) read and the
+ * viewer's part from GET /v1/viewer, as configure({splitReads: true}) does for every element.
+ */
 export class TallyReactions extends HTMLElement {
   readonly item: string;
 }

@@ -2,6 +2,7 @@
 //
 //   <script type="module" src="https://tally.example/ui/tally-reactions.js"></script>
 //   <tally-reactions item="post-1"></tally-reactions>
+//   <tally-reactions item="post-2" split-reads></tally-reactions>   (counts from a cacheable read)
 //   import { configure } from 'https://tally.example/ui/tally-reactions.js';
 //   configure({ getToken: async () => myJwt });
 //
@@ -51,19 +52,24 @@ function queueLoad(el) {
   loadQueue.add(el);
 }
 
+// Elements with split-reads (or every element, after configure({splitReads: true})) are read apart
+// from the others: their counts without the user, their viewer's part from GET /v1/viewer.
 async function runLoads() {
   const batch = [...loadQueue];
   loadQueue = null;
   const c = currentClient();
-  for (let i = 0; i < batch.length; i += BATCH_MAX) {
-    const group = batch.slice(i, i + BATCH_MAX);
-    const ids = [...new Set(group.map((el) => el.item))];
-    try {
-      const items = await c.items(ids);
-      const byId = new Map(items.map((it) => [it.item, it]));
-      group.forEach((el) => el.loaded(byId.get(el.item)));
-    } catch (err) {
-      group.forEach((el) => el.failed(err));
+  for (const split of [false, true]) {
+    const mine = batch.filter((el) => el.splitReads() === split);
+    for (let i = 0; i < mine.length; i += BATCH_MAX) {
+      const group = mine.slice(i, i + BATCH_MAX);
+      const ids = [...new Set(group.map((el) => el.item))];
+      try {
+        const items = await c.items(ids, { split });
+        const byId = new Map(items.map((it) => [it.item, it]));
+        group.forEach((el) => el.loaded(byId.get(el.item)));
+      } catch (err) {
+        group.forEach((el) => el.failed(err));
+      }
     }
   }
 }
@@ -84,7 +90,7 @@ const CLOSED_MESSAGE = 'Reactions are closed on this item.';
 let statusIds = 0;
 
 export class TallyReactions extends HTMLElement {
-  static get observedAttributes() { return ['item', 'kinds']; }
+  static get observedAttributes() { return ['item', 'kinds', 'split-reads']; }
 
   constructor() {
     super();
@@ -99,6 +105,8 @@ export class TallyReactions extends HTMLElement {
   }
 
   get item() { return this.getAttribute('item') || ''; }
+
+  splitReads() { return this.hasAttribute('split-reads') || !!settings.splitReads; }
 
   connectedCallback() {
     elements.add(this);

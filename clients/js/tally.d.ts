@@ -95,6 +95,11 @@ export interface ClientOptions {
   /** longest single wait between retries, whatever Retry-After says (default 10000) */
   maxRetryDelayMs?: number;
   fetch?: typeof fetch;
+  /**
+   * item and items read the counts without the user (the public answer a CDN or the browser may
+   * cache) and the viewer's part from GET /v1/viewer, put back together (default false)
+   */
+  splitReads?: boolean;
 }
 
 export class TallyError extends Error {
@@ -114,9 +119,12 @@ export class TallyClient {
   forceFetchStream?: boolean;
   request(method: string, path: string, options?: {
     body?: unknown; headers?: Record<string, string>; signal?: AbortSignal; retries?: number; text?: boolean;
+    /** without Authorization and X-User-Id: the public answer */
+    anonymous?: boolean;
   }): Promise<{ status: number; body: any; headers: Headers }>;
-  item(item: Id): Promise<Item>;
-  items(ids: Id[]): Promise<Item[]>;
+  /** split: as splitReads, for this call */
+  item(item: Id, options?: { split?: boolean }): Promise<Item>;
+  items(ids: Id[], options?: { split?: boolean }): Promise<Item[]>;
   reaction(item: Id): Promise<ReactionState>;
   trending(options?: { reaction?: Kind; window?: '1m' | '1h' | '24h'; limit?: number }): Promise<Trending>;
   whoReacted(item: Id, options?: ListOptions): Promise<ListPage>;

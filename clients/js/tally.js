@@ -109,7 +109,8 @@ function query(params) {
  * Creates a client.
  * options: baseUrl ("" = this page's origin), getToken (async () => JWT or null), userId (development
  * mode: sent as X-User-Id), retries (503/429/network retries, default 3), maxRetryDelayMs (default 10 s),
- * fetch (default globalThis.fetch).
+ * fetch (default globalThis.fetch), splitReads (item and items read the counts without the user, a
+ * public answer a CDN or the browser may cache, and the viewer's part from GET /v1/viewer).
  */
 export function createClient(options = {}) {
   return new TallyClient(options);
@@ -117,18 +118,22 @@ export function createClient(options = {}) {
 
 export class TallyClient {
   constructor({ baseUrl = '', getToken = null, userId = null, retries = DEFAULT_RETRIES,
-    maxRetryDelayMs = DEFAULT_MAX_DELAY_MS, fetch: fetchFn = null } = {}) {
+    maxRetryDelayMs = DEFAULT_MAX_DELAY_MS, fetch: fetchFn = null, splitReads = false } = {}) {
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.getToken = getToken;
     this.userId = userId;
     this.retries = retries;
     this.maxRetryDelayMs = maxRetryDelayMs;
     this.fetch = fetchFn || ((...a) => globalThis.fetch(...a));
+    this.splitReads = !!splitReads;
     this._live = null;
   }
 
-  async _headers(extra) {
+  // anonymous: no Authorization and no X-User-Id, so that the answer is the public one every reader
+  // shares (and a cache may keep).
+  async _headers(extra, anonymous = false) {
     const h = { Accept: 'application/json', ...extra };
+    if (anonymous) return h;
     const token = this.getToken ? await this.getToken() : null;
     if (token) h.Authorization = `Bearer ${token}`;
     const user = typeof this.userId === 'function' ? this.userId() : this.userId;
@@ -141,8 +146,8 @@ export class TallyClient {
    * growing backoff), at most `retries` times and never waiting longer than maxRetryDelayMs at once.
    * The headers (so the Idempotency-Key) are the same on every attempt. Returns {status, body, headers}.
    */
-  async request(method, path, { body, headers = {}, signal, retries = this.retries, text = false } = {}) {
-    const init = { method, headers: await this._headers(headers), signal };
+  async request(method, path, { body, headers = {}, signal, retries = this.retries, text = false, anonymous = false } = {}) {
+    const init = { method, headers: await this._headers(headers, anonymous), signal };
     if (body !== undefined) {
       init.body = JSON.stringify(body);
       init.headers['Content-Type'] = 'application/json';
@@ -181,15 +186,44 @@ export class TallyClient {
    * closed; counts (and reactors) are null while hidden. Writes it refuses fail with a TallyError
    * whose code is item-closed, reaction-not-allowed (problem.allowed) or too-many-reactions.
    */
-  async item(item) {
+  async item(item, { split = this.splitReads } = {}) {
+    if (split) return (await this._splitRead([checkId(item)], `/v1/items/${item}`, (b) => [b]))[0];
     return (await this.request('GET', `/v1/items/${checkId(item)}`)).body;
   }
 
-  /** GET /v1/items?ids=…: the item objects in request order (at most 100). */
-  async items(ids) {
+  /**
+   * GET /v1/items?ids=…: the item objects in request order (at most 100). split (default: the
+   * client's splitReads): the counts from the public read, the viewer's part from GET /v1/viewer.
+   */
+  async items(ids, { split = this.splitReads } = {}) {
     ids.forEach((id) => checkId(id));
     if (ids.length === 0) return [];
+    if (split) return this._splitRead(ids, `/v1/items${query({ ids })}`, (b) => b.items);
     return (await this.request('GET', `/v1/items${query({ ids })}`)).body.items;
+  }
+
+  /** Whether a user goes with the requests (a token, or a development-mode user id). */
+  async _hasUser() {
+    const user = typeof this.userId === 'function' ? this.userId() : this.userId;
+    if (user) return true;
+    return !!(this.getToken && (await this.getToken()));
+  }
+
+  // The counts asked without the user (the same answer for every reader: a cache in front serves it),
+  // and, when a user is known, their own part with one GET /v1/viewer beside it, put back together
+  // into the item objects a read with the user would give. The two are read apart: counts from a
+  // cache may be up to its max-age old, the viewer's part never is.
+  async _splitRead(ids, publicPath, itemsOf) {
+    const [pub, mine] = await Promise.all([
+      this.request('GET', publicPath, { anonymous: true }),
+      this._hasUser().then((known) => (known ? this.request('GET', `/v1/viewer${query({ ids })}`) : null)),
+    ]);
+    const items = itemsOf(pub.body);
+    if (!mine) return items;
+    return items.map((obj, i) => {
+      const { item, ...viewer } = mine.body.items[i] || {};
+      return item === obj.item ? { ...obj, viewer } : obj;
+    });
   }
 
   /** GET /v1/items/{item}/reaction: {item, reaction (or reactions), version}. */

@@ -15,6 +15,7 @@
 #include "http/app.h"
 #include "http/auth.h"
 #include "http/changes.h"
+#include "http/export.h"
 #include "http/items.h"
 #include "http/lists.h"
 #include "http/live.h"
@@ -393,6 +394,12 @@ void app_handle(void *arg, http_request_t *req)
         return;
     case ROUTE_POLICY:
         policies_admin_one(app, req, route.item);
+        return;
+    case ROUTE_USER_EXPORT:
+        export_http_user(app, req, route.item);
+        return;
+    case ROUTE_ADMIN_EXPORT:
+        export_http_admin(app, req);
         return;
     case ROUTE_NOT_FOUND:
     case ROUTE_COUNT:

@@ -10,6 +10,7 @@
 #include "engine/recount.h"
 #include "http/metrics.h"
 
+#include "http/export.h"
 #include "http/live.h"
 #include "http/router.h"
 #include "http/server.h"
@@ -293,6 +294,16 @@ static void metrics_render(app_t *app, answer_t *a)
     counter(&t, "tally_live_dropped_total", "Live streams closed because their client stopped reading.", ls.dropped);
     counter(&t, "tally_live_refused_total", "Live streams refused at --max-live-streams(-per-client).", ls.refused);
     counter(&t, "tally_live_errors_total", "Failed store reads of the live-counts follower.", ls.errors);
+    export_http_stats_t xs;
+    export_http_stats(&xs);
+    gauge(&t, "tally_exports_running", "Exports holding a snapshot of the store now.", (double)xs.running);
+    counter(&t, "tally_exports_started_total", "Exports started (GET /v1/admin/export, /v1/users/{user}/export).",
+            xs.started);
+    counter(&t, "tally_exports_completed_total", "Exports read whole (with their closing line).", xs.completed);
+    counter(&t, "tally_exports_cut_total", "Exports cut: --export-timeout, the client left, or shutdown.", xs.cut);
+    counter(&t, "tally_exports_failed_total", "Exports ended by a failed store read.", xs.failed);
+    counter(&t, "tally_exports_refused_total", "Exports refused with 503 at --max-exports.", xs.refused);
+    counter(&t, "tally_export_lines_total", "Lines sent by exports that ended (closing lines not counted).", xs.lines);
     gauge(&t, "tally_live_cursor", "The checkpoint the live-counts follower read last.", (double)ls.cursor);
     gauge(&t, "tally_writes_failing", "1 for 10 s after a reaction write failed to commit (disk full?).",
           app_writes_failing(app) ? 1 : 0);

@@ -88,6 +88,10 @@ static const op_desc_t ops[] = {
     {ROUTE_USER_REACTIONS, "get", "/v1/users/{user}/reactions", "userReactions",
      "The items the user's reaction is set on, most recent first", ACCESS_OWNER, "user listReaction listLimit after",
      NULL, 200, "UserReactions", 0, "400:invalid-user-id " ERRORS_STORE},
+    {ROUTE_USER_EXPORT, "get", "/v1/users/{user}/export", "exportUser",
+     "Every item the user's reaction is set on, one NDJSON line each, streamed (the user and admins, whatever "
+     "--user-reactions says)",
+     ACCESS_OWNER, "user", NULL, 200, "export-user", 0, "400:invalid-user-id " ERRORS_STORE},
     {ROUTE_TRENDING, "get", "/v1/trending", "getTrending", "The items whose count of a kind grew most in a window",
      ACCESS_PUBLIC, "reaction window trendingLimit", NULL, 200, "Trending", 0, "429:rate-limited"},
     {ROUTE_CHANGES, "get", "/v1/changes", "getChanges", "Every transition in commit order (long poll)", ACCESS_ADMIN,
@@ -100,6 +104,9 @@ static const op_desc_t ops[] = {
     {ROUTE_IMPORT, "post", "/v1/admin/import", "import", "Import reactions as ordinary transitions", ACCESS_ADMIN,
      "onError", "import", 200, "ImportResult", 0,
      "400:import-rejected 413:body-too-large 415:unsupported-media-type " ERRORS_STORE},
+    {ROUTE_ADMIN_EXPORT, "get", "/v1/admin/export", "exportAll",
+     "Every reaction row as import lines, then the closing line (NDJSON, streamed from one snapshot)", ACCESS_ADMIN, "",
+     NULL, 200, "export-all", 0, ERRORS_STORE},
     {ROUTE_ADMIN_USER, "delete", "/v1/admin/users/{user}", "eraseUser",
      "Every reaction of the user becomes none; the user's idempotency records are deleted", ACCESS_ADMIN, "user", NULL,
      200, "Changed", 0, "400:invalid-user-id " ERRORS_STORE},
@@ -264,6 +271,16 @@ static json_t *success_response(const op_desc_t *op)
                             "mode, \"policy\" when one applies; counts null while it hides them, and every "
                             "watched item sent again when a policy changes); a \": keep-alive\" comment every "
                             "15 s");
+    else if (strcmp(op->answer, "export-user") == 0)
+        content = json_pack("{s:{s:{s:s,s:s}}}", "application/x-ndjson", "schema", "type", "string", "description",
+                            "one line per item the user's reaction is set on, newest first: {\"item\",\"reaction\","
+                            "\"at\"} (\"reactions\" in many mode); streamed as the client reads it");
+    else if (strcmp(op->answer, "export-all") == 0)
+        content = json_pack("{s:{s:{s:s,s:s}}}", "application/x-ndjson", "schema", "type", "string", "description",
+                            "one import line per reaction row that is not none, {\"item\",\"user\",\"reaction\"} "
+                            "(\"reactions\" in many mode), in key order, then {\"export\":\"complete\","
+                            "\"lines\":N}; an export cut by --export-timeout (or shutdown) has no closing line and "
+                            "no end of body. POST /v1/admin/import reads it back");
     else
         content = json_pack("{s:{s:o}}", "application/json", "schema", openapi_ref("schemas", op->answer));
     json_t *r = json_pack("{s:s,s:o}", "description", op->summary, "content", content);
@@ -312,9 +329,9 @@ static json_t *tags_of(void)
     return json_pack("[{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s},{s:s,s:s}]", "name", "reads", "description",
                      "counts and the viewer's state", "name", "writes", "description",
                      "reactions, with Idempotency-Key and If-Match", "name", "admin", "description",
-                     "admin rights: the change feed, hot items, recount, import, erasure, item policies", "name",
-                     "operations", "description", "health, metrics, this document", "name", "pages", "description",
-                     "the demo page, the operator's page and the JavaScript client (static files)");
+                     "admin rights: the change feed, hot items, recount, import, export, erasure, item policies",
+                     "name", "operations", "description", "health, metrics, this document", "name", "pages",
+                     "description", "the demo page, the operator's page and the JavaScript client (static files)");
 }
 
 /* Who may call op: the table's word, unless the configuration decides for its route. */

@@ -7,6 +7,7 @@
 #define UI_PREFIX "/ui/"
 #define USERS_PREFIX "/v1/users/"
 #define LIST_SEGMENT "reactions"
+#define EXPORT_SEGMENT "export"
 
 static const struct {
     route_id_t id;
@@ -44,6 +45,8 @@ static const struct {
     {ROUTE_POLICY, "policy", NULL, "GET, HEAD, PUT, DELETE"},
     {ROUTE_USER_VOID, "user_void", NULL, "POST"},
     {ROUTE_USER_RESTORE, "user_restore", NULL, "POST"},
+    {ROUTE_USER_EXPORT, "user_export", NULL, "GET, HEAD"},
+    {ROUTE_ADMIN_EXPORT, "admin_export", "/v1/admin/export", "GET, HEAD"},
 };
 
 #define WEBHOOKS_PREFIX "/v1/admin/webhooks/"
@@ -168,6 +171,9 @@ void route_match(span_t target, route_t *out)
         if (more && span_eq_str(rest, LIST_SEGMENT)) {
             out->id = ROUTE_USER_REACTIONS;
             out->item = user;
+        } else if (more && span_eq_str(rest, EXPORT_SEGMENT)) {
+            out->id = ROUTE_USER_EXPORT;
+            out->item = user;
         }
         return;
     }
@@ -255,5 +261,5 @@ bool route_is_admin(route_id_t id)
     return id == ROUTE_CHANGES || id == ROUTE_RECOUNT || id == ROUTE_IMPORT || id == ROUTE_HOT ||
            id == ROUTE_ADMIN_USER || id == ROUTE_ADMIN_ITEM || id == ROUTE_WEBHOOKS || id == ROUTE_WEBHOOK ||
            id == ROUTE_WEBHOOK_RESUME || id == ROUTE_WEBHOOK_SECRET || id == ROUTE_POLICIES || id == ROUTE_POLICY ||
-           id == ROUTE_USER_VOID || id == ROUTE_USER_RESTORE;
+           id == ROUTE_USER_VOID || id == ROUTE_USER_RESTORE || id == ROUTE_ADMIN_EXPORT;
 }

@@ -35,6 +35,8 @@ typedef enum {
     ROUTE_POLICY,         /* /v1/admin/policies/{target} (the target in item) */
     ROUTE_USER_VOID,      /* /v1/admin/users/{user}/void (the user in item) */
     ROUTE_USER_RESTORE,   /* /v1/admin/users/{user}/restore (the user in item) */
+    ROUTE_USER_EXPORT,    /* /v1/users/{user}/export: a user's export (NDJSON, streamed) */
+    ROUTE_ADMIN_EXPORT,   /* /v1/admin/export: the whole store as import lines (NDJSON, streamed) */
     ROUTE_COUNT           /* number of routes, for per-route tables */
 } route_id_t;
 
@@ -43,8 +45,8 @@ const char *route_name(route_id_t id);
 
 typedef struct {
     route_id_t id;
-    span_t item;  /* raw segment, for the item routes (the user of ROUTE_ADMIN_USER and ROUTE_USER_REACTIONS, a
-                     webhook's id, the path of ROUTE_UI) */
+    span_t item;  /* raw segment, for the item routes (the user of ROUTE_ADMIN_USER, ROUTE_USER_REACTIONS and
+                     ROUTE_USER_EXPORT, a  webhook's id, the path of ROUTE_UI) */
     span_t kind;  /* raw segment, for ROUTE_KIND */
     span_t query; /* after '?', without it */
 } route_t;

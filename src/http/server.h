@@ -79,6 +79,12 @@ typedef struct http_stream http_stream_t;
 http_stream_t *http_stream_open(http_request_t *req, const char *content_type, size_t max_unsent,
                                 void (*on_end)(void *arg), void *arg);
 
+/* http_stream_open for a body written one part at a time as the client takes it (an export): with
+ * on_drain set from the start (http_stream_on_drain), and a kernel send buffer large enough for bulk
+ * (an event stream's small one would pace a long body by delayed ACKs), still bounded. */
+http_stream_t *http_stream_open_paced(http_request_t *req, const char *content_type, size_t max_unsent,
+                                      void (*on_end)(void *arg), void (*on_drain)(void *arg), void *arg);
+
 /* On req's thread: answers a HEAD of what http_stream_open would stream: its status and headers,
  * no body, no stream. */
 void http_stream_head(http_request_t *req, const char *content_type);

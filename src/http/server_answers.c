@@ -123,6 +123,7 @@ void http_on_answers(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messa
 /* --- streaming answers --- */
 
 #define STREAM_SNDBUF_BYTES (32 << 10)
+#define STREAM_PACED_SNDBUF_BYTES (256 << 10)
 #define STREAM_USER_TIMEOUT_MS 60000
 
 struct http_stream {
@@ -285,8 +286,8 @@ static void stream_head(http_request_t *request, const char *content_type)
         http_srv.cfg.on_respond(http_srv.cfg.app, request, 200, 0);
 }
 
-http_stream_t *http_stream_open(http_request_t *request, const char *content_type, size_t max_unsent,
-                                void (*on_end)(void *arg), void *arg)
+static http_stream_t *stream_open(http_request_t *request, const char *content_type, size_t max_unsent,
+                                  void (*on_end)(void *arg), void (*on_drain)(void *arg), void *arg)
 {
     h2o_req_t *req = http_h2o_req(request);
     http_stream_t *s = calloc(1, sizeof *s);
@@ -298,6 +299,7 @@ http_stream_t *http_stream_open(http_request_t *request, const char *content_typ
     s->req = req;
     s->max_unsent = max_unsent;
     s->on_end = on_end;
+    s->on_drain = on_drain;
     s->arg = arg;
     stream_head(request, content_type);
     h2o_start_response(req, &s->generator);
@@ -307,7 +309,10 @@ http_stream_t *http_stream_open(http_request_t *request, const char *content_typ
         slot->stream = s;
         s->slot = slot;
         int fd = h2o_socket_get_fd(sock);
-        int sndbuf = STREAM_SNDBUF_BYTES; /* a slow reader's bytes wait in our bounded buffer, not the kernel's */
+        /* A slow reader's bytes wait in our bounded buffer, not the kernel's. A paced stream writes
+         * only what was taken, but a buffer as small as an event stream's would make a bulk body wait
+         * on delayed ACKs (one buffer per 40 ms): it gets one that keeps the link busy, still bounded. */
+        int sndbuf = on_drain ? STREAM_PACED_SNDBUF_BYTES : STREAM_SNDBUF_BYTES;
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
         /* a peer gone without a word (no FIN, no RST): sent bytes unacknowledged this long end it,
          * rather than TCP's retransmissions for a quarter of an hour */
@@ -316,6 +321,18 @@ http_stream_t *http_stream_open(http_request_t *request, const char *content_typ
         h2o_socket_read_start(sock, stream_on_read);
     }
     return s;
+}
+
+http_stream_t *http_stream_open(http_request_t *request, const char *content_type, size_t max_unsent,
+                                void (*on_end)(void *arg), void *arg)
+{
+    return stream_open(request, content_type, max_unsent, on_end, NULL, arg);
+}
+
+http_stream_t *http_stream_open_paced(http_request_t *request, const char *content_type, size_t max_unsent,
+                                      void (*on_end)(void *arg), void (*on_drain)(void *arg), void *arg)
+{
+    return stream_open(request, content_type, max_unsent, on_end, on_drain, arg);
 }
 
 void http_stream_head(http_request_t *request, const char *content_type)

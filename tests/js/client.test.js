@@ -330,3 +330,41 @@ test('foldChange: folding the change feed gives the counts exactly, voided users
     { like: 0, love: 0, reactors: 0 });
   assert.deepEqual(foldChange({}, { from: 'none', to: 'like' }), { like: 1 });
 });
+
+test('splitReads: the counts from the public read (no user sent), the viewer\'s part from GET /v1/viewer', async () => {
+  const writer = createClient({ baseUrl: dev.url, userId: 'splitter' });
+  await writer.add('sp-1', 'like');
+  await writer.add('sp-2', 'dislike');
+  const plain = createClient({ baseUrl: dev.url, userId: 'splitter' });
+  await waitFor(async () => (await plain.item('sp-2')).counts.dislike === 1);
+  const f = recordingFetch();
+  const split = createClient({ baseUrl: dev.url, userId: 'splitter', splitReads: true, fetch: f });
+  const got = await split.items(['sp-1', 'sp-2', 'sp-3']);
+  assert.deepEqual(got, await plain.items(['sp-1', 'sp-2', 'sp-3']), 'the same objects as one read with the user');
+  assert.equal(got[0].viewer.reaction, 'like');
+  const byPath = Object.fromEntries(f.calls.map((c) => [new URL(c.url).pathname, c]));
+  assert.deepEqual(Object.keys(byPath).sort(), ['/v1/items', '/v1/viewer']);
+  assert.equal(byPath['/v1/items'].headers['X-User-Id'], undefined, 'the counts are asked without the user');
+  assert.equal(byPath['/v1/viewer'].headers['X-User-Id'], 'splitter');
+  // one item: the public item read and the viewer's part
+  f.calls.length = 0;
+  assert.deepEqual(await split.item('sp-2'), await plain.item('sp-2'));
+  assert.deepEqual(f.calls.map((c) => new URL(c.url).pathname).sort(), ['/v1/items/sp-2', '/v1/viewer']);
+  // the public answer is one a cache may keep
+  const pub = await fetch(`${dev.url}/v1/items?ids=sp-1,sp-2`);
+  assert.match(pub.headers.get('cache-control'), /public/);
+  // per call, and without a user: the public read alone, no viewer
+  f.calls.length = 0;
+  const anon = createClient({ baseUrl: dev.url, fetch: f });
+  const a = await anon.items(['sp-1'], { split: true });
+  assert.deepEqual(a, [{ item: 'sp-1', counts: { like: 1, dislike: 0 } }]);
+  assert.deepEqual(f.calls.map((c) => new URL(c.url).pathname), ['/v1/items']);
+  // a token counts as a user: its viewer's part is asked with it
+  f.calls.length = 0;
+  const token = makeJwt(SECRET, 'splitter');
+  const viaToken = createClient({ baseUrl: jwt.url, getToken: async () => token, splitReads: true, fetch: f });
+  const t = await viaToken.items(['sp-9']);
+  assert.deepEqual(t, [{ item: 'sp-9', counts: { like: 0, dislike: 0 }, viewer: { reaction: 'none', version: 0 } }]);
+  const auth = Object.fromEntries(f.calls.map((c) => [new URL(c.url).pathname, c.headers.Authorization]));
+  assert.deepEqual(auth, { '/v1/items': undefined, '/v1/viewer': `Bearer ${token}` });
+});

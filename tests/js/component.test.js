@@ -32,7 +32,7 @@ async function page(api) {
   const p = await context.newPage();
   p.problems = [];
   p.on('pageerror', (e) => p.problems.push(e.message));
-  await p.route((url) => url.pathname.startsWith('/v1/items') || url.pathname === '/v1/live', async (route) => {
+  await p.route((url) => url.pathname.startsWith('/v1/items') || url.pathname === '/v1/live' || url.pathname === '/v1/viewer', async (route) => {
     const answer = await api(route.request());
     if (answer) await route.fulfill(answer);
     else await route.continue();
@@ -229,4 +229,45 @@ test('item policies against a real tallyd: a disallowed kind is not offered, a c
     await fetch(`${tallyd.url}/v1/admin/policies/post-1`, { method: 'DELETE', headers: admin });
     await fetch(`${tallyd.url}/v1/admin/policies/post-2`, { method: 'DELETE', headers: admin });
   }
+});
+
+test('split-reads: the element\'s counts from the public read (no user sent), its viewer\'s part from GET /v1/viewer', async () => {
+  const reads = [];
+  const p = await page(async (req) => {
+    const url = new URL(req.url());
+    const user = req.headers()['x-user-id'] || null;
+    if (url.pathname === '/v1/live') return { status: 503, headers: { 'retry-after': '30' }, body: '' };
+    if (req.method() === 'GET' && url.pathname === '/v1/items') {
+      const ids = url.searchParams.get('ids').split(',');
+      reads.push({ path: url.pathname, ids: ids.join(','), user });
+      const viewer = user ? { viewer: { reaction: 'none', version: 0 } } : {};
+      return json({ items: ids.map((id) => ({ item: id, counts: { like: id === 'split-1' ? 41 : 0, love: 2 }, ...viewer })) });
+    }
+    if (req.method() === 'GET' && url.pathname === '/v1/viewer') {
+      const ids = url.searchParams.get('ids').split(',');
+      reads.push({ path: url.pathname, ids: ids.join(','), user });
+      return json({ items: ids.map((id) => ({ item: id, reaction: 'like', version: 4 })) });
+    }
+    return null;
+  });
+  await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"]:not([disabled])');
+  await p.evaluate(() => {
+    const el = document.createElement('tally-reactions');
+    el.setAttribute('item', 'split-1');
+    el.setAttribute('split-reads', '');
+    document.body.append(el);
+  });
+  await p.waitForSelector('tally-reactions[item="split-1"] button[data-kind="like"][aria-pressed="true"]:not([disabled])');
+  assert.equal(await count(p, 'split-1', 'like'), '41');
+  assert.equal(await count(p, 'split-1', 'love'), '2');
+  const split = reads.filter((r) => r.ids === 'split-1');
+  assert.deepEqual(split.sort((a, b) => a.path.localeCompare(b.path)), [
+    { path: '/v1/items', ids: 'split-1', user: null },
+    { path: '/v1/viewer', ids: 'split-1', user: 'viewer' },
+  ]);
+  // the page's other elements are read as before: one read with the user
+  assert.ok(reads.some((r) => r.path === '/v1/items' && r.ids.includes('post-1') && r.user === 'viewer'), JSON.stringify(reads));
+  assert.ok(!reads.some((r) => r.path === '/v1/viewer' && r.ids.includes('post-1')));
+  assert.deepEqual(p.problems, []);
+  await p.context().close();
 });

@@ -234,6 +234,16 @@ test('real answers of every route match the document (development mode)', async 
     await call('GET', '/v1/users/{user}/reactions', '/v1/users/someone/reactions', { headers: u, expect: 403 });
     await call('DELETE', '/v1/items/{item}/{kind}', `/v1/items/${item}/love`, { headers: u, expect: 200 });
   }
+  // exports: the user's own, another's refused, the whole store's with its closing line (NDJSON)
+  await call('PUT', '/v1/items/{item}/{kind}', '/v1/items/exp-1/like', { headers: key('k5'), expect: 200 });
+  await call('GET', '/v1/users/{user}/export', '/v1/users/u:1~a/export', { headers: u, expect: 200 });
+  await call('GET', '/v1/users/{user}/export', '/v1/users/someone/export', { headers: u, expect: 403 });
+  await call('GET', '/v1/users/{user}/export', '/v1/users/someone/export', { expect: 401 });
+  const whole = await call('GET', '/v1/admin/export', '/v1/admin/export', { headers: admin, expect: 200 });
+  const exported = whole.body.trim().split('\n').map((line) => JSON.parse(line));
+  assert.deepEqual(exported.at(-1), { export: 'complete', lines: exported.length - 1 });
+  assert.ok(exported.some((x) => x.item === 'exp-1' && x.user === 'u:1~a' && x.reaction === 'like'));
+  await call('GET', '/v1/admin/export', '/v1/admin/export', { headers: u, expect: 403 });
   // item policies: put, get, list, refused body, delete, unknown
   await call('PUT', '/v1/admin/policies/{target}', '/v1/admin/policies/oa-*', { headers: admin, body: { kinds: ['like'], counts: 'hidden' }, expect: 200 });
   await call('PUT', '/v1/admin/policies/{target}', '/v1/admin/policies/oa-*', { headers: admin, body: { kinds: [] }, expect: 400 });

@@ -79,4 +79,13 @@ void test_router_lists(void)
           !route_allows(ROUTE_USER_REACTIONS, SPAN_LIT("DELETE")));
     CHECK(!route_is_admin(ROUTE_ITEM_REACTIONS) && !route_is_admin(ROUTE_USER_REACTIONS));
     CHECK(strcmp(route_name(ROUTE_USER_REACTIONS), "user_reactions") == 0);
+    /* the exports: a user's beside the user's list, the whole store's an admin route */
+    r = match("/v1/users/u7/export");
+    CHECK(r.id == ROUTE_USER_EXPORT && span_eq_str(r.item, "u7"));
+    CHECK(match("/v1/users/u7/export/x").id == ROUTE_NOT_FOUND);
+    CHECK(match("/v1/admin/export").id == ROUTE_ADMIN_EXPORT);
+    CHECK(match("/v1/admin/export/x").id == ROUTE_NOT_FOUND);
+    CHECK(route_allows(ROUTE_USER_EXPORT, SPAN_LIT("HEAD")) && !route_allows(ROUTE_USER_EXPORT, SPAN_LIT("DELETE")));
+    CHECK(route_allows(ROUTE_ADMIN_EXPORT, SPAN_LIT("GET")) && !route_allows(ROUTE_ADMIN_EXPORT, SPAN_LIT("POST")));
+    CHECK(!route_is_admin(ROUTE_USER_EXPORT) && route_is_admin(ROUTE_ADMIN_EXPORT));
 }
