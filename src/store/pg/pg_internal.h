@@ -89,8 +89,11 @@ struct pg_write {
     bool checkpoint_dirty;
     bool checkpoint_locked; /* the leader holds the checkpoint's row lock: checkpoint is its value */
     uint64_t checkpoint;
-    PGresult *fold_log; /* the log entries after the checkpoint, read with the batch's rows (prepare) */
-    size_t fold_scan;   /* how many fold_log asked for */
+    PGresult *fold_log;       /* the log entries after the checkpoint, read with the batch's rows (prepare) */
+    size_t fold_scan;         /* how many fold_log asked for */
+    store_counts_ask_t *asks; /* the answers' counts to fill at commit (pg_counts_at_commit); NULL: none */
+    size_t nasks;
+    size_t asks_result; /* their statement's place among the pipeline's results (from 1); 0: none */
 };
 
 struct pg_read {

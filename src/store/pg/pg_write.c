@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/answer.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -62,6 +63,8 @@ static int write_begin(pg_write_t *w, store_write_t **out)
     w->fold_log = NULL;
     pg_cache_clear(&w->rows);
     pg_cache_clear(&w->idem);
+    w->asks = NULL;
+    w->nasks = 0;
     w->counts.count = 0;
     if (w->counts.slots)
         memset(w->counts.slots, 0, w->counts.nslots * sizeof *w->counts.slots);
@@ -147,6 +150,7 @@ static int idem_entry_fill(pg_write_t *w, const PGresult *res, int i)
     e->rec.has_etag = PQgetvalue(res, i, 6)[0] == 't';
     e->rec.etag_version = strtoull(PQgetvalue(res, i, 7), NULL, 10);
     e->rec.cursor_ordinal = 0; /* stored complete */
+    e->rec.counts_ask = 0;
     size_t len = (size_t)PQgetlength(res, i, 8);
     free(e->body);
     if (!(e->body = malloc(len + 1)))
@@ -435,6 +439,48 @@ int pg_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX
     return STORE_OK;
 }
 
+int pg_counts_folded(store_write_t *w_, span_t item, int64_t counts[KINDS_MAX + 1])
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_store_t *s = w->store;
+    char buf[ID_MAX_LEN + 1];
+    if (item.len > ID_MAX_LEN)
+        return STORE_ERROR;
+    memcpy(buf, item.ptr, item.len);
+    buf[item.len] = '\0';
+    const char *p[] = {buf};
+    int rc;
+    PGresult *res = pg_wexec(w, "counts", "SELECT kind, n FROM tally_counts WHERE item = $1", 1, p, &rc);
+    if (!res)
+        return rc;
+    memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
+    int64_t sum = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        long d = strtol(PQgetvalue(res, i, 0), NULL, 10);
+        int64_t n = strtoll(PQgetvalue(res, i, 1), NULL, 10);
+        if (d == 0)
+            counts[KIND_NONE] = n;
+        else if (d > 0 && d <= s->db_kinds && s->db_to_cfg[d] >= 1)
+            counts[s->db_to_cfg[d]] = n, sum += n;
+    }
+    if (s->kinds.mode == REACTION_MODE_ONE) /* one kind per user: the reactors are the sum */
+        counts[KIND_NONE] = sum;
+    PQclear(res);
+    return STORE_OK;
+}
+
+int pg_counts_at_commit(store_write_t *w_, store_counts_ask_t *asks, size_t n)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    if (w->asks)
+        return STORE_ERROR; /* one call per transaction */
+    w->asks = n ? asks : NULL;
+    w->nasks = n;
+    for (size_t i = 0; i < n; i++)
+        asks[i].filled = false;
+    return STORE_OK;
+}
+
 int pg_checkpoint_get(store_write_t *w_, uint64_t *seq)
 {
     pg_write_t *w = (pg_write_t *)w_;
@@ -719,6 +765,103 @@ static int flush_log(pg_write_t *w)
     return rc;
 }
 
+/* The answers' counts (pg_counts_at_commit), sent after the log's statement: that one holds the head's
+ * row lock, so this statement's snapshot, taken when it starts, sees every position up to the batch's
+ * base committed (a batch before holds the lock until its commit is visible), and the counts with the
+ * checkpoint they were folded to. Without entries of its own the batch holds no lock; its snapshot
+ * still sees a whole prefix of the log, as positions are taken in commit order. Per item of the asks:
+ * the counts record plus the entries in (checkpoint, base]; per ask, plus its own deltas. The
+ * records named get answer_set_counts's splice (answer_counts_format) in the same statement. */
+static const char ASKS_SQL[] =
+    "WITH h AS (SELECT seq - $1::bigint AS base FROM tally_log_head WHERE id = 1),"
+    " a AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS a(item, u, k, i)),"
+    " kd AS (SELECT * FROM unnest($6::int4[]) WITH ORDINALITY AS kd(code, o)),"
+    " its AS (SELECT DISTINCT item FROM a),"
+    " e AS (SELECT l.item, l.from_kind AS f, l.to_kind AS t FROM tally_log l, h"
+    "  WHERE l.seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0) AND l.seq <= h.base"
+    "  AND l.item IN (SELECT item FROM its)),"
+    " ed AS (SELECT e.item, kd.o, sum(CASE WHEN kd.code < 0 THEN (e.t <> 0)::int - (e.f <> 0)::int"
+    "  ELSE (CASE WHEN e.t >= 0 THEN (e.t = kd.code)::int ELSE ((-e.t) >> kd.code) & 1 END)"
+    "  - (CASE WHEN e.f >= 0 THEN (e.f = kd.code)::int ELSE ((-e.f) >> kd.code) & 1 END) END) AS n"
+    "  FROM e, kd GROUP BY e.item, kd.o),"
+    " b AS (SELECT its.item, kd.o, coalesce(c.n, 0) + coalesce(ed.n, 0) AS n FROM its CROSS JOIN kd"
+    "  LEFT JOIN tally_counts c ON c.item = its.item AND c.kind = greatest(kd.code, 0)"
+    "  LEFT JOIN ed ON ed.item = its.item AND ed.o = kd.o),"
+    " r AS (SELECT a.i, a.u, a.k, array_agg((b.n + ($5::int8[])[((a.i - 1) * $7::int + b.o)::int])::text"
+    "  ORDER BY b.o) AS v FROM a JOIN b ON b.item = a.item GROUP BY a.i, a.u, a.k),"
+    " up AS (UPDATE tally_idem t SET body = left(t.body, -1) || format($8, VARIADIC r.v) FROM r"
+    "  WHERE r.k <> '' AND t.\"user\" = r.u AND t.key = r.k)"
+    " SELECT i, array_to_string(v, ',') FROM r ORDER BY i";
+
+static int flush_asks(pg_write_t *w)
+{
+    if (!w->nasks)
+        return STORE_OK;
+    const pg_store_t *s = w->store;
+    const kinds_t *kinds = &s->kinds;
+    int slots[KINDS_MAX + 1], m = 0; /* the splice's numbers: the kinds in order, then the reactors */
+    for (int c = 1; c <= kinds->count; c++)
+        slots[m++] = c;
+    if (kinds->mode == REACTION_MODE_MANY)
+        slots[m++] = KIND_NONE;
+    enum { ITEM, USER, KEY, DELTAS, CODES, NCOL };
+    pg_buf_t col[NCOL] = {0};
+    for (int c = 0; c < NCOL; c++)
+        pg_buf_open(&col[c]);
+    for (size_t i = 0; i < w->nasks; i++) {
+        const store_counts_ask_t *a = &w->asks[i];
+        pg_buf_text_elem(&col[ITEM], a->item.ptr, a->item.len);
+        pg_buf_text_elem(&col[USER], a->user.ptr, a->user.len);
+        pg_buf_text_elem(&col[KEY], a->key.ptr, a->key.len);
+        for (int j = 0; j < m; j++)
+            pg_buf_int_elem(&col[DELTAS], (long long)a->deltas[slots[j]]);
+    }
+    for (int j = 0; j < m; j++)
+        pg_buf_int_elem(&col[CODES], slots[j] == KIND_NONE ? -1 : s->cfg_to_db[slots[j]]);
+    int rc = STORE_OK;
+    for (int c = 0; c < NCOL; c++) {
+        pg_buf_close(&col[c]);
+        if (col[c].failed)
+            rc = STORE_ERROR;
+    }
+    char count[NUM_LEN], width[NUM_LEN], fmt[1024];
+    snprintf(count, sizeof count, "%zu", w->log_count);
+    snprintf(width, sizeof width, "%d", m);
+    if (!answer_counts_format(kinds, fmt, sizeof fmt))
+        rc = STORE_ERROR;
+    const char *p[] = {count, col[ITEM].buf, col[USER].buf, col[KEY].buf, col[DELTAS].buf, col[CODES].buf, width, fmt};
+    if (rc == STORE_OK)
+        rc = pg_wrun(w, "answer-counts", ASKS_SQL, 8, p);
+    if (rc == STORE_OK)
+        w->asks_result = w->piped_count;
+    for (int c = 0; c < NCOL; c++)
+        pg_buf_free(&col[c]);
+    return rc;
+}
+
+/* The asks' counts from their statement's result (after the commit: nothing here may fail the batch;
+ * an ask left unfilled is the writer's to report). */
+static void asks_read(pg_write_t *w, const PGresult *res)
+{
+    const kinds_t *kinds = &w->store->kinds;
+    for (int r = 0; r < PQntuples(res); r++) {
+        unsigned long long i = strtoull(PQgetvalue(res, r, 0), NULL, 10);
+        if (i < 1 || i > w->nasks)
+            continue;
+        store_counts_ask_t *a = &w->asks[i - 1];
+        const char *v = PQgetvalue(res, r, 1);
+        char *end;
+        bool ok = true;
+        for (int c = 1; ok && c <= kinds->count + (kinds->mode == REACTION_MODE_MANY); c++) {
+            int slot = c <= kinds->count ? c : KIND_NONE;
+            a->out[slot] = strtoll(v, &end, 10);
+            ok = end != v && (*end == ',' || *end == '\0');
+            v = *end ? end + 1 : end;
+        }
+        a->filled = ok;
+    }
+}
+
 int pg_write_commit(store_write_t *w_)
 {
     uint64_t base;
@@ -731,6 +874,7 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     pg_store_t *s = w->store;
     *log_base = 0;
     w->log_result = 0;
+    w->asks_result = 0;
     PQclear(w->fold_log); /* read for a fold that did not use it */
     w->fold_log = NULL;
     bool dirty = w->log_count || w->checkpoint_dirty || w->counts.count || w->lists.count;
@@ -765,6 +909,8 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     }
     if (rc == STORE_OK)
         rc = flush_log(w);
+    if (rc == STORE_OK)
+        rc = flush_asks(w);
     w->piped = false;
     uint64_t started = mono_ns();
     bool committing = rc == STORE_OK;
@@ -786,6 +932,8 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
         PGresult *res = pg_pipe_result(s, w->sess->conn, is_commit ? "commit" : "write", &one);
         if (one == STORE_OK && i + 1 == w->log_result && res && PQntuples(res) == 1)
             base = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+        if (one == STORE_OK && i + 1 == w->asks_result && res)
+            asks_read(w, res);
         PQclear(res);
         if (results == STORE_OK && one != STORE_OK)
             results = one; /* the first failure: the rest were aborted by it */
