@@ -718,8 +718,8 @@ static int flush_log(pg_write_t *w)
         pg_buf_open(&col[c]);
     for (size_t i = 0; i < w->idem.count; i++) {
         const pg_entry_t *e = &w->idem.entries[i];
-        if (!e->dirty || !e->present || !e->rec.cursor_ordinal)
-            continue;
+        if (!e->dirty || !e->present || !e->rec.cursor_ordinal || e->rec.counts_ask)
+            continue; /* (one whose counts come at commit gets its cursor with them: flush_asks) */
         pg_buf_text_elem(&col[CU], e->a, e->alen);
         pg_buf_text_elem(&col[CK], e->b, e->blen);
         pg_buf_int_elem(&col[CN], e->rec.cursor_ordinal);
@@ -773,12 +773,14 @@ static int flush_log(pg_write_t *w)
  * the counts record plus the entries in (checkpoint, base]; per ask, plus its own deltas. The
  * records named get answer_set_counts's splice (answer_counts_format) in the same statement. */
 static const char ASKS_SQL[] =
-    "WITH h AS (SELECT seq - $1::bigint AS base FROM tally_log_head WHERE id = 1),"
-    " a AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS a(item, u, k, i)),"
+    "WITH a AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $9::int8[]) WITH ORDINALITY"
+    "  AS a(item, u, k, cn, i)),"
     " kd AS (SELECT * FROM unnest($6::int4[]) WITH ORDINALITY AS kd(code, o)),"
     " its AS (SELECT DISTINCT item FROM a),"
-    " e AS (SELECT l.item, l.from_kind AS f, l.to_kind AS t FROM tally_log l, h"
-    "  WHERE l.seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0) AND l.seq <= h.base"
+    /* the bounds as scalar subqueries: known when the scan starts, so it is one range of the key */
+    " e AS (SELECT l.item, l.from_kind AS f, l.to_kind AS t FROM tally_log l"
+    "  WHERE l.seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
+    "  AND l.seq <= (SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1)"
     "  AND l.item IN (SELECT item FROM its)),"
     " ed AS (SELECT e.item, kd.o, sum(CASE WHEN kd.code < 0 THEN (e.t <> 0)::int - (e.f <> 0)::int"
     "  ELSE (CASE WHEN e.t >= 0 THEN (e.t = kd.code)::int ELSE ((-e.t) >> kd.code) & 1 END)"
@@ -787,10 +789,12 @@ static const char ASKS_SQL[] =
     " b AS (SELECT its.item, kd.o, coalesce(c.n, 0) + coalesce(ed.n, 0) AS n FROM its CROSS JOIN kd"
     "  LEFT JOIN tally_counts c ON c.item = its.item AND c.kind = greatest(kd.code, 0)"
     "  LEFT JOIN ed ON ed.item = its.item AND ed.o = kd.o),"
-    " r AS (SELECT a.i, a.u, a.k, array_agg((b.n + ($5::int8[])[((a.i - 1) * $7::int + b.o)::int])::text"
-    "  ORDER BY b.o) AS v FROM a JOIN b ON b.item = a.item GROUP BY a.i, a.u, a.k),"
-    " up AS (UPDATE tally_idem t SET body = left(t.body, -1) || format($8, VARIADIC r.v) FROM r"
-    "  WHERE r.k <> '' AND t.\"user\" = r.u AND t.key = r.k)"
+    " r AS (SELECT a.i, a.u, a.k, a.cn, array_agg((b.n + ($5::int8[])[((a.i - 1) * $7::int + b.o)::int])::text"
+    "  ORDER BY b.o) AS v FROM a JOIN b ON b.item = a.item GROUP BY a.i, a.u, a.k, a.cn),"
+    /* the record's cursor (answer_set_cursor's splice) and counts, in one update of the row */
+    " up AS (UPDATE tally_idem t SET body = left(t.body, -1) || CASE WHEN r.cn > 0 THEN ',\"cursor\":\"' ||"
+    "  ((SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) + r.cn) || '\"' ELSE '' END ||"
+    "  format($8, VARIADIC r.v) FROM r WHERE r.k <> '' AND t.\"user\" = r.u AND t.key = r.k)"
     " SELECT i, array_to_string(v, ',') FROM r ORDER BY i";
 
 static int flush_asks(pg_write_t *w)
@@ -804,7 +808,7 @@ static int flush_asks(pg_write_t *w)
         slots[m++] = c;
     if (kinds->mode == REACTION_MODE_MANY)
         slots[m++] = KIND_NONE;
-    enum { ITEM, USER, KEY, DELTAS, CODES, NCOL };
+    enum { ITEM, USER, KEY, DELTAS, CODES, CURSOR, NCOL };
     pg_buf_t col[NCOL] = {0};
     for (int c = 0; c < NCOL; c++)
         pg_buf_open(&col[c]);
@@ -813,6 +817,8 @@ static int flush_asks(pg_write_t *w)
         pg_buf_text_elem(&col[ITEM], a->item.ptr, a->item.len);
         pg_buf_text_elem(&col[USER], a->user.ptr, a->user.len);
         pg_buf_text_elem(&col[KEY], a->key.ptr, a->key.len);
+        const pg_entry_t *e = a->key.len ? pg_cache_find(&w->idem, a->user, a->key) : NULL;
+        pg_buf_int_elem(&col[CURSOR], e && e->present && e->dirty ? e->rec.cursor_ordinal : 0);
         for (int j = 0; j < m; j++)
             pg_buf_int_elem(&col[DELTAS], (long long)a->deltas[slots[j]]);
     }
@@ -829,9 +835,10 @@ static int flush_asks(pg_write_t *w)
     snprintf(width, sizeof width, "%d", m);
     if (!answer_counts_format(kinds, fmt, sizeof fmt))
         rc = STORE_ERROR;
-    const char *p[] = {count, col[ITEM].buf, col[USER].buf, col[KEY].buf, col[DELTAS].buf, col[CODES].buf, width, fmt};
+    const char *p[] = {count,          col[ITEM].buf, col[USER].buf, col[KEY].buf,   col[DELTAS].buf,
+                       col[CODES].buf, width,         fmt,           col[CURSOR].buf};
     if (rc == STORE_OK)
-        rc = pg_wrun(w, "answer-counts", ASKS_SQL, 8, p);
+        rc = pg_wrun(w, "answer-counts", ASKS_SQL, 9, p);
     if (rc == STORE_OK)
         w->asks_result = w->piped_count;
     for (int c = 0; c < NCOL; c++)
