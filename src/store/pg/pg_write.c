@@ -474,6 +474,18 @@ int pg_counts_at_commit(store_write_t *w_, store_counts_ask_t *asks, size_t n)
     pg_write_t *w = (pg_write_t *)w_;
     if (w->asks)
         return STORE_ERROR; /* one call per transaction */
+    if (n && !w->sess->asks_prepared) {
+        /* once a connection (it is kept while it lives): planned once, not with every batch */
+        int rc;
+        PGresult *res = PQprepare(w->sess->conn, PG_ASKS_STMT, PG_ASKS_SQL, 0, NULL);
+        rc = res && PQresultStatus(res) == PGRES_COMMAND_OK
+                 ? STORE_OK
+                 : pg_result_rc(w->store, w->sess->conn, res, "prepare-asks");
+        PQclear(res);
+        if (rc != STORE_OK)
+            return rc;
+        w->sess->asks_prepared = true;
+    }
     w->asks = n ? asks : NULL;
     w->nasks = n;
     for (size_t i = 0; i < n; i++)
@@ -772,25 +784,22 @@ static int flush_log(pg_write_t *w)
  * still sees a whole prefix of the log, as positions are taken in commit order. Per item of the asks:
  * the counts record plus the entries in (checkpoint, base]; per ask, plus its own deltas. The
  * records named get answer_set_counts's splice (answer_counts_format) in the same statement. */
-static const char ASKS_SQL[] =
+const char PG_ASKS_SQL[] =
     "WITH a AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $9::int8[]) WITH ORDINALITY"
     "  AS a(item, u, k, cn, i)),"
-    " kd AS (SELECT * FROM unnest($6::int4[]) WITH ORDINALITY AS kd(code, o)),"
-    " its AS (SELECT DISTINCT item FROM a),"
     /* the bounds as scalar subqueries: known when the scan starts, so it is one range of the key */
-    " e AS (SELECT l.item, l.from_kind AS f, l.to_kind AS t FROM tally_log l"
-    "  WHERE l.seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
-    "  AND l.seq <= (SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1)"
-    "  AND l.item IN (SELECT item FROM its)),"
-    " ed AS (SELECT e.item, kd.o, sum(CASE WHEN kd.code < 0 THEN (e.t <> 0)::int - (e.f <> 0)::int"
-    "  ELSE (CASE WHEN e.t >= 0 THEN (e.t = kd.code)::int ELSE ((-e.t) >> kd.code) & 1 END)"
-    "  - (CASE WHEN e.f >= 0 THEN (e.f = kd.code)::int ELSE ((-e.f) >> kd.code) & 1 END) END) AS n"
-    "  FROM e, kd GROUP BY e.item, kd.o),"
-    " b AS (SELECT its.item, kd.o, coalesce(c.n, 0) + coalesce(ed.n, 0) AS n FROM its CROSS JOIN kd"
-    "  LEFT JOIN tally_counts c ON c.item = its.item AND c.kind = greatest(kd.code, 0)"
-    "  LEFT JOIN ed ON ed.item = its.item AND ed.o = kd.o),"
-    " r AS (SELECT a.i, a.u, a.k, a.cn, array_agg((b.n + ($5::int8[])[((a.i - 1) * $7::int + b.o)::int])::text"
-    "  ORDER BY b.o) AS v FROM a JOIN b ON b.item = a.item GROUP BY a.i, a.u, a.k, a.cn),"
+    " l AS MATERIALIZED (SELECT item, from_kind AS f, to_kind AS t FROM tally_log"
+    "  WHERE seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
+    "  AND seq <= (SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) AND item = ANY($2::text[])),"
+    /* per answer and number: one lookup of the counts' key, the unfolded entries, its own deltas */
+    " r AS (SELECT a.i, a.u, a.k, a.cn, ARRAY(SELECT (coalesce((SELECT c.n FROM tally_counts c"
+    "  WHERE c.item = a.item AND c.kind = greatest(kd.code, 0)), 0)"
+    "  + coalesce((SELECT sum(CASE WHEN kd.code < 0 THEN (l.t <> 0)::int - (l.f <> 0)::int"
+    "   ELSE (CASE WHEN l.t >= 0 THEN (l.t = kd.code)::int ELSE ((-l.t) >> kd.code) & 1 END)"
+    "   - (CASE WHEN l.f >= 0 THEN (l.f = kd.code)::int ELSE ((-l.f) >> kd.code) & 1 END) END)"
+    "   FROM l WHERE l.item = a.item), 0)"
+    "  + ($5::int8[])[((a.i - 1) * $7::int + kd.o)::int])::text"
+    "  FROM unnest($6::int4[]) WITH ORDINALITY AS kd(code, o) ORDER BY kd.o) AS v FROM a),"
     /* the record's cursor (answer_set_cursor's splice) and counts, in one update of the row */
     " up AS (UPDATE tally_idem t SET body = left(t.body, -1) || CASE WHEN r.cn > 0 THEN ',\"cursor\":\"' ||"
     "  ((SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) + r.cn) || '\"' ELSE '' END ||"
@@ -837,8 +846,9 @@ static int flush_asks(pg_write_t *w)
         rc = STORE_ERROR;
     const char *p[] = {count,          col[ITEM].buf, col[USER].buf, col[KEY].buf,   col[DELTAS].buf,
                        col[CODES].buf, width,         fmt,           col[CURSOR].buf};
-    if (rc == STORE_OK)
-        rc = pg_wrun(w, "answer-counts", ASKS_SQL, 9, p);
+    if (rc == STORE_OK) /* prepared on the session's connection (session_setup): planned once */
+        rc = pg_pipe_send_prepared(w->store, w->sess->conn, PG_ASKS_STMT, 9, p);
+    w->piped_count += rc == STORE_OK;
     if (rc == STORE_OK)
         w->asks_result = w->piped_count;
     for (int c = 0; c < NCOL; c++)
