@@ -66,6 +66,15 @@ struct writer {
      * the commit (store_counts_at_commit). */
     bool counts_at_commit;
     itemmap_t own, base;
+    /* Where the counts are known in the transaction: per item, the deltas of the committed entries
+     * after the checkpoint, kept across transactions (so that a batch never scans the log for them,
+     * however long --fold-window leaves them), while valid: from a commit whose fold left nothing
+     * behind until one whose fold did not finish (then the log is scanned until the next). tx_*: what
+     * the open transaction did. */
+    itemmap_t unfolded;
+    bool unfolded_valid;
+    bool tx_folded, tx_fold_complete;
+    uint32_t tx_appends_after_fold;
     store_counts_ask_t *asks; /* batch_max */
     size_t nasks;
     writer_stats_t stats;
@@ -193,6 +202,7 @@ static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t
     if (!own)
         return STORE_ERROR; /* out of memory: the batch is void */
     reaction_deltas_add(row->set, target, own->deltas);
+    w->tx_appends_after_fold++;
     atomic_compare_exchange_strong(&w->stats.oldest_unfolded_ms, &none, now_ms);
     atomic_fetch_add_explicit(&w->stats.transitions, 1, memory_order_relaxed);
     w->tx_appends++;
@@ -371,9 +381,12 @@ static int writer_counts_base(writer_t *w, store_write_t *tx, const write_cmd_t 
         int rc = store_counts_folded(tx, item, e->deltas);
         if (rc != STORE_OK)
             return rc;
+        const itemmap_entry_t *u = w->unfolded_valid ? itemmap_find(&w->unfolded, item) : NULL;
+        for (int c = 0; u && c <= w->kinds->count; c++)
+            e->deltas[c] += u->deltas[c];
         any = true;
     }
-    if (!any)
+    if (!any || w->unfolded_valid)
         return STORE_OK;
     uint64_t checkpoint;
     int rc = store_checkpoint_get(tx, &checkpoint);
@@ -498,6 +511,9 @@ static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms, boo
     int rc = pipeline_fold(tx, w->opt.fold_max, &res);
     if (rc != STORE_OK)
         return rc;
+    w->tx_folded = true;
+    w->tx_fold_complete = !res.more;
+    w->tx_appends_after_fold = 0;
     w->last_fold_ms = mono_now_ms;
     w->fold_backlog = res.more;
     atomic_store_explicit(&w->stats.oldest_unfolded_ms, res.more ? res.oldest_unfolded_ms : 0, memory_order_relaxed);
@@ -605,6 +621,8 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
     itemmap_clear(&w->own);
     itemmap_clear(&w->base);
     w->nasks = 0;
+    w->tx_folded = w->tx_fold_complete = false;
+    w->tx_appends_after_fold = 0;
     *log_base = 0;
     *folded = false;
     if (!w->apart) /* else the fold thread's */
@@ -678,6 +696,28 @@ static void writer_reset(writer_t *w, write_cmd_t *batch)
     }
 }
 
+/* After a committed transaction (where the counts are known in it): the entries after the checkpoint
+ * as it left them. A fold that finished with nothing appended after it leaves none; a transaction that
+ * did not fold adds its own; a fold that did not finish leaves them unknown until the next that does. */
+static void unfolded_commit(writer_t *w)
+{
+    if (w->tx_folded) {
+        itemmap_clear(&w->unfolded);
+        w->unfolded_valid = w->tx_fold_complete && w->tx_appends_after_fold == 0;
+        return;
+    }
+    for (size_t i = 0; w->unfolded_valid && i < w->own.count; i++) {
+        const itemmap_entry_t *o = &w->own.entries[i];
+        itemmap_entry_t *u = itemmap_get(&w->unfolded, (span_t){o->item, o->item_len});
+        if (!u) { /* out of memory: the log is scanned until the next fold that finishes */
+            w->unfolded_valid = false;
+            break;
+        }
+        for (int c = 0; c <= w->kinds->count; c++)
+            u->deltas[c] += o->deltas[c];
+    }
+}
+
 /* Tells the change feed's waiters (on_commit) of batches with transitions, once readers can see
  * them. */
 static void writer_announce(writer_t *w)
@@ -711,6 +751,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
     }
     if (!w->apart)
         fold_publish(w, rc == STORE_OK);
+    if (rc == STORE_OK && !w->counts_at_commit)
+        unfolded_commit(w);
     if (rc != STORE_OK) {
         if (n || !w->failing) /* an empty batch (a fold, a poll) failing again says nothing new */
             log_line("level=error event=commit-failed commands=%zu error=\"%s\"", n, store_error_detail(rc));
@@ -919,6 +961,7 @@ static void writer_free_buffers(writer_t *w)
     free(w->asks);
     itemmap_free(&w->own);
     itemmap_free(&w->base);
+    itemmap_free(&w->unfolded);
 }
 
 int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *opt, writer_t **out)
