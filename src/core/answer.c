@@ -146,27 +146,63 @@ size_t answer_counts_room(const kinds_t *kinds)
     return room;
 }
 
+/* Appends text to out at *n. */
+static void put_text(char *out, size_t *n, const char *text, size_t len)
+{
+    memcpy(out + *n, text, len);
+    *n += len;
+}
+
+/* Appends v in decimal (the writer does this for every answer: no printf). */
+static void put_int(char *out, size_t *n, int64_t v)
+{
+    char digits[COUNT_DIGITS_MAX];
+    size_t d = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do
+        digits[d++] = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        out[(*n)++] = '-';
+    while (d)
+        out[(*n)++] = digits[--d];
+}
+
+#define PUT(out, n, lit) put_text(out, n, lit, sizeof lit - 1)
+
 /* Appends the splice to out (room answer_counts_room(kinds) + 1), numbers from counts or, with
  * counts NULL and fmt false, null; with fmt, %s for each number. Returns its length. */
 static size_t counts_splice(const kinds_t *kinds, const int64_t *counts, bool fmt, char *out)
 {
     size_t n = 0;
+    bool many = kinds->mode == REACTION_MODE_MANY;
     if (!counts && !fmt) {
-        n += (size_t)sprintf(out + n, ",\"counts\":null");
-        if (kinds->mode == REACTION_MODE_MANY)
-            n += (size_t)sprintf(out + n, ",\"reactors\":null");
+        PUT(out, &n, ",\"counts\":null");
+        if (many)
+            PUT(out, &n, ",\"reactors\":null");
         out[n++] = '}';
+        out[n] = '\0';
         return n;
     }
-    n += (size_t)sprintf(out + n, ",\"counts\":{");
+    PUT(out, &n, ",\"counts\":{");
     for (int c = 1; c <= kinds->count; c++) {
-        n += (size_t)sprintf(out + n, "%s\"%s\":", c > 1 ? "," : "", kinds_name(kinds, c));
-        n += fmt ? (size_t)sprintf(out + n, "%%s") : (size_t)sprintf(out + n, "%lld", (long long)counts[c]);
+        if (c > 1)
+            out[n++] = ',';
+        out[n++] = '"';
+        put_text(out, &n, kinds_name(kinds, c), strlen(kinds_name(kinds, c)));
+        PUT(out, &n, "\":");
+        if (fmt)
+            PUT(out, &n, "%s");
+        else
+            put_int(out, &n, counts[c]);
     }
     out[n++] = '}';
-    if (kinds->mode == REACTION_MODE_MANY) {
-        n += (size_t)sprintf(out + n, ",\"reactors\":");
-        n += fmt ? (size_t)sprintf(out + n, "%%s") : (size_t)sprintf(out + n, "%lld", (long long)counts[KIND_NONE]);
+    if (many) {
+        PUT(out, &n, ",\"reactors\":");
+        if (fmt)
+            PUT(out, &n, "%s");
+        else
+            put_int(out, &n, counts[KIND_NONE]);
     }
     out[n++] = '}';
     out[n] = '\0';
