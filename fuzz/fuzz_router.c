@@ -36,11 +36,14 @@ static const struct {
     {ROUTE_WEBHOOK, NULL, NULL, "DELETE"},
     {ROUTE_WEBHOOK_RESUME, NULL, NULL, "POST"},
     {ROUTE_WEBHOOK_SECRET, NULL, NULL, "POST"},
-    {ROUTE_LIVE, "/v1/live", NULL, "GET"},
+    {ROUTE_LIVE, "/v1/live", NULL, "GET HEAD"},
     {ROUTE_OPENAPI, "/v1/openapi.json", NULL, "GET HEAD"},
     {ROUTE_UI, NULL, NULL, "GET HEAD"},
     {ROUTE_ITEM_REACTIONS, NULL, NULL, "GET HEAD"},
     {ROUTE_USER_REACTIONS, NULL, NULL, "GET HEAD"},
+    {ROUTE_VIEWER, "/v1/viewer", NULL, "GET HEAD"},
+    {ROUTE_POLICIES, "/v1/admin/policies", NULL, "GET HEAD"},
+    {ROUTE_POLICY, NULL, "/v1/admin/policies/", "GET HEAD PUT DELETE"},
 };
 _Static_assert(sizeof spec / sizeof spec[0] == ROUTE_COUNT, "fuzz_router.c: a route was added; add its row to spec");
 
@@ -194,7 +197,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FUZZ_ASSERT(span_eq(r.item, want.item));
     if (r.id == ROUTE_ITEM || r.id == ROUTE_REACTION || r.id == ROUTE_TOGGLE || r.id == ROUTE_KIND ||
         r.id == ROUTE_ADMIN_USER || r.id == ROUTE_ADMIN_ITEM || r.id == ROUTE_WEBHOOK || r.id == ROUTE_WEBHOOK_RESUME ||
-        r.id == ROUTE_WEBHOOK_SECRET || r.id == ROUTE_ITEM_REACTIONS || r.id == ROUTE_USER_REACTIONS) {
+        r.id == ROUTE_WEBHOOK_SECRET || r.id == ROUTE_ITEM_REACTIONS || r.id == ROUTE_USER_REACTIONS ||
+        r.id == ROUTE_POLICY) {
         FUZZ_ASSERT(span_eq(r.item, want.item));
         FUZZ_ASSERT(r.item.len == 0 || !memchr(r.item.ptr, '/', r.item.len));
     }

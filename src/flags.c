@@ -75,6 +75,8 @@ void flags_print_help(const flagset_t *fs, FILE *out)
     fprintf(out, "%s\n\n", fs->usage);
     for (size_t i = 0; i < fs->count; i++) {
         const flag_t *f = &fs->flags[i];
+        if (f->opts & FLAG_HIDDEN)
+            continue;
         int n = fprintf(out, "  %s%s%s", f->name, f->arg ? " " : "", f->arg ? f->arg : "");
         for (const char *line = f->help; line;) {
             const char *nl = strchr(line, '\n');
@@ -97,6 +99,40 @@ void flags_print_help(const flagset_t *fs, FILE *out)
         fprintf(out, "\n%s", fs->footer);
 }
 
+void flags_print_config(const flagset_t *fs, const flag_args_t *args, FILE *out)
+{
+    fprintf(out,
+            "# %s's configuration (%s --config FILE): one name = value a line, the flag's name without\n"
+            "# --; # starts a comment. Every flag a file may give is listed below, commented out, with its\n"
+            "# default. Flags marked \"reloads on SIGHUP\" take a changed value on a reload (systemctl\n"
+            "# reload %s); any other change is logged and needs a restart. A flag given on the\n"
+            "# command line replaces the file's value(s) for it.\n",
+            fs->program, fs->program, fs->program);
+    for (size_t i = 0; i < fs->count; i++) {
+        const flag_t *f = &fs->flags[i];
+        if (!f->set || (f->opts & FLAG_ARGS_ONLY))
+            continue;
+        fprintf(out, "\n# %s%s%s\n", f->name, f->arg ? " " : "", f->arg ? f->arg : "");
+        for (const char *line = f->help; line;) {
+            const char *nl = strchr(line, '\n');
+            int len = nl ? (int)(nl - line) : (int)strlen(line);
+            fprintf(out, "#   %.*s\n", len, line);
+            line = nl ? nl + 1 : NULL;
+        }
+        fprintf(out, "#   %s%s%s\n", f->def ? "default " : "", f->def ? f->def : "",
+                f->opts & FLAG_RELOADS ? (f->def ? "; reloads on SIGHUP" : "reloads on SIGHUP")
+                                       : (f->def ? "; needs a restart" : "needs a restart"));
+        int given = 0;
+        for (int k = 0; k < args->count; k++)
+            if ((size_t)args->given[k].flag == i) {
+                fprintf(out, "%s = %s\n", f->name + 2, args->given[k].value);
+                given++;
+            }
+        if (!given)
+            fprintf(out, "#%s = %s\n", f->name + 2, f->def ? f->def : f->arg ? f->arg : "false");
+    }
+}
+
 int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *args, flag_error_t *err)
 {
     struct option *longopts = calloc(fs->count + 1, sizeof *longopts);
@@ -111,6 +147,7 @@ int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *arg
     opterr = 0;
     optind = 1;
     int c, rc = 0;
+    bool template = false;
     while (rc == 0 && (c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
         const char *given = argv[optind - 1];
         if (c == ':') {
@@ -119,6 +156,8 @@ int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *arg
         } else if (c < 1 || c > (int)fs->count) {
             snprintf(err->msg, sizeof err->msg, "%s: unknown flag", given);
             rc = -1;
+        } else if (!fs->flags[c - 1].set && strcmp(fs->flags[c - 1].name, "--print-config-template") == 0) {
+            template = true;
         } else if (!fs->flags[c - 1].set) {
             if (strcmp(fs->flags[c - 1].name, "--version") == 0)
                 printf("%s %s\n", fs->program, fs->version);
@@ -143,6 +182,11 @@ int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *arg
     if (rc == 0 && optind < argc) {
         snprintf(err->msg, sizeof err->msg, "%s: unexpected argument", argv[optind]);
         rc = -1;
+    }
+    if (rc == 0 && template) {
+        flags_print_config(fs, args, stdout);
+        fflush(stdout);
+        rc = 1;
     }
     free(longopts);
     return rc;

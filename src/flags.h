@@ -21,6 +21,7 @@ enum {
     FLAG_RELOADS = 1 << 0,   /* applied again on SIGHUP */
     FLAG_REPEATS = 1 << 1,   /* may be given more than once (each value is kept) */
     FLAG_ARGS_ONLY = 1 << 2, /* --config, --help, --version: never in a file */
+    FLAG_HIDDEN = 1 << 3,    /* not in --help: --print-config-template, for the build */
 };
 
 typedef enum { FLAG_NOT_GIVEN, FLAG_FROM_FILE, FLAG_FROM_ARGS } flag_source_t;
@@ -70,8 +71,8 @@ const char *flag_set_uint(const flag_t *f, const char *value, void *dest);
 const char *flag_set_duration(const flag_t *f, const char *value, void *dest);
 const char *flag_set_size(const flag_t *f, const char *value, void *dest);
 
-/* Reads the command line into *args (nothing is applied yet). Returns 0; 1 after printing --help
- * or --version on stdout (exit 0); -1 with err filled (exit 2). */
+/* Reads the command line into *args (nothing is applied yet). Returns 0; 1 after printing --help,
+ * --version or --print-config-template on stdout (exit 0); -1 with err filled (exit 2). */
 int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *args, flag_error_t *err);
 
 /* The options from the defaults, then the file of args->config (the names the command line does
@@ -91,6 +92,11 @@ const flag_t *flags_find(const flagset_t *fs, const char *name);
 
 /* --help: every flag with its help text, its default, and whether it reloads. */
 void flags_print_help(const flagset_t *fs, FILE *out);
+
+/* --print-config-template: a configuration file listing every flag a file may give, commented
+ * out, with its help text, its default and whether it reloads; the flags args gives become
+ * uncommented lines with their values (so a package's file can set --data). */
+void flags_print_config(const flagset_t *fs, const flag_args_t *args, FILE *out);
 
 /* A flag's value given with --log-format before anything else is parsed (so the errors of the
  * flags themselves use it): the value after name in argv, or NULL. */

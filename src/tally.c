@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "core/itemmap.h"
+#include "core/jsontext.h"
 #include "core/jwt.h"
 #include "core/kindsjson.h"
 #include "core/parse.h"
@@ -354,7 +355,7 @@ static int export_row(void *arg, span_t item, span_t user, const reaction_row_t 
     /* the import's own line: a reaction in one mode, reactions in many */
     json_t *line = json_pack("{s:s%,s:s%,s:o?}", "item", item.ptr, item.len, "user", user.ptr, user.len,
                              kindset_member(kinds), kindset_json(kinds, row->set));
-    char *text = line ? json_dumps(line, JSON_COMPACT) : NULL;
+    char *text = line ? json_dumps(line, JSON_COMPACT | JSON_REALS) : NULL;
     json_decref(line);
     if (!text)
         return 1;

@@ -118,18 +118,22 @@ static int listen_on(const char *flag, const char *spec, bool loopback_only, cha
 
 /* Every connection is a file descriptor: raise the soft RLIMIT_NOFILE as far as needed (up to the
  * hard limit). When even the hard limit is too low, an explicit --max-connections is refused (exit
- * 2); the default is lowered to fit, with a warning. Returns 0, or -1 having said why. */
-static int fd_limit_or_exit(options_t *o)
+ * 2); the default is lowered to fit, with a warning. *nofile is the soft limit in force after (0
+ * when unknown). Returns 0, or -1 having said why. */
+static int fd_limit_or_exit(options_t *o, uint64_t *nofile)
 {
     struct rlimit rl;
+    *nofile = 0;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return 0;
+    *nofile = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
     rlim_t extra = HEALTH_RESERVED_CONNECTIONS + (o->admin_listen ? ADMIN_MAX_CONNECTIONS : 0) + FD_OVERHEAD;
     rlim_t need = (rlim_t)o->max_connections + extra;
     if (rl.rlim_cur < need) {
         rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
         setrlimit(RLIMIT_NOFILE, &rl);
         getrlimit(RLIMIT_NOFILE, &rl);
+        *nofile = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
     }
     if (rl.rlim_cur >= need)
         return 0;
@@ -148,7 +152,8 @@ static int fd_limit_or_exit(options_t *o)
 }
 
 /* Live streams hold connections: their cap must leave room below --max-connections for everything
- * else. A cap given is refused (exit 2) when it does not; the default is lowered to half. */
+ * else. A cap given is refused (exit 2) when it does not; the default is lowered to half, with a
+ * warning: a small --max-connections alone would otherwise change the streams' cap unseen. */
 static void live_caps_or_exit(options_t *o)
 {
     if (o->max_live_streams < o->max_connections)
@@ -158,7 +163,27 @@ static void live_caps_or_exit(options_t *o)
         snprintf(why, sizeof why, "must be below --max-connections (%llu)", (unsigned long long)o->max_connections);
         die_usage("--max-live-streams", why);
     }
+    uint64_t was = o->max_live_streams;
     o->max_live_streams = o->max_connections / 2;
+    log_line("level=warn event=max-live-streams-lowered max_live_streams=%llu msg=\"--max-connections is %llu, not "
+             "above the default --max-live-streams %llu: live streams get half of the connections; give "
+             "--max-live-streams to choose\"",
+             (unsigned long long)o->max_live_streams, (unsigned long long)o->max_connections, (unsigned long long)was);
+}
+
+/* The connection limits in force, once fitted: what an operator needs to read a 503 at a cap. */
+static void log_limits(const options_t *o, uint64_t nofile)
+{
+    char nofile_text[24] = "unknown";
+    if (nofile == UINT64_MAX)
+        snprintf(nofile_text, sizeof nofile_text, "unlimited");
+    else if (nofile)
+        snprintf(nofile_text, sizeof nofile_text, "%llu", (unsigned long long)nofile);
+    log_line("level=info event=limits max_connections=%llu health_connections=%d admin_connections=%d "
+             "max_live_streams=%llu max_live_streams_per_client=%llu rlimit_nofile=%s",
+             (unsigned long long)o->max_connections, HEALTH_RESERVED_CONNECTIONS,
+             o->admin_listen ? ADMIN_MAX_CONNECTIONS : 0, (unsigned long long)o->max_live_streams,
+             (unsigned long long)o->max_live_streams_per_client, nofile_text);
 }
 
 /* The writer hands a batch's answers to the HTTP threads together: one wake-up per thread. */
@@ -225,8 +250,9 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
     cors.count = o->ncors;
     atomic_store(&app->cors, &cors);
     app->max_header_bytes = o->max_header_bytes;
-    app->client_rules = (client_rules_t){
-        .trusted = o->trusted_proxies, .header = o->real_ip_header, .prefix_v6 = (unsigned)o->client_prefix_v6};
+    static client_rules_t client_rules;
+    client_rules = tallyd_client_rules(o);
+    atomic_store(&app->client_rules, &client_rules);
     app->who_reacted = o->who_reacted;
     app->user_reactions = o->user_reactions;
     atomic_store(&app->public_max_age_s, (unsigned)(o->public_max_age_ms / 1000));
@@ -390,8 +416,11 @@ int main(int argc, char **argv)
     int scanned = flags_scan_args(&tallyd_flagset, argc, argv, &args, &ferr);
     if (scanned > 0)
         return 0;
-    flag_source_t *from = calloc(tallyd_flagset.count, sizeof *from);
-    char **running = calloc(tallyd_flagset.count, sizeof *running);
+    /* Kept for the process's life (reloads compare against them): static, so reachable at any exit. */
+    static flag_source_t *from;
+    static char **running;
+    from = calloc(tallyd_flagset.count, sizeof *from);
+    running = calloc(tallyd_flagset.count, sizeof *running);
     if (!from || !running) {
         log_line("level=error event=start-failed msg=\"out of memory\"");
         return 1;
@@ -422,9 +451,11 @@ int main(int argc, char **argv)
         log_line("level=error event=start-failed msg=\"%s\"", err);
         return 1;
     }
-    if (fd_limit_or_exit(&o) != 0)
+    uint64_t nofile;
+    if (fd_limit_or_exit(&o, &nofile) != 0)
         return EXIT_USAGE;
     live_caps_or_exit(&o);
+    log_limits(&o, nofile);
     char shown[LISTEN_HOST_MAX + 16], admin_shown[LISTEN_HOST_MAX + 16];
     int listen_fd = listen_on("--listen", o.listen, app.dev_mode, shown, sizeof shown), admin_fd = -1;
     if (listen_fd < 0 || (o.admin_listen && (admin_fd = listen_on("--admin-listen", o.admin_listen, app.dev_mode,

@@ -71,6 +71,9 @@ extern const flagset_t tallyd_flagset;
  * and the defaults that depend on the machine. Returns 0, or -1 with err filled. */
 int tallyd_options_finish(options_t *o, const flag_source_t *from, kinds_t *kinds, flag_error_t *err);
 
+/* The rules that name the client behind trusted proxies. */
+client_rules_t tallyd_client_rules(const options_t *o);
+
 /* Where reload_jwt and the others find what they change. */
 typedef struct {
     app_t *app;
@@ -97,6 +100,7 @@ int reload_rate_limits(reload_ctx_t *ctx, const options_t *next);
 void reload_lists(reload_ctx_t *ctx, const options_t *next);
 void reload_webhooks(reload_ctx_t *ctx, const options_t *next);
 int reload_cors(reload_ctx_t *ctx, const options_t *next);
+int reload_client_rules(reload_ctx_t *ctx, const options_t *next);
 int reopen_access_log(app_t *app, const char *path);
 
 /* At exit, with no thread left: what reloads kept. */

@@ -194,7 +194,8 @@ static const flag_t flags[] = {
      flag_set_size, OPT(max_header_bytes), 1024, 1u << 20, "expected a size from 1K to 1M, such as 16K"},
     {"--max-connections", "N", "10000",
      "open connections at most; past it 503 and close (16 more for health\n"
-     "checks); lowered to fit RLIMIT_NOFILE when not given",
+     "checks); lowered to fit RLIMIT_NOFILE when not given. At 5000 or less,\n"
+     "and without --max-live-streams, live streams get half of it",
      flag_set_uint, OPT(max_connections), 1, 1000000},
     {"--cors-origin", "ORIGIN", NULL, "allow browser calls from ORIGIN (repeatable; * for any; default none)", set_cors,
      OPT(cors), .opts = FLAG_RELOADS | FLAG_REPEATS},
@@ -212,10 +213,10 @@ static const flag_t flags[] = {
      "proxies whose --real-ip-header names the client (right-most address\n"
      "not itself trusted); from any other peer the header is ignored\n"
      "(default none)",
-     set_allow, OPT(trusted_proxies)},
+     set_allow, OPT(trusted_proxies), .opts = FLAG_RELOADS},
     {"--real-ip-header", "x-forwarded-for|forwarded", "x-forwarded-for",
      "the one header read from a trusted proxy (Forwarded: RFC 7239)", set_real_ip_header, OPT(real_ip_header), 0, 0,
-     "expected x-forwarded-for or forwarded"},
+     "expected x-forwarded-for or forwarded", .opts = FLAG_RELOADS},
     {"--client-prefix-v6", "BITS", "64", "IPv6 clients share per-address limits per prefix of this length",
      flag_set_uint, OPT(client_prefix_v6), 1, 128},
     {"--webhook-allow", "CIDR[,CIDR...]", NULL,
@@ -236,7 +237,10 @@ static const flag_t flags[] = {
      flag_set_duration, OPT(live_interval_ms), 1, 0, "must be at least 1ms"},
     {"--live-keepalive", "DUR", "15s", "a keep-alive comment on every live stream this often", flag_set_duration,
      OPT(live_keepalive_ms), 1, 0, "must be at least 1ms"},
-    {"--max-live-streams", "N", "5000", "open live streams at most (below --max-connections); past it 503",
+    {"--max-live-streams", "N", "5000",
+     "open live streams at most; past it 503. A value given must be below\n"
+     "--max-connections; the default becomes half of --max-connections when\n"
+     "that is 5000 or less (logged at start)",
      flag_set_uint, OPT(max_live_streams), 0, 1000000},
     {"--max-live-streams-per-client", "N", "16", "open live streams per client address at most; past it 503",
      flag_set_uint, OPT(max_live_streams_per_client), 0, 1000000},
@@ -265,6 +269,9 @@ static const flag_t flags[] = {
      flag_set_string, 0, .opts = FLAG_ARGS_ONLY},
     {"--version", NULL, NULL, "print the version and exit", NULL, 0, .opts = FLAG_ARGS_ONLY},
     {"--help", NULL, NULL, "this text", NULL, 0, .opts = FLAG_ARGS_ONLY},
+    {"--print-config-template", NULL, NULL,
+     "print a configuration file listing every flag, commented out; the flags given with it are set in it", NULL, 0,
+     .opts = FLAG_ARGS_ONLY | FLAG_HIDDEN},
 };
 #pragma GCC diagnostic pop
 

@@ -15,7 +15,7 @@
 typedef struct retired {
     struct retired *next;
     FILE *log; /* an access log stream no longer written to (not stderr) */
-    /* a cors_list_t and its strings follow when this holds one */
+    /* a cors_list_t and its strings, or a client_rules_t, follow when this holds one */
 } retired_t;
 
 static void retire(reload_ctx_t *ctx, retired_t *r)
@@ -125,6 +125,24 @@ static retired_t *cors_copy(const options_t *o)
     }
     list->count = o->ncors;
     return r;
+}
+
+client_rules_t tallyd_client_rules(const options_t *o)
+{
+    return (client_rules_t){
+        .trusted = o->trusted_proxies, .header = o->real_ip_header, .prefix_v6 = (unsigned)o->client_prefix_v6};
+}
+
+/* --trusted-proxies and --real-ip-header: the rules replaced whole (readers in flight keep the old). */
+int reload_client_rules(reload_ctx_t *ctx, const options_t *next)
+{
+    retired_t *r = calloc(1, sizeof(retired_t) + sizeof(client_rules_t));
+    if (!r)
+        return -1;
+    *(client_rules_t *)(r + 1) = tallyd_client_rules(next);
+    retire(ctx, r);
+    atomic_store(&ctx->app->client_rules, (const client_rules_t *)(r + 1));
+    return 0;
 }
 
 int reload_cors(reload_ctx_t *ctx, const options_t *next)
@@ -239,15 +257,18 @@ int tallyd_reload(reload_ctx_t *ctx)
     }
     /* Everything that can fail first, the JWT keys last of those: they swap whole or not at all. */
     const flag_t *flags = fs->flags;
-    bool rates = false, cors = false;
+    bool rates = false, cors = false, proxies = false;
     for (size_t i = 0; i < fs->count; i++) {
         if (!changed[i])
             continue;
         rates |=
             flags[i].offset == offsetof(options_t, write_rule) || flags[i].offset == offsetof(options_t, read_rule);
         cors |= flags[i].offset == offsetof(options_t, cors);
+        proxies |= flags[i].offset == offsetof(options_t, trusted_proxies) ||
+                   flags[i].offset == offsetof(options_t, real_ip_header);
     }
-    if ((rates && reload_rate_limits(ctx, next) != 0) || (cors && reload_cors(ctx, next) != 0)) {
+    if ((rates && reload_rate_limits(ctx, next) != 0) || (cors && reload_cors(ctx, next) != 0) ||
+        (proxies && reload_client_rules(ctx, next) != 0)) {
         log_line("level=error event=reload-failed msg=\"out of memory; nothing changed\"");
         goto out; /* a table allocated for a limit turned on is in force only with the rest: see below */
     }
@@ -257,6 +278,8 @@ int tallyd_reload(reload_ctx_t *ctx)
             reload_rate_limits(ctx, ctx->in_force);
         if (cors)
             reload_cors(ctx, ctx->in_force);
+        if (proxies)
+            reload_client_rules(ctx, ctx->in_force);
         log_line("level=error event=reload-failed file=\"%s\" msg=\"nothing changed\"", path ? path : "-");
         reopen_access_log(ctx->app, ctx->in_force->access_log);
         goto out;
@@ -308,6 +331,8 @@ int tallyd_reload(reload_ctx_t *ctx)
     o->access_log = next->access_log;
     memcpy(o->cors, next->cors, sizeof o->cors);
     o->ncors = next->ncors;
+    o->trusted_proxies = next->trusted_proxies;
+    o->real_ip_header = next->real_ip_header;
     if (path) {
         /* The in-force strings now point into this file's text; the previous reload's is unused. */
         conf_free(ctx->conf);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_all.sh — the whole suite: unit tests (ASan+UBSan), then the end-to-end suite against the
 # release build and against the sanitizer build, then against the release build on PostgreSQL
-# (TALLY_STORE=pg: the tests start their own throwaway PostgreSQL 15 cluster, tests/pg/pgcluster.py).
+# (TALLY_STORE=pg: the tests start their own throwaway PostgreSQL 15 cluster, tests/pg/pgcluster.py),
+# then a failover under Patroni (stage patroni).
 # Ends with one line: "N passed, N failed". Each stage's wall time is printed after it.
 set -u
 cd "$(dirname "$0")/.."
@@ -65,6 +66,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 stage unit build/san/unit_tests
 stage journal-lint tests/lint_journal.sh
 stage log-lint tests/lint_log.sh
+stage json-lint tests/lint_json.sh
 stage fuzz-regress make --no-print-directory fuzz-regress
 # The slow test (the 1-minute trending window expiring, ~75 s of waiting, little CPU) runs beside
 # the stages below, against the release build, instead of adding its wait to the suite's time.
@@ -83,8 +85,16 @@ stage e2e-pg-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 TALLY_STORE
     python3 tests/e2e/run_e2e.py -k test_pg_ -k test_crash -k test_idempotency \
     -k test_concurrency -k test_ops.Changes -k test_lifecycle_data -k test_many -k WebhookNodesTest -k LiveNodesTest -k test_lists \
     -k WebhookRaceNodesTest
+# PostgreSQL under Patroni, from Debian's packages (tests/pg/patronicluster.py: one etcd, a leader
+# and its synchronous standby, fsync on): a postmaster killed alone restarted in place, and the
+# primary's machine lost under keyed load on two nodes, the standby promoted by Patroni (~1 minute).
+stage patroni env TALLYD=build/tallyd TALLY_PATRONI=1 python3 tests/e2e/run_e2e.py -k test_patroni
 # The OpenAPI document, the JavaScript client and the pages in headless Chromium (~15 s).
 stage js tests/js/run.sh
+# The Debian package (make deb, from a copy in build/pkg/), lintian, its contents extracted with
+# dpkg -x, the unit through systemd-analyze, make install DESTDIR=... (~60-90 s, most of it the
+# package's own build).
+stage package python3 tests/package/test_package.py
 background_wait e2e-slow
 rm -rf "$log_dir"
 echo "(whole suite: ${SECONDS}s)"

@@ -1,5 +1,6 @@
 /* answer.c — rendering of write answers and problem details with jansson. */
 #include "core/answer.h"
+#include "core/jsontext.h"
 
 #include "core/kindsjson.h"
 
@@ -75,7 +76,7 @@ void answer_set_body(answer_t *a, int status, answer_type_t type, char *body, si
 /* Takes the reference to obj; the body is compact JSON in insertion order. */
 static int answer_from_json(answer_t *a, int status, answer_type_t type, json_t *obj)
 {
-    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    char *text = obj ? json_dumps(obj, JSON_COMPACT | JSON_REALS) : NULL;
     json_decref(obj);
     if (!text) {
         answer_free(a);

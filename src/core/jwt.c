@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/jsontext.h"
+
 #define SIG_LEN 32
 #define CLAIM_PATH_MAX 256
 
@@ -296,7 +298,7 @@ int jwt_sign(const char *sub, bool admin, uint64_t exp, span_t secret, char *out
     json_t *claims = json_pack("{s:s,s:I}", "sub", sub, "exp", (json_int_t)exp);
     if (claims && admin)
         json_object_set_new(claims, "role", json_string("admin"));
-    char *payload = claims ? json_dumps(claims, JSON_COMPACT) : NULL;
+    char *payload = claims ? json_dumps(claims, JSON_COMPACT | JSON_REALS) : NULL;
     json_decref(claims);
     if (!payload)
         return -1;

@@ -9,6 +9,7 @@
 
 #include "core/changejson.h"
 #include "core/clock.h"
+#include "core/jsontext.h"
 
 #define LOG_LINE_MAX 8192
 
@@ -228,7 +229,7 @@ size_t log_render(log_format_t format, const char *text, const char *default_eve
     size_t n = 0;
     if (format == LOG_FORMAT_JSON) {
         json_t *obj = logfmt_to_json(text, default_event, now_ms);
-        char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII) : NULL;
+        char *s = obj ? json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII | JSON_REALS) : NULL;
         json_decref(obj);
         if (s && strlen(s) <= cap - 2) {
             n = strlen(s);

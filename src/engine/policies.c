@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/jsontext.h"
 #include "core/log.h"
 #include "engine/thread.h"
 
@@ -418,7 +419,7 @@ void policy_write_init(policy_write_t *w, policies_t *p, span_t target, const po
     if (put) {
         w->policy = *policy;
         json_t *stored = policy_json(p->kinds, policy, true);
-        w->value = stored ? json_dumps(stored, JSON_COMPACT) : NULL;
+        w->value = stored ? json_dumps(stored, JSON_COMPACT | JSON_REALS) : NULL;
         json_decref(stored);
     }
 }

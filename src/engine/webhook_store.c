@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/changejson.h"
+#include "core/jsontext.h"
 
 #define PREFIX "webhook/"
 #define PREFIX_LEN (sizeof PREFIX - 1)
@@ -36,7 +37,7 @@ int whstore_random_hex(char *out, size_t nbytes)
 
 static char *dump(json_t *v)
 {
-    char *text = v ? json_dumps(v, JSON_COMPACT) : NULL;
+    char *text = v ? json_dumps(v, JSON_COMPACT | JSON_REALS) : NULL;
     json_decref(v);
     return text;
 }

@@ -9,6 +9,7 @@
 
 #include "core/changejson.h"
 #include "core/clock.h"
+#include "core/jsontext.h"
 #include "http/admin.h"
 #include "http/changes.h"
 #include "http/items.h"
@@ -60,7 +61,7 @@ void reply_body(http_request_t *req, int status, answer_type_t type, char *body,
 
 void reply_json(http_request_t *req, int status, json_t *body)
 {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REALS) : NULL;
     json_decref(body);
     if (!text)
         reply_problem(req, 500, "internal", "out of memory");
@@ -131,7 +132,7 @@ bool read_rate_or_reply(app_t *app, http_request_t *req, const auth_t *who)
     if (who->known || !limit)
         return true;
     http_client_t client;
-    http_client_of(&app->client_rules, req, &client);
+    http_client_of(atomic_load(&app->client_rules), req, &client);
     return rate_or_reply(app, limit, req, http_client_key(&client));
 }
 
@@ -162,7 +163,7 @@ static void access_log_line(app_t *app, FILE *out, http_request_t *req, route_id
     }
     target[n] = '\0';
     http_client_t client;
-    http_client_of(&app->client_rules, req, &client);
+    http_client_of(atomic_load(&app->client_rules), req, &client);
     if (client.peer_len)
         snprintf(proxy, sizeof proxy, " proxy=%s", client.peer);
     app_iso_time(wall_ms(), ts);
@@ -298,7 +299,7 @@ static bool request_or_reply(app_t *app, http_request_t *req, const route_t *rou
         return false;
     }
     http_client_t client;
-    http_client_of(&app->client_rules, req, &client);
+    http_client_of(atomic_load(&app->client_rules), req, &client);
     if (client.forwarded)
         atomic_fetch_add_explicit(&app->forwarded, 1, memory_order_relaxed);
     if (client.invalid)

@@ -64,15 +64,15 @@ typedef struct app {
     atomic_uint_fast64_t responses[ROUTE_COUNT][STATUS_CODES]; /* [route][status] */
     atomic_uint_fast64_t rate_limited;
     /* What SIGHUP may change is read through atomics: a reload publishes a new value whole. */
-    ratelimit_t *_Atomic write_limit;       /* per user; NULL = off */
-    ratelimit_t *_Atomic read_limit;        /* per client address, reads without a user; NULL = off */
-    client_rules_t client_rules;            /* who the client is behind trusted proxies (http/client.h) */
-    atomic_uint_fast64_t forwarded;         /* requests whose client a trusted proxy named */
-    atomic_uint_fast64_t forwarded_invalid; /* trusted proxies' headers that could not be used */
-    const cors_list_t *_Atomic cors;        /* NULL: no origin allowed; lists replaced are kept till exit */
-    size_t max_header_bytes;                /* larger header sections are refused with 431 */
-    FILE *_Atomic access_log;               /* one line per answer, when set */
-    bool admin_listen;                      /* a second listener serves the admin routes (and the public one not) */
+    ratelimit_t *_Atomic write_limit;           /* per user; NULL = off */
+    ratelimit_t *_Atomic read_limit;            /* per client address, reads without a user; NULL = off */
+    const client_rules_t *_Atomic client_rules; /* who the client is behind trusted proxies (reloads) */
+    atomic_uint_fast64_t forwarded;             /* requests whose client a trusted proxy named */
+    atomic_uint_fast64_t forwarded_invalid;     /* trusted proxies' headers that could not be used */
+    const cors_list_t *_Atomic cors;            /* NULL: no origin allowed; lists replaced are kept till exit */
+    size_t max_header_bytes;                    /* larger header sections are refused with 431 */
+    FILE *_Atomic access_log;                   /* one line per answer, when set */
+    bool admin_listen;                          /* a second listener serves the admin routes (and the public one not) */
     _Atomic list_access_t who_reacted, user_reactions; /* who may read the lists */
     /* When a reaction write last failed to commit (wall ms), seen as its answer comes back:
      * /readyz and tally_writes_failing say "writes failing" for a while after it. */

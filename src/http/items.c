@@ -8,6 +8,7 @@
 #include "core/fingerprint.h"
 #include "core/ids.h"
 #include "core/itemjson.h"
+#include "core/jsontext.h"
 #include "core/kindsjson.h"
 #include "core/parse.h"
 #include "engine/readers.h"
@@ -69,7 +70,7 @@ static void reaction_answer(item_read_t *rd, span_t item, const reaction_row_t *
 {
     json_t *obj = json_pack("{s:s%,s:o?,s:I}", "item", item.ptr, item.len, kindset_member(rd->app->kinds),
                             kindset_json(rd->app->kinds, row->set), "version", (json_int_t)row->version);
-    char *text = obj ? json_dumps(obj, JSON_COMPACT) : NULL;
+    char *text = obj ? json_dumps(obj, JSON_COMPACT | JSON_REALS) : NULL;
     json_decref(obj);
     if (!text) {
         read_problem(rd, 500, "internal", "out of memory");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/jsontext.h"
 #include "core/kindsjson.h"
 #include "core/listcursor.h"
 #include "core/parse.h"
@@ -86,7 +87,7 @@ static void list_page(list_read_t *rd)
             body = NULL;
         }
     }
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? json_dumps(body, JSON_COMPACT | JSON_REALS) : NULL;
     json_decref(body);
     if (!text) {
         answer_problem(&rd->answer, rc == STORE_UNAVAILABLE ? 503 : 500,

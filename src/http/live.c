@@ -166,6 +166,18 @@ static bool caps_take(span_t client)
     return ok;
 }
 
+/* Whether caps_take would take a slot now, taking none (a HEAD answers what its GET would). */
+static bool caps_would_admit(span_t client)
+{
+    if (atomic_load(&live.open) >= live.opt.max_streams)
+        return false;
+    pthread_mutex_lock(&live.clients_lock);
+    const uint64_t *n = strmap_find(&live.clients, client);
+    bool ok = (n ? *n : 0) < live.opt.max_streams_per_client;
+    pthread_mutex_unlock(&live.clients_lock);
+    return ok;
+}
+
 /* --- a stream's writes (its thread) --- */
 
 /* Writes text; a stream that has too much unsent is dropped (and may be gone after this call). */
@@ -347,9 +359,16 @@ void live_http_get(app_t *app, http_request_t *req, span_t query)
         return;
     }
     http_client_t from;
-    http_client_of(&app->client_rules, req, &from);
+    http_client_of(atomic_load(&app->client_rules), req, &from);
     size_t client_len = from.key_len < sizeof client ? from.key_len : sizeof client - 1;
     memcpy(client, from.key, client_len);
+    if (span_eq_str(http_req_method(req), "HEAD")) {
+        if (caps_would_admit((span_t){client, client_len}))
+            http_stream_head(req, "text/event-stream");
+        else
+            reply_problem(req, 503, "overloaded", "too many live streams are open; reconnect after Retry-After");
+        return;
+    }
     if (!caps_take((span_t){client, client_len})) {
         atomic_fetch_add_explicit(&live.refused, 1, memory_order_relaxed);
         reply_problem(req, 503, "overloaded", "too many live streams are open; reconnect after Retry-After");

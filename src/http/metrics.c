@@ -1,4 +1,5 @@
 /* metrics.c — GET /metrics in the Prometheus text format (names by Prometheus conventions). */
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,8 @@
 #include "http/server.h"
 #include "version.h"
 
+#define SAMPLE_VALUE_MAX 32 /* "%.17g" of any double */
+
 static void metric_head(textbuf_t *t, const char *name, const char *type, const char *help)
 {
     textbuf_printf(t, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
@@ -25,23 +28,45 @@ static void counter(textbuf_t *t, const char *name, const char *help, uint64_t v
     textbuf_printf(t, "%s %llu\n", name, (unsigned long long)v);
 }
 
+/* A sample's value in the fewest significant digits, 15 to 17, that read back as the same double:
+ * 0.1 as 0.1 (not the 0.10000000000000001 of %.17g), and nothing lost where a sum needs all 17.
+ * What Prometheus's own clients print. */
+static const char *sample_value(char buf[SAMPLE_VALUE_MAX], double v)
+{
+    if (isnan(v))
+        return "NaN";
+    if (isinf(v))
+        return v > 0 ? "+Inf" : "-Inf";
+    for (int digits = 15; digits < 17; digits++) {
+        snprintf(buf, SAMPLE_VALUE_MAX, "%.*g", digits, v);
+        if (strtod(buf, NULL) == v)
+            return buf;
+    }
+    snprintf(buf, SAMPLE_VALUE_MAX, "%.17g", v);
+    return buf;
+}
+
 static void gauge(textbuf_t *t, const char *name, const char *help, double v)
 {
+    char value[SAMPLE_VALUE_MAX];
     metric_head(t, name, "gauge", help);
-    textbuf_printf(t, "%s %.17g\n", name, v);
+    textbuf_printf(t, "%s %s\n", name, sample_value(value, v));
 }
 
 static void histogram(textbuf_t *t, const char *name, const char *help, const histogram_t *h)
 {
     metric_head(t, name, "histogram", help);
     uint64_t cumulative = 0;
+    char le[SAMPLE_VALUE_MAX];
     for (size_t i = 0; i < h->nbounds; i++) {
         cumulative += atomic_load_explicit(&h->counts[i], memory_order_relaxed);
-        textbuf_printf(t, "%s_bucket{le=\"%g\"} %llu\n", name, h->bounds[i], (unsigned long long)cumulative);
+        textbuf_printf(t, "%s_bucket{le=\"%s\"} %llu\n", name, sample_value(le, h->bounds[i]),
+                       (unsigned long long)cumulative);
     }
     cumulative += atomic_load_explicit(&h->counts[h->nbounds], memory_order_relaxed);
     textbuf_printf(t, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cumulative);
-    textbuf_printf(t, "%s_sum %.17g\n%s_count %llu\n", name, atomic_load(&h->sum), name,
+    char sum[SAMPLE_VALUE_MAX];
+    textbuf_printf(t, "%s_sum %s\n%s_count %llu\n", name, sample_value(sum, atomic_load(&h->sum)), name,
                    (unsigned long long)cumulative);
 }
 

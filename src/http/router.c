@@ -34,7 +34,7 @@ static const struct {
     {ROUTE_WEBHOOK, "webhook", NULL, "DELETE"},
     {ROUTE_WEBHOOK_RESUME, "webhook_resume", NULL, "POST"},
     {ROUTE_WEBHOOK_SECRET, "webhook_secret", NULL, "POST"},
-    {ROUTE_LIVE, "live", "/v1/live", "GET"},
+    {ROUTE_LIVE, "live", "/v1/live", "GET, HEAD"},
     {ROUTE_OPENAPI, "openapi", "/v1/openapi.json", "GET, HEAD"},
     {ROUTE_UI, "ui", NULL, "GET, HEAD"},
     {ROUTE_ITEM_REACTIONS, "item_reactions", NULL, "GET, HEAD"},

@@ -79,6 +79,10 @@ typedef struct http_stream http_stream_t;
 http_stream_t *http_stream_open(http_request_t *req, const char *content_type, size_t max_unsent,
                                 void (*on_end)(void *arg), void *arg);
 
+/* On req's thread: answers a HEAD of what http_stream_open would stream: its status and headers,
+ * no body, no stream. */
+void http_stream_head(http_request_t *req, const char *content_type);
+
 /* The stream's thread: on_drain(arg) runs each time all that was written has been handed to the
  * connection (the client is taking it), so that a long body is written one part at a time, as fast as
  * the client reads, never all at once. */

@@ -270,6 +270,20 @@ static void stream_on_read(h2o_socket_t *sock, const char *err)
         stream_drop(slot->stream);
 }
 
+/* A stream's status and headers, the same for GET and HEAD. */
+static void stream_head(http_request_t *request, const char *content_type)
+{
+    h2o_req_t *req = http_h2o_req(request);
+    req->res.status = 200;
+    req->res.reason = "OK";
+    req->http1_is_persistent = 0; /* nothing follows a stream on its connection */
+    http_add_header_str(req, "content-type", content_type);
+    http_add_header_str(req, "cache-control", "no-cache");
+    http_add_header_str(req, "x-accel-buffering", "no"); /* a proxy in front must not hold the events back */
+    if (http_srv.cfg.on_respond)
+        http_srv.cfg.on_respond(http_srv.cfg.app, request, 200, 0);
+}
+
 http_stream_t *http_stream_open(http_request_t *request, const char *content_type, size_t max_unsent,
                                 void (*on_end)(void *arg), void *arg)
 {
@@ -284,14 +298,7 @@ http_stream_t *http_stream_open(http_request_t *request, const char *content_typ
     s->max_unsent = max_unsent;
     s->on_end = on_end;
     s->arg = arg;
-    req->res.status = 200;
-    req->res.reason = "OK";
-    req->http1_is_persistent = 0; /* nothing follows a stream on its connection */
-    http_add_header_str(req, "content-type", content_type);
-    http_add_header_str(req, "cache-control", "no-cache");
-    http_add_header_str(req, "x-accel-buffering", "no"); /* a proxy in front must not hold the events back */
-    if (http_srv.cfg.on_respond)
-        http_srv.cfg.on_respond(http_srv.cfg.app, request, 200, 0);
+    stream_head(request, content_type);
     h2o_start_response(req, &s->generator);
     conn_slot_t *slot = http_slot_of(req);
     h2o_socket_t *sock = req->conn->callbacks->get_socket ? req->conn->callbacks->get_socket(req->conn) : NULL;
@@ -308,6 +315,15 @@ http_stream_t *http_stream_open(http_request_t *request, const char *content_typ
         h2o_socket_read_start(sock, stream_on_read);
     }
     return s;
+}
+
+void http_stream_head(http_request_t *request, const char *content_type)
+{
+    static h2o_generator_t nothing_more = {NULL, NULL};
+    h2o_req_t *req = http_h2o_req(request);
+    stream_head(request, content_type);
+    h2o_start_response(req, &nothing_more);
+    h2o_send(req, NULL, 0, H2O_SEND_STATE_FINAL);
 }
 
 void http_stream_on_drain(http_stream_t *s, void (*on_drain)(void *arg))

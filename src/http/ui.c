@@ -5,6 +5,7 @@
 
 #include <openssl/sha.h>
 
+#include "core/jsontext.h"
 #include "http/ui.h"
 
 /* Pages may load only this origin's scripts and styles, and call only this origin (the demo and the
@@ -77,7 +78,7 @@ int ui_openapi_render(app_t *app, const openapi_config_t *cfg)
 {
     unsigned char digest[SHA256_DIGEST_LENGTH];
     json_t *doc = openapi_build(cfg);
-    char *text = doc ? json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
+    char *text = doc ? json_dumps(doc, JSON_INDENT(1) | JSON_PRESERVE_ORDER | JSON_REALS) : NULL;
     json_decref(doc);
     if (!text)
         return -1;

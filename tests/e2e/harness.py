@@ -651,6 +651,46 @@ class Server:
             s.close()
         return b"".join(chunks)
 
+    def exchange(self, method, target, headers=None, timeout=10.0):
+        """One request with Connection: close on a new socket, read as the wire has it:
+        (status, [(lowercased name, value)...] in order, body bytes). A HEAD answer is read to the
+        connection's end, so any byte after its head shows up in body; an event stream's GET stops
+        after the head (its body does not end)."""
+        lines = ["%s %s HTTP/1.1" % (method, target), "Host: 127.0.0.1", "Connection: close"]
+        lines += ["%s: %s" % kv for kv in (headers or {}).items()]
+        s = socket.create_connection((self.host, self.port), timeout=timeout)
+        buf, status, fields, length = b"", None, None, None
+        try:
+            s.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                if fields is None and b"\r\n\r\n" in buf:
+                    head, buf = buf.split(b"\r\n\r\n", 1)
+                    first, *rest = head.decode("latin-1").split("\r\n")
+                    status = int(first.split(" ")[1])
+                    fields = [(n.strip().lower(), v.strip()) for n, v in (r.split(":", 1) for r in rest)]
+                    got = dict(fields)
+                    if method != "HEAD" and got.get("content-type") == "text/event-stream":
+                        break
+                    if method != "HEAD" and "content-length" in got:
+                        length = int(got["content-length"])
+                if length is not None and len(buf) >= length:
+                    break
+                try:
+                    b = s.recv(65536)
+                except socket.timeout:
+                    break
+                except ConnectionResetError:
+                    break
+                if not b:
+                    break
+                buf += b
+        finally:
+            s.close()
+        if fields is None:
+            raise AssertionError("%s %s: no complete answer head in %r" % (method, target, buf[:300]))
+        return status, fields, buf
+
     # ---- domain helpers ----------------------------------------------------------------
     def item(self, item, user=None, headers=None):
         return self.json("GET", "/v1/items/" + item, user=user, headers=headers)
@@ -735,6 +775,23 @@ def strip_counts(doc):
     if not ok:
         return doc
     return {k: v for k, v in doc.items() if k not in ("counts", "reactors")}
+
+
+NUMBER_RE = re.compile(rb'(?<![\w."])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w."])')
+
+
+def significant_digits(text):
+    """The digits of a decimal number's text from its first non-zero one to its last: "0.050" 1,
+    "1.25e-05" 3, "100" 1."""
+    mantissa = re.split(r"[eE]", text.lstrip("+-"))[0].replace(".", "")
+    return len(mantissa.strip("0")) or 1
+
+
+def long_reals(raw):
+    """The reals of a JSON text (bytes) printed with more than 15 significant digits, as jansson's
+    default %.17g prints 0.05 (0.050000000000000003); integers are left alone."""
+    return [t.decode() for t in NUMBER_RE.findall(raw)
+            if re.search(rb"[.eE]", t) and significant_digits(t.decode()) > 15]
 
 
 def split_cursor(doc):

@@ -114,13 +114,14 @@ def _problem_code(raw):
 
 class LoadCase(TallyTestCase):
 
-    def run_load(self, nodes, crash, seed):
+    def run_load(self, nodes, crash, seed, load_s=LOAD_S, kill_at_s=KILL_AT_S):
         """Runs the clients against `nodes` (servers; each thread prefers one, and goes to the
-        next on an error); calls crash() at KILL_AT_S. Returns (ledgers, items, pairs, t_crash)."""
+        next on an error) for load_s; calls crash() at kill_at_s (on this thread: the clients
+        go on meanwhile). Returns (ledgers, items, pairs, t_crash)."""
         items = [uid("fo") for _ in range(ITEMS)]
         ledgers = [Ledger() for _ in range(THREADS)]
         t0 = time.monotonic()
-        load_until = t0 + LOAD_S
+        load_until = t0 + load_s
         hard_stop = load_until + RETRY_S + 5
         threads = []
         users_of = []
@@ -132,7 +133,7 @@ class LoadCase(TallyTestCase):
                                         hard_stop, seed + t))
             threads.append(th)
             th.start()
-        time.sleep(KILL_AT_S)
+        time.sleep(kill_at_s)
         t_crash = time.monotonic()
         crash()
         for th in threads:

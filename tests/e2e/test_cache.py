@@ -8,19 +8,16 @@ import hmac
 import json
 import os
 import shutil
-import signal
-import socket
-import subprocess
 import tempfile
 import time
 import unittest
 
 from harness import (PG, SLOW, Server, ServerExited, SharedServerTestCase, TallyTestCase,
                      child_env, pg_only, run_tallyd, uid)
+from nginx_front import HAVE_NGINX, NO_NGINX, Nginx
 
 ZERO = {"like": 0, "dislike": 0}
 VARY = "Authorization, X-User-Id"
-NGINX = os.environ.get("NGINX", "/usr/sbin/nginx")
 SECRET = "cache-test-secret-0123456789abcdefghij"
 
 
@@ -315,115 +312,28 @@ class CacheFlagTest(CacheCase):
                 b.close()
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Nginx:
-    """A throwaway nginx on loopback with its own prefix, temp and cache directories, in front
-    of one tallyd (proxy_cache on, as docs/operations.md shows). One process (master_process off),
-    stopped by its PID."""
-
-    def __init__(self, upstream_port):
-        self.dir = tempfile.mkdtemp(prefix="tally-nginx-")
-        self.port = None
-        self.proc = None
-        for attempt in range(5):
-            self.port = free_port()
-            conf = os.path.join(self.dir, "nginx.conf")
-            with open(conf, "w") as f:
-                f.write(CONF % {"dir": self.dir, "port": self.port, "upstream": upstream_port})
-            self.proc = subprocess.Popen([NGINX, "-p", self.dir + "/", "-c", conf, "-e",
-                                          os.path.join(self.dir, "error.log")],
-                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            if self._wait_up():
-                return
-            self.stop()
-        raise AssertionError("nginx did not start:\n" + self.error_log())
-
-    def _wait_up(self):
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            try:
-                socket.create_connection(("127.0.0.1", self.port), timeout=0.5).close()
-                return True
-            except OSError:
-                time.sleep(0.05)
-        return False
-
-    def error_log(self):
-        try:
-            with open(os.path.join(self.dir, "error.log")) as f:
-                return f.read()[-3000:]
-        except OSError:
-            return ""
-
-    def request(self, path, headers=None):
-        import http.client
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
-        try:
-            conn.request("GET", path, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
-        finally:
-            conn.close()
-
-    def stop(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGQUIT)  # graceful: nginx's own stop signal
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        if self.proc is not None and self.proc.stderr:
-            self.proc.stderr.close()
-
-    def close(self):
-        self.stop()
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-CONF = """
-daemon off;
-master_process off;
-worker_processes 1;
-pid %(dir)s/nginx.pid;
-error_log %(dir)s/error.log warn;
-events { worker_connections 64; }
-http {
-    access_log off;
-    client_body_temp_path %(dir)s/body;
-    proxy_temp_path %(dir)s/proxy;
-    fastcgi_temp_path %(dir)s/fastcgi;
-    uwsgi_temp_path %(dir)s/uwsgi;
-    scgi_temp_path %(dir)s/scgi;
-    proxy_cache_path %(dir)s/cache keys_zone=tally:1m max_size=16m inactive=10m;
-    server {
-        listen 127.0.0.1:%(port)d;
-        location / {
-            proxy_pass http://127.0.0.1:%(upstream)d;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_cache tally;
-            proxy_cache_lock on;
-            proxy_cache_revalidate on;
-            add_header X-Cache-Status $upstream_cache_status always;
-        }
+# The site nginx runs here (docs/operations.md, "Caching the counts").
+CACHE_SITE = """
+proxy_cache_path %(dir)s/cache keys_zone=tally:1m max_size=16m inactive=10m;
+server {
+    listen 127.0.0.1:%(port)d;
+    location / {
+        proxy_pass http://127.0.0.1:%(upstream)d;
+        proxy_http_version 1.1;
+        proxy_set_header Connection "";
+        proxy_cache tally;
+        proxy_cache_lock on;
+        proxy_cache_revalidate on;
+        add_header X-Cache-Status $upstream_cache_status always;
     }
 }
 """
 
+
 MAX_AGE = 2
 
 
-@unittest.skipUnless(os.access(NGINX, os.X_OK), "no nginx at " + NGINX)
+@unittest.skipUnless(HAVE_NGINX, NO_NGINX)
 class NginxCacheTest(CacheCase):
     """tallyd behind a real caching nginx: the counts of a hot item come from nginx's cache."""
 
@@ -435,7 +345,8 @@ class NginxCacheTest(CacheCase):
         cls.srv = Server(args=["--public-max-age", "%ds" % MAX_AGE, "--access-log", cls.log,
                                "--rate-limit", "off"])
         try:
-            cls.nginx = Nginx(cls.srv.port)
+            cls.nginx = Nginx(lambda d, port: CACHE_SITE % {"dir": d, "port": port,
+                                                            "upstream": cls.srv.port})
         except BaseException:
             cls.srv.close()
             raise

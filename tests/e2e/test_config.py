@@ -219,6 +219,29 @@ class TestReload(ConfigTestCase):
             self.assertEqual(codes, [200] * 4)
             self.assertTrue(s.running)
 
+    def test_sighup_changes_trusted_proxies_and_public_max_age(self):
+        log = os.path.join(self.tmp, "access-proxies.log")
+        path = self.conf("access-log = %s\npublic-max-age = 1s\n" % log)
+        fwd = {"X-Forwarded-For": "203.0.113.7"}
+        with Server(args=["--config", path]) as s:
+            st, h, _ = s.request("GET", "/v1/items/before", headers=fwd)
+            self.assertEqual(st, 200)
+            self.assertIn("max-age=1", h.get("cache-control", ""))
+            wait_for(lambda: "/v1/items/before" in open(log).read(), what="the first access line")
+            line = [l for l in open(log) if "/v1/items/before" in l][-1]
+            self.assertIn("peer=127.0.0.1 ", line, "an untrusted peer's header was read")
+            write(path, "access-log = %s\npublic-max-age = 7s\ntrusted-proxies = 127.0.0.1/32\n" % log)
+            self.reload(s, "event=reloaded")
+            self.assertIn("event=config-changed flag=--trusted-proxies", s.stderr())
+            st, h, _ = s.request("GET", "/v1/items/after", headers=fwd)
+            self.assertEqual(st, 403, "development mode refuses a forwarded client that is not loopback")
+            st, h, _ = s.request("GET", "/v1/items/after2", headers={"X-Forwarded-For": "127.0.0.9"})
+            self.assertEqual(st, 200)
+            self.assertIn("max-age=7", h.get("cache-control", ""))
+            wait_for(lambda: "/v1/items/after2" in open(log).read(), what="the access line after reload")
+            line = [l for l in open(log) if "/v1/items/after2" in l][-1]
+            self.assertIn("peer=127.0.0.9 proxy=127.0.0.1", line)
+
     def test_command_line_value_never_changes_on_reload(self):
         path = self.conf("cors-origin = %s\n" % A)
         with Server(args=["--config", path, "--cors-origin", B]) as s:

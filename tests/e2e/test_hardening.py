@@ -213,6 +213,11 @@ class FileDescriptorTest(TallyTestCase):
             _, err = p.communicate(timeout=20)
         self.assertIn(b"event=max-connections-lowered", err)
         self.assertNotIn(b"event=accept-failed", err)
+        # the limits in force, fitted to the descriptors: 1024 - 16 health slots - 128 others; the
+        # live streams' default cap, not below it any more, becomes half, and both say so
+        self.assertIn(b"level=warn event=max-live-streams-lowered max_live_streams=440 ", err)
+        self.assertIn(b"level=info event=limits max_connections=880 health_connections=16 admin_connections=0 "
+                      b"max_live_streams=440 max_live_streams_per_client=16 rlimit_nofile=1024\n", err)
 
     def test_out_of_descriptors_does_not_spin(self):
         with Server(args=["--max-connections", "500"]) as srv:

@@ -10,7 +10,7 @@ import threading
 import time
 import unittest
 
-from harness import (LISTEN_RE, Server, TallyTestCase, child_env, embedded_only, run_tallyd,
+from harness import (LISTEN_RE, REPO_ROOT, Server, TallyTestCase, child_env, embedded_only, run_tallyd,
                      store_args, uid)
 
 
@@ -77,6 +77,24 @@ class StartupTest(TmpDirCase):
         missing = [f for f in ("--jwt-secret-file", "--idempotency-ttl", "--rate-limit",
                                "--hot-threshold") if f not in out + err]
         self.assertEqual(missing, [], "flags missing from --help:\n" + out + err)
+
+    def test_help_says_what_a_small_max_connections_does_to_live_streams(self):
+        rc, out, err = run_tallyd(["--help"])
+        self.assertEqual(rc, 0, err)
+        text = " ".join((out + err).split())
+        self.assertIn("At 5000 or less, and without --max-live-streams, live streams get half of it", text)
+        self.assertIn("the default becomes half of --max-connections when that is 5000 or less", text)
+
+    def test_operations_doc_shows_this_help(self):
+        """docs/operations.md shows `tallyd --help` as it is: a flag added, or its text changed,
+        without the page following fails here (paste the output of build/tallyd --help)."""
+        rc, out, err = run_tallyd(["--help"])
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(REPO_ROOT, "docs", "operations.md"), encoding="utf-8") as f:
+            doc = f.read()
+        m = re.search(r"```\n(usage: tallyd \[flags\]\n.*?)```", doc, re.S)
+        self.assertIsNotNone(m, "no --help block in docs/operations.md")
+        self.assertEqual(m.group(1), out)
 
     def test_unknown_flag(self):
         rc, out, err = self.run_flags("--frobnicate")

@@ -6,6 +6,7 @@ that write answers carry (byte-identical on replay). On PostgreSQL: a stream on 
 writes made on node A. Both stores."""
 
 import json
+import re
 import signal
 import socket
 import threading
@@ -358,6 +359,63 @@ class LiveCapsTest(TallyTestCase):
                 for c in opened:
                     c.close()
             srv.stop()
+
+    def test_head_answers_as_get_without_opening_a_stream(self):
+        """HEAD /v1/live: the GET's status and headers, no body, and no stream: it takes no slot of
+        the caps, and past a cap it is the GET's 503."""
+        with Server(args=NO_LIMIT + ["--max-live-streams", "2", "--max-live-streams-per-client", "1"]) as srv:
+            target = "/v1/live?ids=" + uid("h")
+            for _ in range(3):  # more than either cap: none of them holds a slot
+                st, fields, body = srv.exchange("HEAD", target)
+                got = dict(fields)
+                self.assertEqual((st, body, got.get("content-type"), got.get("cache-control")),
+                                 (200, b"", "text/event-stream", "no-cache"), fields)
+            self.assertEqual((metric(srv, "tally_live_streams"), metric(srv, "tally_live_streams_opened_total")),
+                             (0, 0))
+            self.assertEqual(srv.exchange("HEAD", "/v1/live")[0], 400, "no ids: the GET's 400")
+            stream = SSEClient(srv, [uid("c")], source="127.0.0.1")
+            try:
+                self.assertEqual(stream.status, 200)
+                st, fields, body = srv.exchange("HEAD", target)
+                self.assertEqual(st, 503, "a second stream of this client would be refused")
+                self.assertEqual(dict(fields).get("content-type"), "application/problem+json")
+                self.assertEqual(body, b"")
+                self.assertIn("retry-after", dict(fields))
+            finally:
+                stream.close()
+            self.assertEqual(metric(srv, "tally_live_streams_opened_total"), 1)
+            srv.stop()
+
+    def test_small_max_connections_halves_the_stream_cap_and_says_so(self):
+        """--max-connections 40 alone: the default stream cap (5000) is not below it, so it becomes
+        20 — logged at start with the limits in force, and enforced."""
+        with Server(args=NO_LIMIT + ["--max-connections", "40", "--max-live-streams-per-client", "100"]) as srv:
+            err = srv.stderr()
+            self.assertIn("level=warn event=max-live-streams-lowered max_live_streams=20 ", err)
+            m = re.search(r"level=info event=limits max_connections=40 health_connections=16 admin_connections=0 "
+                          r"max_live_streams=20 max_live_streams_per_client=100 rlimit_nofile=(\d+)\n", err)
+            self.assertIsNotNone(m, err)
+            self.assertGreaterEqual(int(m.group(1)), 40 + 16 + 128, "fitted to a limit that holds them")
+            opened = []
+            try:
+                for _ in range(20):
+                    opened.append(SSEClient(srv, [uid("c")]))
+                    self.assertEqual(opened[-1].status, 200)
+                over = SSEClient(srv, [uid("c")])
+                self.assertEqual(over.status, 503, "the 21st stream")
+                over.close()
+            finally:
+                for c in opened:
+                    c.close()
+            srv.stop()
+        # the defaults, and a cap given: the limits line, no lowering
+        for args, streams in (([], 5000), (["--max-connections", "40", "--max-live-streams", "7"], 7)):
+            with Server(args=args) as srv:
+                err = srv.stderr()
+                self.assertNotIn("max-live-streams-lowered", err)
+                self.assertRegex(err, r"event=limits max_connections=%s .* max_live_streams=%d "
+                                 % (args[1] if args else "10000", streams))
+                srv.stop()
 
     def test_cap_must_be_below_max_connections(self):
         with Server(start=False) as srv:

@@ -22,7 +22,8 @@ import time
 import unittest
 
 from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
-                     embedded_only, secret as new_secret, server_without_rate_limit, tail, uid)
+                     embedded_only, secret as new_secret, server_without_rate_limit,
+                     significant_digits, tail, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
 CORRUPT_COUNT = os.path.join(REPO_ROOT, "build", "corrupt_count")
@@ -260,6 +261,24 @@ class MetricsTest(SharedServerTestCase):
             self.assertEqual(set(labels), {"route", "status"}, labels)
             self.assertRegex(labels["status"], r"^[1-5]\d\d$")
             self.assertEqual(v, int(v))
+
+    def test_values_in_their_shortest_form(self):
+        """Every sample's value has the fewest digits that read back as the same double (what
+        Python's repr prints): a sum of durations is 0.004048509, not 0.0040485090000000003."""
+        for _ in range(5):
+            self.srv.put(uid("item"), uid("user"), "like")
+        st, _, body = self.srv.request("GET", "/metrics")
+        self.assertEqual(st, 200)
+        checked = 0
+        for line in body.decode("utf-8").split("\n"):
+            m = SAMPLE_RE.match(line)
+            if not m or m.group(3) in ("NaN", "+Inf", "-Inf"):
+                continue
+            text = m.group(3)
+            self.assertEqual(significant_digits(text), significant_digits(repr(float(text))),
+                             "not the shortest form of its value: " + line)
+            checked += "." in text
+        self.assertGreater(checked, 0, "no sample with a fraction to look at")
 
     def test_histograms_cumulative(self):
         s = self.srv

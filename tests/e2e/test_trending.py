@@ -18,7 +18,8 @@ import threading
 import time
 import unittest
 
-from harness import SLOW, Client, Server, SharedServerTestCase, TallyTestCase, uid, metric
+from harness import (SLOW, Client, Server, SharedServerTestCase, TallyTestCase, long_reals, metric,
+                     uid)
 
 ADMIN = {"X-User-Id": "admin"}
 WINDOWS = ("1m", "1h", "24h")
@@ -103,7 +104,7 @@ class TrendCase(TallyTestCase):
                 return doc
             time.sleep(0.1)
 
-    def exact_counts(self, srv, items):
+    def exact_counts(self, srv, items, total=None):
         """The items' counts once the pipeline has folded everything written so far (counts
         may lag the writes: ~50 ms on PostgreSQL, where the fold polls the shared log)."""
         deadline = time.monotonic() + 5 * SLOW
@@ -118,7 +119,8 @@ class TrendCase(TallyTestCase):
                 self.assertEqual(st, 200, raw[:300])
                 for e in doc["items"]:
                     out[e["item"]] = e["counts"]
-            if out == last or time.monotonic() >= deadline:
+            folded = total is None or sum(sum(c.values()) for c in out.values()) == total
+            if (out == last and folded) or time.monotonic() >= deadline:
                 return out
             last = out
             time.sleep(0.1)
@@ -251,7 +253,7 @@ class TrendingTest(TrendCase):
             doc = self.assertOk(s.json("POST", "/v1/admin/import", body=body, headers={
                 "X-User-Id": "admin", "Content-Type": "application/x-ndjson"}))
             self.assertEqual(doc["applied"], len(recs), doc)
-            exact = self.exact_counts(s, sorted(likes))
+            exact = self.exact_counts(s, sorted(likes), total=len(recs))
             top = ["%s-top%d" % (prefix, n) for n in range(3)]
             for w in WINDOWS:  # no subTest: a hung server ends the test at the first window
                 doc = self.poll_trending(
@@ -263,6 +265,18 @@ class TrendingTest(TrendCase):
                 self.assertEqual([e["item"] for e in doc["items"][:3]], top, (w, doc))
                 self.assertWithinBound(doc, exact, "like")
             self.assertEqual(s.json("GET", "/healthz")[0], 200)
+
+    def test_reals_in_15_digits(self):
+        """A real in a JSON answer is printed with at most 15 significant digits: an error bound
+        of 1/20 is 0.05, not jansson's default 0.050000000000000003."""
+        with Server(args=["--trending-capacity", "20"]) as s:
+            self.assertOk(s.put(uid("r"), uid("u"), "like"))
+            doc = self.poll_trending(s, lambda d: d["items"], window="1m")
+            self.assertEqual(doc["error_bound"], 1 / 20, doc)
+            st, _, raw = s.request("GET", "/v1/trending?window=1m")
+            self.assertEqual(st, 200)
+            self.assertIn(b'"error_bound":0.05}', raw)
+            self.assertEqual(long_reals(raw), [])
 
     def test_taken_back_and_switched(self):
         with Server(args=["--rate-limit", "off"]) as s:

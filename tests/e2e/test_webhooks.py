@@ -18,7 +18,7 @@ import json
 import threading
 import time
 
-from harness import SLOW, Server, TallyTestCase, child_env, pg_only, run_tallyd, uid
+from harness import SLOW, Server, TallyTestCase, child_env, long_reals, pg_only, run_tallyd, uid
 
 ADMIN = {"X-User-Id": "admin"}
 FAST = ["--rate-limit", "off", "--recount-interval", "0"]
@@ -286,6 +286,9 @@ class WebhookDeliveryTest(WebhookCase):
             self.assertEqual(w["last_error"], "status-5xx")
             self.assertIsNotNone(w["failing_since"])
             self.assertGreater(w["lag_s"], 0)
+            # a lag in milliseconds over 1000 prints as that decimal (not 2.0030000000000001)
+            st, _, raw = s.request("GET", "/v1/admin/webhooks", headers=ADMIN)
+            self.assertEqual((st, long_reals(raw)), (200, []), raw[:300])
             self.writes(s, 150)  # more arrives while it fails: none of it goes before the first batch
             with rc.lock:
                 rc.mode = "hang"

@@ -82,6 +82,7 @@ static const flag_t test_flags[] = {
     {"--store", "URI", NULL, "store", flag_set_string, offsetof(test_opts_t, store), .group = 1},
     {"--config", "FILE", NULL, "file", flag_set_string, 0, .opts = FLAG_ARGS_ONLY},
     {"--help", NULL, NULL, "help", NULL, 0, .opts = FLAG_ARGS_ONLY},
+    {"--print-config-template", NULL, NULL, "template", NULL, 0, .opts = FLAG_ARGS_ONLY | FLAG_HIDDEN},
 };
 #pragma GCC diagnostic pop
 
@@ -137,7 +138,7 @@ static int run_flags(const char *text, char **argv, test_opts_t *o, flag_source_
 static void test_flags_file_and_args(void)
 {
     test_opts_t o;
-    flag_source_t from[7];
+    flag_source_t from[sizeof test_flags / sizeof test_flags[0]];
     flag_error_t err;
     char *path;
     char *a0[] = {"t", NULL};
@@ -189,6 +190,39 @@ static void test_help_marks_reloads(void)
     CHECK(strstr(buf, "a name (default none) (reloads on SIGHUP)\n") != NULL);
     CHECK(strstr(buf, "a number (default 5)\n") != NULL);
     free(buf);
+}
+
+static void test_config_template(void)
+{
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+    flags_print_help(&test_set, out);
+    fclose(out);
+    CHECK(strstr(buf, "--help") != NULL && strstr(buf, "print-config-template") == NULL); /* hidden */
+    free(buf);
+
+    /* every flag a file may give, commented out with its default and reload mark; the flags given
+     * with it set (each value of a repeatable one) */
+    char *argv[] = {"t", "--list", "a", "--list", "b", "--data", "/var/lib/t", NULL};
+    flag_args_t args;
+    flag_error_t err;
+    CHECK(flags_scan_args(&test_set, 7, argv, &args, &err) == 0);
+    buf = NULL;
+    out = open_memstream(&buf, &len);
+    flags_print_config(&test_set, &args, out);
+    fclose(out);
+    CHECK(strstr(buf, "\n# --name NAME\n#   a name\n#   default none; reloads on SIGHUP\n#name = none\n") != NULL);
+    CHECK(strstr(buf, "\n# --n N\n#   a number\n#   default 5; needs a restart\n#n = 5\n") != NULL);
+    CHECK(strstr(buf, "#   needs a restart\nlist = a\nlist = b\n") != NULL);
+    CHECK(strstr(buf, "\ndata = /var/lib/t\n") != NULL && strstr(buf, "\n#store = URI\n") != NULL);
+    CHECK(strstr(buf, "config") != NULL); /* the header names --config FILE */
+    CHECK(strstr(buf, "# --config") == NULL && strstr(buf, "# --help") == NULL && strstr(buf, "template") == NULL);
+    free(buf);
+
+    /* a bad flag beside it is still refused (exit 2, nothing printed) */
+    char *bad[] = {"t", "--print-config-template", "--nope", NULL};
+    CHECK(flags_scan_args(&test_set, 3, bad, &args, &err) == -1 && strstr(err.msg, "--nope"));
 }
 
 static json_t *render_json(const char *text)
@@ -282,6 +316,7 @@ void test_conf(void)
     test_conf_lines();
     test_flags_file_and_args();
     test_help_marks_reloads();
+    test_config_template();
     test_log_formats();
     test_rate_rule_live();
 }

@@ -1,4 +1,5 @@
 /* test_router.c — the route table. */
+#include <stdio.h>
 #include <string.h>
 
 #include "http/router.h"
@@ -39,6 +40,17 @@ void test_router(void)
     CHECK(route_allows(ROUTE_TOGGLE, SPAN_LIT("POST")) && !route_allows(ROUTE_TOGGLE, SPAN_LIT("PUT")));
     CHECK(!route_allows(ROUTE_KIND, SPAN_LIT("GET")) && !route_allows(ROUTE_ITEM, SPAN_LIT("PUT")));
     CHECK(!route_allows(ROUTE_ITEM, SPAN_LIT("GE")) && !route_allows(ROUTE_ITEM, SPAN_LIT("GETX")));
+    /* HEAD wherever GET, the live stream included; never where GET is not */
+    int gets = 0;
+    for (int id = ROUTE_NOT_FOUND + 1; id < ROUTE_COUNT; id++) {
+        bool get = route_allows(id, SPAN_LIT("GET"));
+        gets += get;
+        if (get != route_allows(id, SPAN_LIT("HEAD")))
+            fprintf(stderr, "route %s: Allow \"%s\" has GET without HEAD or HEAD without GET\n", route_name(id),
+                    route_allow(id));
+        CHECK(get == route_allows(id, SPAN_LIT("HEAD")));
+    }
+    CHECK(gets > 10 && route_allows(ROUTE_LIVE, SPAN_LIT("HEAD")));
 }
 
 void test_router_admin(void)
