@@ -133,6 +133,31 @@ void flags_print_config(const flagset_t *fs, const flag_args_t *args, FILE *out)
     }
 }
 
+/* What an error may show of a command-line argument: a flag's name without its value, and of
+ * anything else at most what precedes a URI's userinfo (a password is never logged). */
+static void arg_shown(const char *arg, char *out, size_t len)
+{
+    size_t n = strlen(arg);
+    if (strncmp(arg, "--", 2) == 0)
+        n = strcspn(arg, "=");
+    const char *scheme = strstr(arg, "://");
+    if (scheme && memchr(arg, '@', strlen(arg)) && (size_t)(scheme + 3 - arg) < n) {
+        snprintf(out, len, "%.*s…", (int)(scheme + 3 - arg), arg);
+        return;
+    }
+    snprintf(out, len, "%.*s", (int)(n > 200 ? 200 : n), arg);
+}
+
+/* True when the argument at argv[at] names the long flag name exactly (getopt_long would also take
+ * an abbreviation of it, which a later flag could make ambiguous: refused). */
+static bool names_exactly(const char *arg, const char *name)
+{
+    if (strncmp(arg, "--", 2) != 0)
+        return false;
+    size_t n = strcspn(arg + 2, "=");
+    return strlen(name) == n && strncmp(arg + 2, name, n) == 0;
+}
+
 int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *args, flag_error_t *err)
 {
     struct option *longopts = calloc(fs->count + 1, sizeof *longopts);
@@ -148,13 +173,18 @@ int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *arg
     optind = 1;
     int c, rc = 0;
     bool template = false;
-    while (rc == 0 && (c = getopt_long(argc, argv, ":", longopts, NULL)) != -1) {
-        const char *given = argv[optind - 1];
+    char shown[256];
+    for (;;) {
+        int at = optind; /* "+": no reordering, so argv[at] is the flag getopt_long reads next */
+        if (rc != 0 || (c = getopt_long(argc, argv, "+:", longopts, NULL)) == -1)
+            break;
+        const char *given = at < argc ? argv[at] : argv[optind - 1];
+        arg_shown(given, shown, sizeof shown);
         if (c == ':') {
-            snprintf(err->msg, sizeof err->msg, "%s: needs a value", given);
+            snprintf(err->msg, sizeof err->msg, "%s: needs a value", shown);
             rc = -1;
-        } else if (c < 1 || c > (int)fs->count) {
-            snprintf(err->msg, sizeof err->msg, "%s: unknown flag", given);
+        } else if (c < 1 || c > (int)fs->count || !names_exactly(given, fs->flags[c - 1].name + 2)) {
+            snprintf(err->msg, sizeof err->msg, "%s: unknown flag", shown);
             rc = -1;
         } else if (!fs->flags[c - 1].set && strcmp(fs->flags[c - 1].name, "--print-config-template") == 0) {
             template = true;
@@ -172,7 +202,7 @@ int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *arg
             }
             args->config = optarg;
         } else if (args->count == FLAGS_ARGS_MAX) {
-            snprintf(err->msg, sizeof err->msg, "%s: too many flags", given);
+            snprintf(err->msg, sizeof err->msg, "%s: too many flags", shown);
             rc = -1;
         } else {
             args->given[args->count].flag = c - 1;
@@ -180,7 +210,8 @@ int flags_scan_args(const flagset_t *fs, int argc, char **argv, flag_args_t *arg
         }
     }
     if (rc == 0 && optind < argc) {
-        snprintf(err->msg, sizeof err->msg, "%s: unexpected argument", argv[optind]);
+        arg_shown(argv[optind], shown, sizeof shown);
+        snprintf(err->msg, sizeof err->msg, "%s: unexpected argument", shown);
         rc = -1;
     }
     if (rc == 0 && template) {

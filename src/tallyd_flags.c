@@ -70,6 +70,8 @@ static const char *set_store(const flag_t *f, const char *value, void *dest)
     (void)f;
     if (!store_location_is_url(value))
         return "expected a postgresql:// (or postgres://) URI";
+    if (*(const char **)dest) /* one database per node: several primaries (shards) are not built yet */
+        return "given more than once: this build serves one database (no shards)";
     *(const char **)dest = value;
     return NULL;
 }

@@ -14,8 +14,9 @@
 /* Something replaced that a thread may still be reading: kept, reachable, until exit. */
 typedef struct retired {
     struct retired *next;
-    FILE *log; /* an access log stream no longer written to (not stderr) */
-    /* a cors_list_t and its strings, or a client_rules_t, follow when this holds one */
+    FILE *log;       /* an access log stream no longer written to (not stderr) */
+    bool holds_conf; /* a conf_t follows, to free with conf_free */
+    /* a cors_list_t and its strings, a client_rules_t, or a conf_t follow when this holds one */
 } retired_t;
 
 static void retire(reload_ctx_t *ctx, retired_t *r)
@@ -40,6 +41,9 @@ auth_config_t tallyd_auth_config(const options_t *o)
     };
 }
 
+/* Returns 0 when the authentication settings of next are in force (or unchanged), 1 when they were
+ * refused and the ones in force kept (a weak secret, a key file with no usable key, a switch between
+ * development mode and tokens). */
 int reload_jwt(reload_ctx_t *ctx, const options_t *next)
 {
     char err[1536];
@@ -50,11 +54,11 @@ int reload_jwt(reload_ctx_t *ctx, const options_t *next)
         if (ctx->app->dev_mode != !token_mode)
             log_line("level=warn event=restart-needed flag=--jwt-secret-file msg=\"switching between development "
                      "mode and tokens needs a restart; keeping the mode in force\"");
-        return 0;
+        return ctx->app->dev_mode != !token_mode;
     }
     if (auth_keys_reload(ctx->keys, &cfg, &flag, err, sizeof err) != 0) {
         log_line("level=error event=secrets-reload flag=%s error=\"%s\" msg=\"keeping the keys in force\"", flag, err);
-        return -1;
+        return 1;
     }
     log_line("level=info event=secrets-reloaded count=%d", ctx->keys->count);
     return 0;
@@ -272,18 +276,8 @@ int tallyd_reload(reload_ctx_t *ctx)
         log_line("level=error event=reload-failed msg=\"out of memory; nothing changed\"");
         goto out; /* a table allocated for a limit turned on is in force only with the rest: see below */
     }
-    if (reload_jwt(ctx, next) != 0) {
-        /* the rate limits and origins may have moved above: put them back */
-        if (rates)
-            reload_rate_limits(ctx, ctx->in_force);
-        if (cors)
-            reload_cors(ctx, ctx->in_force);
-        if (proxies)
-            reload_client_rules(ctx, ctx->in_force);
-        log_line("level=error event=reload-failed file=\"%s\" msg=\"nothing changed\"", path ? path : "-");
-        reopen_access_log(ctx->app, ctx->in_force->access_log);
-        goto out;
-    }
+    /* Refused authentication settings keep the ones in force; the other settings apply all the same. */
+    bool jwt_kept = reload_jwt(ctx, next) != 0;
     reload_lists(ctx, next);
     reload_webhooks(ctx, next);
     size_t log_flag = (size_t)(flags_find(fs, "access-log") - flags);
@@ -296,6 +290,11 @@ int tallyd_reload(reload_ctx_t *ctx)
     for (size_t i = 0; i < fs->count; i++) {
         if (!changed[i])
             continue;
+        if (jwt_kept && is_jwt_flag(&flags[i])) {
+            log_line("level=warn event=config-kept flag=%s msg=\"refused (see above); the value in force stays\"",
+                     flags[i].name);
+            continue;
+        }
         if (!(flags[i].opts & FLAG_RELOADS)) {
             log_line("level=warn event=restart-needed flag=%s msg=\"changed in %s; applies at the next restart\"",
                      flags[i].name, path);
@@ -311,14 +310,16 @@ int tallyd_reload(reload_ctx_t *ctx)
         texts[i] = NULL;
         nchanged++;
     }
-    o->jwt_secret_file = next->jwt_secret_file;
-    o->jwt_keys = next->jwt_keys;
-    o->jwt_jwks_url = next->jwt_jwks_url;
-    o->jwt_jwks_refresh_ms = next->jwt_jwks_refresh_ms;
-    o->jwt_issuer = next->jwt_issuer;
-    o->jwt_audience = next->jwt_audience;
-    o->jwt_user_claim = next->jwt_user_claim;
-    o->jwt_admin_claim = next->jwt_admin_claim;
+    if (!jwt_kept) {
+        o->jwt_secret_file = next->jwt_secret_file;
+        o->jwt_keys = next->jwt_keys;
+        o->jwt_jwks_url = next->jwt_jwks_url;
+        o->jwt_jwks_refresh_ms = next->jwt_jwks_refresh_ms;
+        o->jwt_issuer = next->jwt_issuer;
+        o->jwt_audience = next->jwt_audience;
+        o->jwt_user_claim = next->jwt_user_claim;
+        o->jwt_admin_claim = next->jwt_admin_claim;
+    }
     o->write_rule = next->write_rule;
     o->read_rule = next->read_rule;
     o->who_reacted = next->who_reacted;
@@ -334,7 +335,17 @@ int tallyd_reload(reload_ctx_t *ctx)
     o->trusted_proxies = next->trusted_proxies;
     o->real_ip_header = next->real_ip_header;
     if (path) {
-        /* The in-force strings now point into this file's text; the previous reload's is unused. */
+        /* The in-force strings now point into this file's text; the previous reload's is unused,
+         * unless kept authentication settings still point into it: then it stays until exit. */
+        if (jwt_kept) {
+            retired_t *r = calloc(1, sizeof(retired_t) + sizeof(conf_t));
+            if (r) {
+                *(conf_t *)(r + 1) = *ctx->conf;
+                r->holds_conf = true;
+                retire(ctx, r);
+            }
+            *ctx->conf = (conf_t){0}; /* out of memory: left unfreed rather than freed in use */
+        }
         conf_free(ctx->conf);
         *ctx->conf = conf;
         conf = (conf_t){0};
@@ -358,6 +369,8 @@ void tallyd_reload_free(reload_ctx_t *ctx)
         next = r->next;
         if (r->log)
             fclose(r->log);
+        if (r->holds_conf)
+            conf_free((conf_t *)(r + 1));
         free(r);
     }
     ctx->retired = NULL;

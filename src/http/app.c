@@ -184,7 +184,8 @@ void app_on_respond(void *arg, http_request_t *req, int status, size_t body_byte
         access_log_line(app, access_log, req, route.id, status, body_bytes);
     /* The item reads' bodies depend on who asks (viewer) and, with CORS, on the Origin: a cache
      * must key them on these, on every answer of the route (a 304 and an error too). */
-    bool vary_user = route.id == ROUTE_ITEM || route.id == ROUTE_ITEMS || route.id == ROUTE_VIEWER;
+    bool vary_user =
+        route.id == ROUTE_ITEM || route.id == ROUTE_ITEMS || route.id == ROUTE_VIEWER || route.id == ROUTE_REACTION;
     if (vary_user) {
         const cors_list_t *cors = atomic_load(&app->cors);
         http_add_header(req, "vary",

@@ -79,6 +79,7 @@ static void reaction_answer(item_read_t *rd, span_t item, const reaction_row_t *
     answer_set_body(&rd->answer, 200, ANSWER_JSON, text, strlen(text));
     rd->answer.has_etag = true;
     rd->answer.etag_version = row->version;
+    rd->answer.cache = ANSWER_CACHE_PRIVATE; /* the user's own row: never stored by a shared cache */
 }
 
 /* Every read answer carries a weak ETag, a function of the body alone: the same on every node,

@@ -157,12 +157,14 @@ class PublicReadTest(SharedServerTestCase, CacheCase):
                 self.assertNotIn("cache-control", hdrs)
                 self.assertNotIn("etag", hdrs)
 
-    def test_other_reads_are_not_marked_cacheable(self):
+    def test_own_reaction_is_private_with_its_version_tag(self):
+        """GET …/reaction is the user's own row: private, never stored, Vary kept; its ETag stays
+        the row's version (the one If-Match takes)."""
         item, user = uid("c"), uid("u")
         st, hdrs, _ = self.get(self.srv, "/v1/items/%s/reaction" % item, {"X-User-Id": user})
         self.assertEqual((st, hdrs.get("etag")), (200, '"0"'))
-        self.assertNotIn("cache-control", hdrs)
-        self.assertNotIn("vary", hdrs)
+        self.assertEqual(hdrs.get("cache-control"), "private, no-store")
+        self.assertEqual(hdrs.get("vary"), VARY)
 
 
 class ViewerTest(SharedServerTestCase, CacheCase):

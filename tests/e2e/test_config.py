@@ -183,6 +183,25 @@ class TestLogFormat(ConfigTestCase):
         self.assertIn("--log-format", err)
 
 
+class TestFlagNames(ConfigTestCase):
+    def test_abbreviations_refused_and_secrets_never_echoed(self):
+        data = store_args(os.path.join(self.tmp, "d"))
+        for args in (["--list", "127.0.0.1:0"], ["--thread", "4"], ["--listen=127.0.0.1:0", "--log-f", "json"]):
+            rc, out, err = run_tallyd(args + data)
+            self.assertEqual(rc, 2, (args, err))
+            self.assertIn("unknown flag", err)
+        for args in (["--sotre=postgresql://u:hunter2pw@h/db"], ["postgresql://u:hunter2pw@h/db"]):
+            rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] + args + data)
+            self.assertEqual(rc, 2, (args, err))
+            self.assertNotIn("hunter2pw", err)
+
+    def test_store_twice_refused(self):
+        rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--store", "postgresql://h1/db",
+                                   "--store", "postgresql://h2/db"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("more than once", err)
+
+
 class TestReload(ConfigTestCase):
     def reload(self, s, event):
         n = s.stderr().count(event)
@@ -241,6 +260,61 @@ class TestReload(ConfigTestCase):
             wait_for(lambda: "/v1/items/after2" in open(log).read(), what="the access line after reload")
             line = [l for l in open(log) if "/v1/items/after2" in l][-1]
             self.assertIn("peer=127.0.0.9 proxy=127.0.0.1", line)
+
+    def test_refused_secret_keeps_the_old_one_and_the_rest_applies(self):
+        import base64, hashlib, hmac
+        from harness import secret as new_secret
+
+        def b64(d):
+            return base64.urlsafe_b64encode(d).rstrip(b"=").decode()
+
+        def tok(user, secret):
+            h = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+            p = b64(json.dumps({"sub": user, "exp": int(time.time()) + 300}).encode())
+            sig = hmac.new(secret.encode(), (h + "." + p).encode(), hashlib.sha256).digest()
+            return {"Authorization": "Bearer " + h + "." + p + "." + b64(sig)}
+
+        good, weak = new_secret("kept"), "A" * 40
+        good_path, weak_path = os.path.join(self.tmp, "good"), os.path.join(self.tmp, "weak")
+        write(good_path, good + "\n")
+        write(weak_path, weak + "\n")
+        path = self.conf("jwt-secret-file = %s\nrate-limit = off\n" % good_path)
+        with Server(args=["--config", path], env=child_env()) as s:
+            item = uid("i")
+            write(path, "jwt-secret-file = %s\nrate-limit = 1/s:1\n" % weak_path)
+            self.reload(s, "event=reloaded")
+            err = s.stderr()
+            self.assertIn("event=secrets-reload", err)
+            self.assertIn("event=config-kept flag=--jwt-secret-file", err)
+            self.assertNotIn("event=config-changed flag=--jwt-secret-file", err)
+            self.assertIn("event=config-changed flag=--rate-limit", err, "the other settings apply")
+            st = s.request("GET", "/v1/items/%s/reaction" % item, headers=tok("u1", good))[0]
+            self.assertEqual(st, 200, "the secret in force was kept")
+            self.assertEqual(s.request("GET", "/v1/items/%s/reaction" % item, headers=tok("u1", weak))[0], 401)
+            codes = [s.request("PUT", "/v1/items/%s/reaction" % item, body={"reaction": r},
+                               headers=tok("u2", good))[0] for r in ("like", "dislike", "like")]
+            self.assertIn(429, codes, "the rate limit of the same reload applies")
+            # the next reload with a good secret file applies it (the kept values were not lost)
+            write(path, "jwt-secret-file = %s\nrate-limit = off\n" % good_path)
+            n = s.stderr().count("event=secrets-reloaded")
+            self.reload(s, "event=reloaded")
+            self.assertGreater(s.stderr().count("event=secrets-reloaded"), n)
+            st = s.request("GET", "/v1/items/%s/reaction" % item, headers=tok("u1", good))[0]
+            self.assertEqual(st, 200)
+
+    def test_switch_to_tokens_is_not_logged_as_changed(self):
+        secret_path = os.path.join(self.tmp, "s")
+        write(secret_path, "x" * 10 + "\n")
+        path = self.conf("cors-origin = %s\n" % A)
+        with Server(args=["--config", path]) as s:
+            write(path, "cors-origin = %s\njwt-secret-file = %s\n" % (B, secret_path))
+            self.reload(s, "event=reloaded")
+            err = s.stderr()
+            self.assertIn("event=restart-needed flag=--jwt-secret-file", err)
+            self.assertNotIn("event=config-changed flag=--jwt-secret-file", err)
+            self.assertEqual(allowed_origin(s, B), B)
+            self.assertEqual(s.request("GET", "/v1/items/x/reaction", headers={"X-User-Id": "u"})[0], 200,
+                             "still development mode")
 
     def test_command_line_value_never_changes_on_reload(self):
         path = self.conf("cors-origin = %s\n" % A)

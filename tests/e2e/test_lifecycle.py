@@ -10,7 +10,7 @@ import threading
 import time
 import unittest
 
-from harness import (LISTEN_RE, REPO_ROOT, Server, TallyTestCase, child_env, embedded_only, run_tallyd,
+from harness import (LISTEN_RE, REPO_ROOT, SLOW, Server, TallyTestCase, child_env, embedded_only, run_tallyd,
                      store_args, uid)
 
 
@@ -229,14 +229,20 @@ class StartupTest(TmpDirCase):
         """ps -L, top -H and gdb tell the engine's threads apart: /proc/PID/task/*/comm."""
         with Server() as s:
             self.assertEqual(s.put(uid("item"), uid("user"), "like")[0], 200)
-            names = []
             task_dir = "/proc/%d/task" % s.pid
-            for tid in os.listdir(task_dir):
-                try:
-                    with open(os.path.join(task_dir, tid, "comm")) as f:
-                        names.append(f.read().strip())
-                except OSError:
-                    pass  # a thread that ended meanwhile (the row filter's fill)
+            wanted = ("tally-writer", "tally-feed", "tally-trending", "tally-recount")
+            deadline = time.monotonic() + 5 * SLOW  # a thread names itself once it runs
+            while True:
+                names = []
+                for tid in os.listdir(task_dir):
+                    try:
+                        with open(os.path.join(task_dir, tid, "comm")) as f:
+                            names.append(f.read().strip())
+                    except OSError:
+                        pass  # a thread that ended meanwhile (the row filter's fill)
+                if all(w in names for w in wanted) or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.05)
             for want in ("tally-writer", "tally-feed", "tally-trending", "tally-recount"):
                 self.assertEqual(names.count(want), 1, "%s among %r" % (want, sorted(names)))
 
