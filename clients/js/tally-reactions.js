@@ -316,9 +316,14 @@ export class TallyReactions extends HTMLElement {
       this.viewer = Array.isArray(r.reactions) ? { reactions: r.reactions, version: r.version }
         : { reaction: r.reaction, version: r.version };
       if (r.cursor) this.writeCursor = r.cursor;
-      if (!r.changed) {
+      if ('counts' in r) {
+        // The answer's counts: exactly this write and everything before it (null while hidden),
+        // so they replace the drawing's guess, also when nothing changed.
+        this.counts = r.counts ? { ...r.counts } : null;
+        if (r.reactors !== undefined) this.reactors = r.reactors;
+      } else if (!r.changed) { // a server without counts in its answers
         const fresh = await c.item(this.item).catch(() => null); // the drawing assumed a change
-        if (fresh) { this.counts = { ...fresh.counts }; this.viewer = fresh.viewer || this.viewer; }
+        if (fresh) { this.counts = fresh.counts ? { ...fresh.counts } : null; this.viewer = fresh.viewer || this.viewer; }
       }
       this.dispatchEvent(new CustomEvent('tally-change', { detail: r }));
     } catch (err) {

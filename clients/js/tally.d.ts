@@ -36,6 +36,11 @@ export interface WriteResult {
   changed: boolean;
   /** the change feed's cursor of this write's transition (when it changed something) */
   cursor?: string;
+  /** the item's counts exactly as folding the change feed up to and including cursor gives (when
+   * nothing changed: at some moment during the request); null while the item's policy hides them */
+  counts: Record<Kind, number> | null;
+  /** many mode: users whose set is not empty, as counts (null while hidden) */
+  reactors?: number | null;
 }
 
 export interface WriteOptions {

@@ -257,7 +257,9 @@ export class TallyClient {
     }
   }
 
-  // --- writes: {item, reaction (or reactions), previous, version, changed, cursor?} ---
+  // --- writes: {item, reaction (or reactions), previous, version, changed, cursor?, counts, reactors?} ---
+  // counts: the item's counts exactly as folding the change feed up to the answer's cursor gives
+  // (this write included), null while the item's policy hides them; show them at once after a click.
 
   async _write(method, path, body, { ifMatch, idempotencyKey, signal } = {}) {
     const headers = { 'Idempotency-Key': idempotencyKey || newIdempotencyKey() };

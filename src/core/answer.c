@@ -8,6 +8,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static const struct {
     const char *code;
@@ -112,11 +113,11 @@ static bool spliceable(const answer_t *a)
     return a->body && a->body != fallback_body && a->body_len && a->body[a->body_len - 1] == '}';
 }
 
-int answer_reserve_cursor(answer_t *a)
+int answer_reserve(answer_t *a, size_t extra)
 {
     if (!spliceable(a))
         return -1;
-    size_t need = a->body_len - 1 + ANSWER_CURSOR_ROOM;
+    size_t need = a->body_len - 1 + extra;
     if (body_room(a) >= need)
         return 0;
     char *body = realloc(a->body, need);
@@ -125,6 +126,116 @@ int answer_reserve_cursor(answer_t *a)
     a->body = body;
     a->body_cap = need;
     return 0;
+}
+
+int answer_reserve_cursor(answer_t *a)
+{
+    return answer_reserve(a, ANSWER_CURSOR_ROOM);
+}
+
+/* Where the counts splice puts each number: ,"counts":{"like":N,…}[,"reactors":N]} with its numbers
+ * left out; the writer of the pieces (the splice, or the SQL format) puts them back. */
+#define COUNT_DIGITS_MAX 20 /* -9223372036854775808 */
+
+size_t answer_counts_room(const kinds_t *kinds)
+{
+    size_t room = sizeof ",\"counts\":{}}" - 1;
+    for (int c = 1; c <= kinds->count; c++)
+        room += strlen(kinds_name(kinds, c)) + sizeof "\"\":," - 1 + COUNT_DIGITS_MAX;
+    if (kinds->mode == REACTION_MODE_MANY)
+        room += sizeof ",\"reactors\":" - 1 + COUNT_DIGITS_MAX;
+    return room;
+}
+
+/* Appends text to out at *n. */
+static void put_text(char *out, size_t *n, const char *text, size_t len)
+{
+    memcpy(out + *n, text, len);
+    *n += len;
+}
+
+/* Appends v in decimal (the writer does this for every answer: no printf). */
+static void put_int(char *out, size_t *n, int64_t v)
+{
+    char digits[COUNT_DIGITS_MAX];
+    size_t d = 0;
+    uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
+    do
+        digits[d++] = (char)('0' + u % 10);
+    while ((u /= 10) != 0);
+    if (v < 0)
+        out[(*n)++] = '-';
+    while (d)
+        out[(*n)++] = digits[--d];
+}
+
+#define PUT(out, n, lit) put_text(out, n, lit, sizeof lit - 1)
+
+/* Appends the splice to out (room answer_counts_room(kinds) + 1), numbers from counts or, with
+ * counts NULL and fmt false, null; with fmt, %s for each number. Returns its length. */
+static size_t counts_splice(const kinds_t *kinds, const int64_t *counts, bool fmt, char *out)
+{
+    size_t n = 0;
+    bool many = kinds->mode == REACTION_MODE_MANY;
+    if (!counts && !fmt) {
+        PUT(out, &n, ",\"counts\":null");
+        if (many)
+            PUT(out, &n, ",\"reactors\":null");
+        out[n++] = '}';
+        out[n] = '\0';
+        return n;
+    }
+    PUT(out, &n, ",\"counts\":{");
+    for (int c = 1; c <= kinds->count; c++) {
+        if (c > 1)
+            out[n++] = ',';
+        out[n++] = '"';
+        put_text(out, &n, kinds_name(kinds, c), strlen(kinds_name(kinds, c)));
+        PUT(out, &n, "\":");
+        if (fmt)
+            PUT(out, &n, "%s");
+        else
+            put_int(out, &n, counts[c]);
+    }
+    out[n++] = '}';
+    if (many) {
+        PUT(out, &n, ",\"reactors\":");
+        if (fmt)
+            PUT(out, &n, "%s");
+        else
+            put_int(out, &n, counts[KIND_NONE]);
+    }
+    out[n++] = '}';
+    out[n] = '\0';
+    return n;
+}
+
+int answer_set_counts(answer_t *a, const kinds_t *kinds, const int64_t *counts)
+{
+    if (!spliceable(a))
+        return -1;
+    char tail[1024]; /* 16 kinds of 32 bytes: well under */
+    assert(answer_counts_room(kinds) < sizeof tail);
+    size_t n = counts_splice(kinds, counts, false, tail);
+    assert(n <= answer_counts_room(kinds));
+    size_t len = a->body_len - 1 + n;
+    if (body_room(a) < len) { /* nothing reserved: grow now (before a commit only) */
+        char *body = realloc(a->body, len);
+        if (!body)
+            return -1;
+        a->body = body;
+        a->body_cap = len;
+    }
+    memcpy(a->body + a->body_len - 1, tail, n);
+    a->body_len = len;
+    return 0;
+}
+
+size_t answer_counts_format(const kinds_t *kinds, char *buf, size_t len)
+{
+    if (len <= answer_counts_room(kinds))
+        return 0;
+    return counts_splice(kinds, NULL, true, buf);
 }
 
 int answer_set_cursor(answer_t *a, uint64_t cursor)

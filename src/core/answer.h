@@ -55,6 +55,26 @@ typedef struct {
 int answer_write_result(answer_t *a, const kinds_t *kinds, span_t item, kindset_t reaction, kindset_t previous,
                         uint64_t version, bool changed);
 
+/* The most a counts splice adds to a write result's body for kinds (see answer_set_counts). */
+size_t answer_counts_room(const kinds_t *kinds);
+
+/* Makes room for later splices of extra bytes in all, so that they never allocate. Returns 0, or -1
+ * (out of memory, or a body that cannot be spliced; a unchanged). */
+int answer_reserve(answer_t *a, size_t extra);
+
+/* A write result carries the item's counts: appends ,"counts":{"<kind>":N,…} (every configured kind,
+ * in the configured order) and in many mode ,"reactors":N before the body's closing brace; with
+ * counts NULL (hidden from the asker) "counts":null and "reactors":null. counts[code] for codes
+ * 1..count, [0] the reactors. Writes into reserved room without allocating; else allocates. Returns
+ * 0, or -1 (a unchanged). */
+int answer_set_counts(answer_t *a, const kinds_t *kinds, const int64_t *counts);
+
+/* The same splice as a format for a store that learns the counts at commit and completes a stored
+ * body in SQL: the text answer_set_counts appends, closing brace included, with %s in place of each
+ * number (the kinds in order, then the reactors in many mode): PostgreSQL's format() of the numbers
+ * gives answer_set_counts's bytes. Returns its length, or 0 when len is too small. */
+size_t answer_counts_format(const kinds_t *kinds, char *buf, size_t len);
+
 /* Makes room for a later answer_set_cursor, so that the splice itself never allocates: the writer
  * reserves before the commit what it splices after. Returns 0, or -1 (out of memory; a unchanged). */
 int answer_reserve_cursor(answer_t *a);

@@ -2,6 +2,7 @@
 #include "core/itemmap.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/hash.h"
 #include "core/slotindex.h"
@@ -70,6 +71,13 @@ bool itemmap_entry_is_zero(const itemmap_entry_t *e)
         if (e->deltas[k] != 0)
             return false;
     return true;
+}
+
+void itemmap_clear(itemmap_t *m)
+{
+    m->count = 0;
+    if (m->slots)
+        memset(m->slots, 0, m->nslots * sizeof *m->slots);
 }
 
 void itemmap_free(itemmap_t *m)

@@ -31,6 +31,9 @@ itemmap_entry_t *itemmap_find(const itemmap_t *m, span_t item);
 /* True when every delta of e is zero. */
 bool itemmap_entry_is_zero(const itemmap_entry_t *e);
 
+/* Forgets every entry, keeping the memory. */
+void itemmap_clear(itemmap_t *m);
+
 void itemmap_free(itemmap_t *m);
 
 #endif

@@ -180,6 +180,7 @@ static int record_submit(writer_t *w, writer_group_t *g, const record_t *rec)
     cmd->react.op = REACT_SET;
     cmd->react.arg = rec->set;
     cmd->react.no_policy = true; /* an import applies rows as they are */
+    cmd->react.no_counts = true;
     memcpy(cmd->react.item, rec->item.ptr, rec->item.len);
     cmd->react.item_len = rec->item.len;
     memcpy(cmd->react.user, rec->user.ptr, rec->user.len);

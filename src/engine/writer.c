@@ -6,12 +6,14 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/clock.h"
+#include "core/itemmap.h"
 #include "core/log.h"
 #include "engine/pipeline.h"
 #include "engine/policies.h"
@@ -63,6 +65,24 @@ struct writer {
     uint64_t last_seq;                         /* the last one's position (0: taken at commit) */
     char (*resume_saved)[ID_MAX_LEN];          /* batch_max each: the commands' resume points before an attempt */
     size_t *resume_saved_len;
+    /* The write answers' counts (writer thread; each attempt anew). own: per item, the deltas of the
+     * entries this transaction appended so far. Where the counts are known in the transaction (the
+     * embedded store, which folds in it), base: per item, the counts as of the transaction's start
+     * (folded, plus the entries not folded yet), read before its first command; else asks, filled by
+     * the commit (store_counts_at_commit). */
+    bool counts_at_commit;
+    itemmap_t own, base;
+    /* Where the counts are known in the transaction: per item, the deltas of the committed entries
+     * after the checkpoint, kept across transactions (so that a batch never scans the log for them,
+     * however long --fold-window leaves them), while valid: from a commit whose fold left nothing
+     * behind until one whose fold did not finish (then the log is scanned until the next). tx_*: what
+     * the open transaction did. */
+    itemmap_t unfolded;
+    bool unfolded_valid;
+    bool tx_folded, tx_fold_complete;
+    uint32_t tx_appends_after_fold;
+    store_counts_ask_t *asks; /* batch_max */
+    size_t nasks;
     writer_stats_t stats;
 };
 
@@ -133,6 +153,11 @@ static int idem_lookup(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
     cmd->answer.etag_version = rec.etag_version;
     cmd->answer.replayed = true;
     cmd->react.cursor_ordinal = rec.cursor_ordinal;
+    cmd->react.counts_ask = rec.counts_ask; /* the first answer's counts, from the same ask */
+    if (rec.counts_ask && answer_reserve(&cmd->answer, ANSWER_CURSOR_ROOM + answer_counts_room(w->kinds)) != 0) {
+        answer_problem(&cmd->answer, 500, "internal", "out of memory");
+        return 1;
+    }
     atomic_fetch_add_explicit(&w->stats.replays, 1, memory_order_relaxed);
     return 1;
 }
@@ -151,6 +176,7 @@ static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, ui
         .etag_version = a->etag_version,
         .body = {a->body, a->body_len},
         .cursor_ordinal = r->cursor_ordinal,
+        .counts_ask = r->counts_ask,
     };
     memcpy(rec.fingerprint, r->fingerprint, FINGERPRINT_LEN);
     return store_idem_put(tx, (span_t){r->user, r->user_len}, (span_t){r->key, r->key_len}, &rec);
@@ -183,6 +209,11 @@ static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t
         rc = store_log_append(tx, &t, &seq);
     if (rc != STORE_OK)
         return rc;
+    itemmap_entry_t *own = itemmap_get(&w->own, item);
+    if (!own)
+        return STORE_ERROR; /* out of memory: the batch is void */
+    reaction_deltas_add(row->set, target, own->deltas);
+    w->tx_appends_after_fold++;
     atomic_compare_exchange_strong(&w->stats.oldest_unfolded_ms, &none, now_ms);
     atomic_fetch_add_explicit(&w->stats.transitions, 1, memory_order_relaxed);
     w->tx_appends++;
@@ -427,18 +458,95 @@ static int writer_cursor(writer_t *w, write_cmd_t *cmd)
 
 /* The item's policy against the write from previous to target: false having answered a refusal (403;
  * nothing is written, nor stored under the Idempotency-Key: only 2xx and 412 answers are). */
-static bool policy_allows(writer_t *w, write_cmd_t *cmd, kindset_t previous, kindset_t target)
+static bool policy_allows(writer_t *w, write_cmd_t *cmd, const policy_t *p, kindset_t previous, kindset_t target)
 {
-    const write_react_t *r = &cmd->react;
-    policy_t p;
-    if (r->no_policy || !policies_lookup(w->opt.policies, (span_t){r->item, r->item_len}, &p))
+    if (!p)
         return true;
-    policy_verdict_t v = policy_check(w->kinds, &p, previous, target);
+    policy_verdict_t v = policy_check(w->kinds, p, previous, target);
     if (v == POLICY_OK)
         return true;
     policies_count_refusal(w->opt.policies, v);
-    answer_policy_refusal(&cmd->answer, w->kinds, v, policy_allowed(w->kinds, &p), p.max_kinds);
+    answer_policy_refusal(&cmd->answer, w->kinds, v, policy_allowed(w->kinds, p), p->max_kinds);
     return false;
+}
+
+/* The counts of the transaction's batch items as of its start (the embedded store): each item's
+ * folded counts plus its entries after the checkpoint, read before any command of the batch. */
+typedef struct {
+    itemmap_t *base;
+    int rc;
+} base_scan_t;
+
+static int base_scan_one(void *arg, uint64_t seq, const transition_t *t)
+{
+    (void)seq;
+    base_scan_t *b = arg;
+    itemmap_entry_t *e = itemmap_find(b->base, t->item);
+    if (e) /* not an item of this batch: not needed */
+        reaction_deltas_add(t->from, t->to, e->deltas);
+    return 0;
+}
+
+static int writer_counts_base(writer_t *w, store_write_t *tx, const write_cmd_t *batch)
+{
+    bool any = false;
+    for (const write_cmd_t *c = batch; c; c = c->next) {
+        if (c->type != WRITE_REACT || c->react.no_counts)
+            continue;
+        span_t item = {c->react.item, c->react.item_len};
+        if (itemmap_find(&w->base, item))
+            continue;
+        itemmap_entry_t *e = itemmap_get(&w->base, item);
+        if (!e)
+            return STORE_ERROR;
+        int rc = store_counts_folded(tx, item, e->deltas);
+        if (rc != STORE_OK)
+            return rc;
+        const itemmap_entry_t *u = w->unfolded_valid ? itemmap_find(&w->unfolded, item) : NULL;
+        for (int c = 0; u && c <= w->kinds->count; c++)
+            e->deltas[c] += u->deltas[c];
+        any = true;
+    }
+    if (!any || w->unfolded_valid)
+        return STORE_OK;
+    uint64_t checkpoint;
+    int rc = store_checkpoint_get(tx, &checkpoint);
+    base_scan_t b = {&w->base, STORE_OK};
+    if (rc == STORE_OK) /* usually nothing: the fold of the batch before caught up */
+        rc = store_log_scan(tx, checkpoint, SIZE_MAX, base_scan_one, &b);
+    return rc;
+}
+
+/* The write answer's counts: exactly the fold of the log up to its own entry (or, unchanged, to the
+ * transaction's newest entry so far): the counts as of the transaction's start plus its own entries of
+ * the item so far. Known now (spliced, and stored with the answer), or at commit (room reserved, and an
+ * ask whose result the commit splices into the stored record and writer_run_batch into the answer).
+ * hidden: the item's policy hides them from this writer (null). */
+static int writer_counts(writer_t *w, write_cmd_t *cmd, bool hidden)
+{
+    write_react_t *r = &cmd->react;
+    span_t item = {r->item, r->item_len};
+    if (hidden)
+        return answer_set_counts(&cmd->answer, w->kinds, NULL) == 0 ? STORE_OK : STORE_ERROR;
+    const itemmap_entry_t *own = itemmap_find(&w->own, item);
+    if (!w->counts_at_commit) {
+        const itemmap_entry_t *base = itemmap_find(&w->base, item);
+        if (!base)
+            return STORE_ERROR; /* read before the batch for every item of it */
+        int64_t counts[KINDS_MAX + 1];
+        for (int c = 0; c <= w->kinds->count; c++)
+            counts[c] = base->deltas[c] + (own ? own->deltas[c] : 0);
+        return answer_set_counts(&cmd->answer, w->kinds, counts) == 0 ? STORE_OK : STORE_ERROR;
+    }
+    assert(w->nasks < w->opt.batch_max && "one ask a command at most");
+    store_counts_ask_t *a = &w->asks[w->nasks];
+    *a = (store_counts_ask_t){.item = item, .user = {r->user, r->user_len}, .key = {r->key, r->key_len}};
+    if (own)
+        memcpy(a->deltas, own->deltas, sizeof a->deltas);
+    if (answer_reserve(&cmd->answer, ANSWER_CURSOR_ROOM + answer_counts_room(w->kinds)) != 0)
+        return STORE_ERROR;
+    r->counts_ask = (uint32_t)++w->nasks;
+    return STORE_OK;
 }
 
 /* A reaction write: idempotency record, row, If-Match, policy, transition. */
@@ -455,13 +563,15 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
     int rc = store_row_get(tx, item, user, &row);
     if (rc != STORE_OK)
         return rc;
+    policy_t policy;
+    bool has_policy = !r->no_policy && policies_lookup(w->opt.policies, item, &policy);
     if (r->has_if_match && !if_match_holds(&r->if_match, row.version)) {
         answer_version_mismatch(&cmd->answer, w->kinds, row.set, row.version);
     } else {
         kindset_t previous = row.set;
         uint64_t version_before = row.version;
         kindset_t target = reaction_target(w->kinds->mode, r->op, r->arg, previous);
-        if (!policy_allows(w, cmd, previous, target))
+        if (!policy_allows(w, cmd, has_policy ? &policy : NULL, previous, target))
             return STORE_OK;
         if (target != previous && (rc = writer_transition(w, tx, item, user, &row, target, now_ms)) != STORE_OK)
             return rc;
@@ -474,6 +584,8 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
             r->changed)
             return STORE_ERROR;
         if ((rc = writer_cursor(w, cmd)) != STORE_OK)
+            return rc;
+        if (!r->no_counts && (rc = writer_counts(w, cmd, has_policy && policy.hidden && !r->admin)) != STORE_OK)
             return rc;
     }
     return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
@@ -522,6 +634,9 @@ static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms, boo
     int rc = pipeline_fold(tx, w->opt.fold_max, &res);
     if (rc != STORE_OK)
         return rc;
+    w->tx_folded = true;
+    w->tx_fold_complete = !res.more;
+    w->tx_appends_after_fold = 0;
     w->last_fold_ms = mono_now_ms;
     w->fold_backlog = res.more;
     atomic_store_explicit(&w->stats.oldest_unfolded_ms, res.more ? res.oldest_unfolded_ms : 0, memory_order_relaxed);
@@ -628,6 +743,11 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
     WRITER_THREAD_ONLY(w);
     store_write_t *tx = NULL;
     w->tx_appends = 0;
+    itemmap_clear(&w->own);
+    itemmap_clear(&w->base);
+    w->nasks = 0;
+    w->tx_folded = w->tx_fold_complete = false;
+    w->tx_appends_after_fold = 0;
     *log_base = 0;
     *folded = false;
     if (!w->apart) /* else the fold thread's */
@@ -643,8 +763,12 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
     bool may_fold = fold && store_write_may_fold(tx);
     if (rc == STORE_OK)
         rc = writer_prepare(w, tx, batch, may_fold ? pipeline_fold_scan(w->opt.fold_max) : 0);
+    if (rc == STORE_OK && !w->counts_at_commit)
+        rc = writer_counts_base(w, tx, batch);
     for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
         rc = writer_apply(w, tx, c, now_ms);
+    if (rc == STORE_OK && w->nasks)
+        rc = store_counts_at_commit(tx, w->asks, w->nasks);
     if (rc == STORE_OK && fold) {
         rc = writer_fold(w, tx, mono_now, may_fold);
         *folded = true;
@@ -683,6 +807,7 @@ static void writer_reset(writer_t *w, write_cmd_t *batch)
         case WRITE_REACT:
             c->react.changed = 0;
             c->react.cursor_ordinal = 0;
+            c->react.counts_ask = 0;
             break;
         case WRITE_CLEAR_ITEM:
         case WRITE_CLEAR_USER:
@@ -699,6 +824,28 @@ static void writer_reset(writer_t *w, write_cmd_t *batch)
         case WRITE_AUX:
             break;
         }
+    }
+}
+
+/* After a committed transaction (where the counts are known in it): the entries after the checkpoint
+ * as it left them. A fold that finished with nothing appended after it leaves none; a transaction that
+ * did not fold adds its own; a fold that did not finish leaves them unknown until the next that does. */
+static void unfolded_commit(writer_t *w)
+{
+    if (w->tx_folded) {
+        itemmap_clear(&w->unfolded);
+        w->unfolded_valid = w->tx_fold_complete && w->tx_appends_after_fold == 0;
+        return;
+    }
+    for (size_t i = 0; w->unfolded_valid && i < w->own.count; i++) {
+        const itemmap_entry_t *o = &w->own.entries[i];
+        itemmap_entry_t *u = itemmap_get(&w->unfolded, (span_t){o->item, o->item_len});
+        if (!u) { /* out of memory: the log is scanned until the next fold that finishes */
+            w->unfolded_valid = false;
+            break;
+        }
+        for (int c = 0; c <= w->kinds->count; c++)
+            u->deltas[c] += o->deltas[c];
     }
 }
 
@@ -737,6 +884,8 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
     }
     if (!w->apart)
         fold_publish(w, rc == STORE_OK);
+    if (rc == STORE_OK && !w->counts_at_commit)
+        unfolded_commit(w);
     if (rc != STORE_OK) {
         if (n || !w->failing) /* an empty batch (a fold, a poll) failing again says nothing new */
             log_line("level=error event=commit-failed commands=%zu error=\"%s\"", n, store_error_detail(rc));
@@ -780,6 +929,13 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
              * The room was reserved before the commit, so this cannot fail; if it did, the committed
              * write is still answered as done, without its cursor, never as a failure. */
             log_line("level=error event=cursor-splice-failed");
+        }
+        if (rc == STORE_OK && c->type == WRITE_REACT && c->react.counts_ask) {
+            /* the counts came with the commit, spliced into the stored record the same way; room
+             * reserved before it, so this cannot fail either */
+            const store_counts_ask_t *a = &w->asks[c->react.counts_ask - 1];
+            if (!a->filled || answer_set_counts(&c->answer, w->kinds, a->out) != 0)
+                log_line("level=error event=counts-splice-failed");
         }
         if (c->type == WRITE_REACT)
             histogram_observe(&w->stats.write_seconds, (double)(done_ns - c->submitted_ns) / 1e9);
@@ -946,6 +1102,10 @@ static void writer_free_buffers(writer_t *w)
     free(w->prep_keys);
     free(w->resume_saved);
     free(w->resume_saved_len);
+    free(w->asks);
+    itemmap_free(&w->own);
+    itemmap_free(&w->base);
+    itemmap_free(&w->unfolded);
 }
 
 int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *opt, writer_t **out)
@@ -963,7 +1123,10 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     w->prep_keys = calloc(opt->batch_max, sizeof *w->prep_keys);
     w->resume_saved = calloc(opt->batch_max, sizeof *w->resume_saved);
     w->resume_saved_len = calloc(opt->batch_max, sizeof *w->resume_saved_len);
-    if (!w->prep_rows || !w->prep_keys || !w->resume_saved || !w->resume_saved_len) {
+    w->asks = calloc(opt->batch_max, sizeof *w->asks);
+    /* a store that takes log positions at commit (one that folds apart) learns the counts there */
+    w->counts_at_commit = w->apart;
+    if (!w->prep_rows || !w->prep_keys || !w->resume_saved || !w->resume_saved_len || !w->asks) {
         writer_free_buffers(w);
         free(w);
         return -1;

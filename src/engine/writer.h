@@ -61,6 +61,8 @@ typedef struct {
     bool has_if_match;
     if_match_t if_match;
     bool no_policy; /* applied as it is, whatever the item's policy (an import) */
+    bool no_counts; /* its answer carries no counts (an import: nobody reads it) */
+    bool admin;     /* the writer is an admin: counts hidden by the item's policy are shown */
     size_t key_len; /* Idempotency-Key; 0 = none */
     char key[IDEM_KEY_MAX + 1];
     uint8_t fingerprint[FINGERPRINT_LEN];
@@ -68,6 +70,9 @@ typedef struct {
     /* the writer's: the answer's cursor is the position of the transaction's cursor_ordinal-th
      * appended log entry, known once committed (a store that takes positions at commit); 0: none due */
     uint32_t cursor_ordinal;
+    /* the writer's: the answer's counts come with the commit, from the transaction's counts_ask-th
+     * ask (a store that takes positions at commit); 0: none due */
+    uint32_t counts_ask;
 } write_react_t;
 
 /* WRITE_COUNTS_ADJUST: counts[item] += deltas, a recount's correction. */

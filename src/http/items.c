@@ -455,6 +455,7 @@ void items_write(app_t *app, http_request_t *req, span_t item, item_action_t act
     cmd->react.item_len = item.len;
     memcpy(cmd->react.user, who.user.ptr, who.user.len);
     cmd->react.user_len = who.user.len;
+    cmd->react.admin = who.admin;
     if (cmd->react.key_len &&
         fingerprint_request(http_req_method(req), http_req_target(req), body, cmd->react.fingerprint) != 0) {
         free(w);

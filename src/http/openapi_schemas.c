@@ -97,7 +97,20 @@ static json_t *write_result_schema(bool many)
                         json_pack("{s:s,s:s}", "type", "string", "description",
                                   "the change feed's cursor of this write's transition, when it "
                                   "changed something"));
-    return object(props, REQUIRED("item", many ? "reactions" : "reaction", "previous", "version", "changed"), true);
+    json_object_set_new(props, "counts",
+                        json_pack("{s:[o,{s:s}],s:s}", "oneOf", schema_ref("Counts"), "type", "null", "description",
+                                  "the item's counts exactly as folding the change feed up to and including cursor "
+                                  "gives (this write and everything before it); when nothing changed, the counts at "
+                                  "some moment during the request; null when the item's policy hides its counts "
+                                  "(but for admins); a replay carries the first answer's"));
+    if (many)
+        json_object_set_new(props, "reactors",
+                            json_pack("{s:[s,s],s:i,s:s}", "type", "integer", "null", "minimum", 0, "description",
+                                      "users whose set is not empty, as counts; null when the counts are hidden"));
+    return object(props,
+                  many ? REQUIRED("item", "reactions", "previous", "version", "changed", "counts", "reactors")
+                       : REQUIRED("item", "reaction", "previous", "version", "changed", "counts"),
+                  true);
 }
 
 static json_t *set_body_schema(bool many)
@@ -168,8 +181,8 @@ static void add_examples(json_t *s, const openapi_config_t *cfg)
         json_object_set_new(item, "reactors", json_integer(11));
         json_object_set_new(item, "viewer", json_pack("{s:[s],s:i}", "reactions", k1, "version", 3));
         examples(s, "WriteResult",
-                 json_pack("[{s:s,s:[s],s:[],s:i,s:b,s:s}]", "item", "post-1", "reactions", k1, "previous", "version",
-                           4, "changed", true, "cursor", "8812"));
+                 json_pack("[{s:s,s:[s],s:[],s:i,s:b,s:s,s:O,s:i}]", "item", "post-1", "reactions", k1, "previous",
+                           "version", 4, "changed", true, "cursor", "8812", "counts", counts, "reactors", 11));
         examples(s, "SetReaction", json_pack("[{s:s},{s:[s]}]", "reaction", k1, "reactions", k2));
         examples(s, "ReactionState", json_pack("[{s:s,s:[s],s:i}]", "item", "post-1", "reactions", k1, "version", 3));
         examples(s, "ViewerItems",
@@ -178,8 +191,8 @@ static void add_examples(json_t *s, const openapi_config_t *cfg)
     } else {
         json_object_set_new(item, "viewer", json_pack("{s:s,s:i}", "reaction", k1, "version", 3));
         examples(s, "WriteResult",
-                 json_pack("[{s:s,s:s,s:s,s:i,s:b}]", "item", "post-1", "reaction", k2, "previous", k1, "version", 4,
-                           "changed", true));
+                 json_pack("[{s:s,s:s,s:s,s:i,s:b,s:s,s:O}]", "item", "post-1", "reaction", k2, "previous", k1,
+                           "version", 4, "changed", true, "cursor", "8812", "counts", counts));
         examples(s, "SetReaction", json_pack("[{s:s},{s:s}]", "reaction", k1, "reaction", "none"));
         examples(s, "ReactionState", json_pack("[{s:s,s:s,s:i}]", "item", "post-1", "reaction", k1, "version", 3));
         examples(s, "ViewerItems",

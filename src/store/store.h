@@ -103,7 +103,23 @@ typedef struct {
      * with it (answer_set_cursor's splice: ,"cursor":"<position>" before the closing brace), done
      * in the commit itself. Records read back from the store are complete (0). */
     uint32_t cursor_ordinal;
+    /* Non-zero: the answer's counts are the transaction's counts_ask-th store_counts_ask_t, spliced into
+     * the stored body by the commit (store_counts_at_commit); kept only until then, so that a replay in
+     * the same transaction gets them too. Records read back from the store are complete (0). */
+    uint32_t counts_ask;
 } store_idem_t;
+
+/* A write answer's counts, asked of a store that takes log positions at commit (store_counts_at_commit).
+ * Filled at commit: out = the counts of item as folding the log up to the position just before the
+ * transaction's first appended entry gives (the folded counts plus the item's entries not folded
+ * yet), plus deltas (this transaction's own entries of item up to the answer). */
+typedef struct {
+    span_t item;
+    span_t user, key; /* the idempotency record written in this transaction to complete; key empty: none */
+    int64_t deltas[KINDS_MAX + 1];
+    int64_t out[KINDS_MAX + 1]; /* [0]: the reactors (many mode) */
+    bool filled;                /* out was filled by the commit */
+} store_counts_ask_t;
 
 /* Callbacks of the walks below: return 0 to go on, non-zero to stop (the walk then returns
  * STORE_OK). Their spans are valid only during the call. */
@@ -345,6 +361,16 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
       (w, after, limit, fn, arg))                                                                                      \
     /* counts[item][code] += deltas[code] for each configured kind ([0]: the reactors). w's thread. */                 \
     X(int, counts_add, w, (store_write_t * w, span_t item, const int64_t deltas[KINDS_MAX + 1]), (w, item, deltas))    \
+    /* counts[code] as folded (the counts record as the transaction sees it, zeros when none; [0]: the                 \
+     * reactors). w's thread. */                                                                                       \
+    X(int, counts_folded, w, (store_write_t * w, span_t item, int64_t counts[KINDS_MAX + 1]), (w, item, counts))       \
+    /* For a store that takes log positions at commit (store_log_append gives 0): the answers' counts                  \
+     * (store_counts_ask_t), computed in the commit once the transaction holds the log's head, so every                \
+     * earlier position is committed and seen; each record named is completed by the same statement with               \
+     * answer_set_counts's splice (answer_counts_format, in SQL). asks stays valid, and is filled, until               \
+     * the commit returns (out valid on STORE_OK). One call per transaction, after every write of the                  \
+     * records it names. The embedded store knows its counts in the transaction: STORE_ERROR. w's thread. */           \
+    X(int, counts_at_commit, w, (store_write_t * w, store_counts_ask_t * asks, size_t n), (w, asks, n))                \
     /* The pipeline's checkpoint: the last log seq folded into the counts. w's thread. */                              \
     X(int, checkpoint_get, w, (store_write_t * w, uint64_t * seq), (w, seq))                                           \
     X(int, checkpoint_put, w, (store_write_t * w, uint64_t seq), (w, seq))                                             \

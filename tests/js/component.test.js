@@ -109,6 +109,32 @@ test('a count pushed before the first read is shown, and the buttons are offered
   await p.context().close();
 });
 
+test('a click shows the counts of the write\'s answer (others\' writes before it included), null when hidden', async () => {
+  let answer = { item: 'post-1', reaction: 'like', previous: 'none', version: 1, changed: true, cursor: '20', counts: { like: 12, love: 3 } };
+  const p = await page(async (req) => {
+    const url = new URL(req.url());
+    if (url.pathname === '/v1/live') return sse([], 60000);
+    if (req.method() === 'GET' && url.pathname === '/v1/items') {
+      const ids = url.searchParams.get('ids').split(',');
+      const policy = { kinds: ['like', 'love'], closed: false, counts: 'public' };
+      return json({ items: ids.map((id) => ({ item: id, counts: { like: 7, love: 0 }, policy, viewer: { reaction: 'none', version: 0 } })) });
+    }
+    if (req.method() === 'PUT' || req.method() === 'DELETE') return json(answer);
+    return null;
+  });
+  await p.waitForSelector('tally-reactions[item="post-1"] button[data-kind="like"] .tally-count:text("7")');
+  await btn(p, 'post-1', 'like').click();
+  await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="like"][aria-pressed="true"]');
+  assert.equal(await count(p, 'post-1', 'like'), '12', 'the answer\'s counts, not the guess (8)');
+  assert.equal(await count(p, 'post-1', 'love'), '3');
+  answer = { item: 'post-1', reaction: 'none', previous: 'like', version: 2, changed: true, cursor: '21', counts: null };
+  await btn(p, 'post-1', 'like').click();
+  await p.waitForSelector('tally-reactions[item="post-1"]:not([busy]) button[data-kind="like"][aria-pressed="false"]');
+  assert.equal(await count(p, 'post-1', 'like'), '', 'hidden counts are not drawn');
+  assert.deepEqual(p.problems, []);
+  await p.context().close();
+});
+
 test('live: one stream for the page; pushed counts shown, except those older than our own write', async () => {
   const streams = [];
   let phase = 0; // what the next stream says

@@ -2,6 +2,7 @@
  * subscriptions use (core/strmap.c, checked against a plain array under random inserts and
  * deletes), and the cursor splice of write answers (core/answer.c), reserved before a commit. */
 #include <jansson.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,10 +164,114 @@ static void test_answer_cursor_reserved(void)
     answer_free(&c);
 }
 
+/* A body with its bytes copied in, ready for splices. */
+static void answer_of(answer_t *a, const char *text)
+{
+    size_t n = strlen(text);
+    char *body = malloc(n);
+    CHECK(body != NULL);
+    if (!body)
+        return;
+    memcpy(body, text, n);
+    answer_set_body(a, 200, ANSWER_JSON, body, n);
+}
+
+/* PostgreSQL's format() of the numbers, in C: each %s in turn replaced by the next number. */
+static void format_like_sql(const char *fmt, const int64_t *nums, size_t n, char *out, size_t len)
+{
+    size_t o = 0, i = 0;
+    for (const char *p = fmt; *p && o + 24 < len; p++) {
+        if (p[0] == '%' && p[1] == 's' && i < n) {
+            o += (size_t)snprintf(out + o, len - o, "%lld", (long long)nums[i++]);
+            p++;
+        } else {
+            out[o++] = *p;
+        }
+    }
+    out[o] = '\0';
+}
+
+/* The counts splice of a write answer: every kind in order (zeros too), the reactors in many mode,
+ * null when hidden; the room reserved before is enough for the largest numbers, so the splice after
+ * a commit does not allocate; and the SQL format gives the same bytes. */
+static void test_answer_counts(void)
+{
+    char err[128];
+    kinds_t one, many;
+    CHECK(kinds_parse(&one, "like,dislike", err, sizeof err) == 0);
+    CHECK(kinds_parse(&many, "like,love,haha", err, sizeof err) == 0);
+    many.mode = REACTION_MODE_MANY;
+    answer_t a = {0};
+    answer_of(&a, "{\"item\":\"v1\",\"changed\":true,\"cursor\":\"7\"}");
+    int64_t c1[KINDS_MAX + 1] = {[0] = 12, [1] = 10, [2] = 2};
+    CHECK(answer_set_counts(&a, &one, c1) == 0);
+    static const char want1[] =
+        "{\"item\":\"v1\",\"changed\":true,\"cursor\":\"7\",\"counts\":{\"like\":10,\"dislike\":2}}";
+    CHECK(a.body_len == sizeof want1 - 1 && memcmp(a.body, want1, a.body_len) == 0);
+    answer_free(&a);
+
+    answer_of(&a, "{\"changed\":false}");
+    int64_t c2[KINDS_MAX + 1] = {[0] = 3, [1] = 1, [2] = 0, [3] = 2};
+    CHECK(answer_set_counts(&a, &many, c2) == 0);
+    static const char want2[] = "{\"changed\":false,\"counts\":{\"like\":1,\"love\":0,\"haha\":2},\"reactors\":3}";
+    CHECK(a.body_len == sizeof want2 - 1 && memcmp(a.body, want2, a.body_len) == 0);
+    answer_free(&a);
+
+    answer_of(&a, "{\"changed\":true}");
+    CHECK(answer_set_counts(&a, &many, NULL) == 0);
+    static const char want3[] = "{\"changed\":true,\"counts\":null,\"reactors\":null}";
+    CHECK(a.body_len == sizeof want3 - 1 && memcmp(a.body, want3, a.body_len) == 0);
+    answer_free(&a);
+    answer_of(&a, "{\"changed\":true}");
+    CHECK(answer_set_counts(&a, &one, NULL) == 0);
+    static const char want4[] = "{\"changed\":true,\"counts\":null}";
+    CHECK(a.body_len == sizeof want4 - 1 && memcmp(a.body, want4, a.body_len) == 0);
+    answer_free(&a);
+
+    /* reserved with the cursor's room: both splices of the largest numbers write in place */
+    const kinds_t *modes[] = {&one, &many};
+    for (size_t m = 0; m < 2; m++) {
+        answer_of(&a, "{\"item\":\"v1\",\"changed\":true}");
+        CHECK(answer_reserve(&a, ANSWER_CURSOR_ROOM + answer_counts_room(modes[m])) == 0);
+        const char *held = a.body;
+        int64_t big[KINDS_MAX + 1];
+        for (int k = 0; k <= KINDS_MAX; k++)
+            big[k] = INT64_MIN;
+        CHECK(answer_set_cursor(&a, UINT64_MAX) == 0 && answer_set_counts(&a, modes[m], big) == 0);
+        CHECK(a.body == held && a.body_len <= a.body_cap);
+        json_t *doc = json_loadb(a.body, a.body_len, 0, NULL);
+        CHECK(doc && json_is_object(json_object_get(doc, "counts")));
+        json_decref(doc);
+        answer_free(&a);
+    }
+
+    /* the SQL format gives the splice's bytes */
+    char fmt[1024], sql[1024];
+    for (size_t m = 0; m < 2; m++) {
+        const kinds_t *k = modes[m];
+        size_t n = answer_counts_format(k, fmt, sizeof fmt);
+        CHECK(n > 0 && fmt[n - 1] == '}' && strlen(fmt) == n);
+        int64_t c[KINDS_MAX + 1] = {[0] = 9, [1] = 4, [2] = 0, [3] = 5};
+        int64_t nums[KINDS_MAX + 1];
+        size_t nn = 0;
+        for (int i = 1; i <= k->count; i++)
+            nums[nn++] = c[i];
+        if (k->mode == REACTION_MODE_MANY)
+            nums[nn++] = c[0];
+        format_like_sql(fmt, nums, nn, sql, sizeof sql);
+        answer_of(&a, "{\"x\":1}");
+        CHECK(answer_set_counts(&a, k, c) == 0);
+        CHECK(a.body_len == 6 + strlen(sql) && memcmp(a.body + 6, sql, strlen(sql)) == 0);
+        answer_free(&a);
+    }
+    CHECK(answer_counts_format(&one, fmt, 8) == 0); /* too small */
+}
+
 void test_live(void)
 {
     test_sse_text();
     test_strmap_against_array();
     test_answer_cursor();
     test_answer_cursor_reserved();
+    test_answer_counts();
 }

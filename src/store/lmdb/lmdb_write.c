@@ -299,6 +299,20 @@ int lmdb_log_scan(store_write_t *w_, uint64_t after, size_t limit, store_log_fn 
     return lmdb_txn_log_scan(w->store, w->txn, after, limit, fn, arg);
 }
 
+int lmdb_counts_folded(store_write_t *w_, span_t item, int64_t counts[KINDS_MAX + 1])
+{
+    lmdb_write_t *w = (lmdb_write_t *)w_;
+    LMDB_WRITE_CHECK(w);
+    return lmdb_counts_get(w->store, w->txn, item, counts);
+}
+
+/* The writer reads its counts in the transaction (store_counts_folded): never asked of this store. */
+int lmdb_counts_at_commit(store_write_t *w_, store_counts_ask_t *asks, size_t n)
+{
+    (void)w_, (void)asks, (void)n;
+    return STORE_ERROR;
+}
+
 int lmdb_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX + 1])
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;

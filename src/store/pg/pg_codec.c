@@ -166,6 +166,13 @@ int pg_pipe_send(pg_store_t *s, PGconn *conn, const char *sql, int n, const char
                                                                              : pg_result_rc(s, conn, NULL, "send");
 }
 
+int pg_pipe_send_prepared(pg_store_t *s, PGconn *conn, const char *name, int n, const char *const *params)
+{
+    atomic_fetch_add_explicit(&s->statements, 1, memory_order_relaxed);
+    return PQsendQueryPrepared(conn, name, n, params, NULL, NULL, 0) == 1 ? STORE_OK
+                                                                          : pg_result_rc(s, conn, NULL, "send");
+}
+
 int pg_pipe_sync(pg_store_t *s, PGconn *conn)
 {
     pg_count_round_trip(s, conn);
@@ -226,6 +233,7 @@ void pg_session_drop(pg_session_t *sess)
         return;
     PQfinish(sess->conn); /* its session, and the fold lock with it, is gone */
     sess->conn = NULL;
+    sess->asks_prepared = false;
     atomic_store_explicit(&sess->id, 0, memory_order_relaxed);
     if (sess->leader)
         log_line("level=warn event=fold-leader-lost");

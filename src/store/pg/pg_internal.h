@@ -74,6 +74,7 @@ typedef struct {
     bool async_commit;        /* its commits do not wait for the WAL's flush (the fold's: see pg_fold_begin) */
     const char *name;         /* "writer", "fold": its application_name is "tallyd NAME" */
     uint64_t failed_ms;       /* monotonic: its last connection failed then (0: it did not) */
+    bool asks_prepared;       /* PG_ASKS_STMT is prepared on conn (pg_counts_at_commit) */
 } pg_session_t;
 
 struct pg_write {
@@ -94,8 +95,11 @@ struct pg_write {
     bool checkpoint_dirty;
     bool checkpoint_locked; /* the leader holds the checkpoint's row lock: checkpoint is its value */
     uint64_t checkpoint;
-    PGresult *fold_log; /* the log entries after the checkpoint, read with the batch's rows (prepare) */
-    size_t fold_scan;   /* how many fold_log asked for */
+    PGresult *fold_log;       /* the log entries after the checkpoint, read with the batch's rows (prepare) */
+    size_t fold_scan;         /* how many fold_log asked for */
+    store_counts_ask_t *asks; /* the answers' counts to fill at commit (pg_counts_at_commit); NULL: none */
+    size_t nasks;
+    size_t asks_result; /* their statement's place among the pipeline's results (from 1); 0: none */
 };
 
 /* A write transaction's calls: it is open, and used on the thread that began it. Cheap, so kept in
@@ -170,6 +174,12 @@ void pg_mark_up(pg_store_t *s);
 /* Pipelines: statements sent together and their results read in order, in one round trip. */
 int pg_pipe_enter(pg_store_t *s, PGconn *conn);
 int pg_pipe_send(pg_store_t *s, PGconn *conn, const char *sql, int n, const char *const *params);
+/* The same for a statement prepared on conn (by name). */
+int pg_pipe_send_prepared(pg_store_t *s, PGconn *conn, const char *name, int n, const char *const *params);
+
+/* The write answers' counts at commit (pg_write.c's flush_asks), prepared on every write session. */
+#define PG_ASKS_STMT "tally_asks"
+extern const char PG_ASKS_SQL[];
 int pg_pipe_sync(pg_store_t *s, PGconn *conn);
 PGresult *pg_pipe_result(pg_store_t *s, PGconn *conn, const char *what, int *rc); /* the next statement's */
 int pg_pipe_leave(pg_store_t *s, PGconn *conn); /* after the last result: back to one statement at a time */

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/answer.h"
 #include "core/clock.h"
 #include "core/log.h"
 
@@ -33,6 +34,8 @@ static int write_begin(pg_write_t *w, store_write_t **out)
     pg_cache_clear(&w->rows);
     pg_cache_clear(&w->idem);
     pg_cache_clear(&w->voided);
+    w->asks = NULL;
+    w->nasks = 0;
     w->counts.count = 0;
     if (w->counts.slots)
         memset(w->counts.slots, 0, w->counts.nslots * sizeof *w->counts.slots);
@@ -119,6 +122,7 @@ static int idem_entry_fill(pg_write_t *w, const PGresult *res, int i)
     e->rec.has_etag = PQgetvalue(res, i, 6)[0] == 't';
     e->rec.etag_version = strtoull(PQgetvalue(res, i, 7), NULL, 10);
     e->rec.cursor_ordinal = 0; /* stored complete */
+    e->rec.counts_ask = 0;
     size_t len = (size_t)PQgetlength(res, i, 8);
     free(e->body);
     if (!(e->body = malloc(len + 1)))
@@ -511,6 +515,60 @@ int pg_counts_add(store_write_t *w_, span_t item, const int64_t deltas[KINDS_MAX
     return STORE_OK;
 }
 
+int pg_counts_folded(store_write_t *w_, span_t item, int64_t counts[KINDS_MAX + 1])
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    pg_store_t *s = w->store;
+    char buf[ID_MAX_LEN + 1];
+    if (item.len > ID_MAX_LEN)
+        return STORE_ERROR;
+    memcpy(buf, item.ptr, item.len);
+    buf[item.len] = '\0';
+    const char *p[] = {buf};
+    int rc;
+    PGresult *res = pg_wexec(w, "counts", "SELECT kind, n FROM tally_counts WHERE item = $1", 1, p, &rc);
+    if (!res)
+        return rc;
+    memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
+    int64_t sum = 0;
+    for (int i = 0; i < PQntuples(res); i++) {
+        long d = strtol(PQgetvalue(res, i, 0), NULL, 10);
+        int64_t n = strtoll(PQgetvalue(res, i, 1), NULL, 10);
+        if (d == 0)
+            counts[KIND_NONE] = n;
+        else if (d > 0 && d <= s->db_kinds && s->db_to_cfg[d] >= 1)
+            counts[s->db_to_cfg[d]] = n, sum += n;
+    }
+    if (s->kinds.mode == REACTION_MODE_ONE) /* one kind per user: the reactors are the sum */
+        counts[KIND_NONE] = sum;
+    PQclear(res);
+    return STORE_OK;
+}
+
+int pg_counts_at_commit(store_write_t *w_, store_counts_ask_t *asks, size_t n)
+{
+    pg_write_t *w = (pg_write_t *)w_;
+    if (w->asks)
+        return STORE_ERROR; /* one call per transaction */
+    if (n && !w->sess->asks_prepared) {
+        /* once a connection (it is kept while it lives): planned once, not with every batch */
+        int rc;
+        PGresult *res = PQprepare(w->sess->conn, PG_ASKS_STMT, PG_ASKS_SQL, 0, NULL);
+        rc = res && PQresultStatus(res) == PGRES_COMMAND_OK
+                 ? STORE_OK
+                 : pg_result_rc(w->store, w->sess->conn, res, "prepare-asks");
+        PQclear(res);
+        if (rc != STORE_OK)
+            return rc;
+        w->sess->asks_prepared = true;
+    }
+    w->asks = n ? asks : NULL;
+    w->nasks = n;
+    for (size_t i = 0; i < n; i++)
+        asks[i].filled = false;
+    return STORE_OK;
+}
+
 int pg_checkpoint_get(store_write_t *w_, uint64_t *seq)
 {
     PG_WRITE_CHECK((pg_write_t *)w_);
@@ -773,8 +831,8 @@ static int flush_log(pg_write_t *w)
         pg_buf_open(&col[c]);
     for (size_t i = 0; i < w->idem.count; i++) {
         const pg_entry_t *e = &w->idem.entries[i];
-        if (!e->dirty || !e->present || !e->rec.cursor_ordinal)
-            continue;
+        if (!e->dirty || !e->present || !e->rec.cursor_ordinal || e->rec.counts_ask)
+            continue; /* (one whose counts come at commit gets its cursor with them: flush_asks) */
         pg_buf_text_elem(&col[CU], e->a, e->alen);
         pg_buf_text_elem(&col[CK], e->b, e->blen);
         pg_buf_int_elem(&col[CN], e->rec.cursor_ordinal);
@@ -830,6 +888,108 @@ static int flush_log(pg_write_t *w)
     return rc;
 }
 
+/* The answers' counts (pg_counts_at_commit), sent after the log's statement: that one holds the head's
+ * row lock, so this statement's snapshot, taken when it starts, sees every position up to the batch's
+ * base committed (a batch before holds the lock until its commit is visible), and the counts with the
+ * checkpoint they were folded to. Without entries of its own the batch holds no lock; its snapshot
+ * still sees a whole prefix of the log, as positions are taken in commit order. Per item of the asks:
+ * the counts record plus the entries in (checkpoint, base]; per ask, plus its own deltas. The
+ * records named get answer_set_counts's splice (answer_counts_format) in the same statement. */
+const char PG_ASKS_SQL[] =
+    "WITH a AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $9::int8[]) WITH ORDINALITY"
+    "  AS a(item, u, k, cn, i)),"
+    /* the bounds as scalar subqueries: known when the scan starts, so it is one range of the key */
+    " l AS MATERIALIZED (SELECT item, from_kind AS f, to_kind AS t FROM tally_log"
+    "  WHERE seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
+    "  AND seq <= (SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) AND item = ANY($2::text[])),"
+    /* per answer and number: one lookup of the counts' key, the unfolded entries, its own deltas */
+    " r AS (SELECT a.i, a.u, a.k, a.cn, ARRAY(SELECT (coalesce((SELECT c.n FROM tally_counts c"
+    "  WHERE c.item = a.item AND c.kind = greatest(kd.code, 0)), 0)"
+    "  + coalesce((SELECT sum(CASE WHEN kd.code < 0 THEN (l.t <> 0)::int - (l.f <> 0)::int"
+    "   ELSE (CASE WHEN l.t >= 0 THEN (l.t = kd.code)::int ELSE ((-l.t) >> kd.code) & 1 END)"
+    "   - (CASE WHEN l.f >= 0 THEN (l.f = kd.code)::int ELSE ((-l.f) >> kd.code) & 1 END) END)"
+    "   FROM l WHERE l.item = a.item), 0)"
+    "  + ($5::int8[])[((a.i - 1) * $7::int + kd.o)::int])::text"
+    "  FROM unnest($6::int4[]) WITH ORDINALITY AS kd(code, o) ORDER BY kd.o) AS v FROM a),"
+    /* the record's cursor (answer_set_cursor's splice) and counts, in one update of the row */
+    " up AS (UPDATE tally_idem t SET body = left(t.body, -1) || CASE WHEN r.cn > 0 THEN ',\"cursor\":\"' ||"
+    "  ((SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) + r.cn) || '\"' ELSE '' END ||"
+    "  format($8, VARIADIC r.v) FROM r WHERE r.k <> '' AND t.\"user\" = r.u AND t.key = r.k)"
+    " SELECT i, array_to_string(v, ',') FROM r ORDER BY i";
+
+static int flush_asks(pg_write_t *w)
+{
+    if (!w->nasks)
+        return STORE_OK;
+    const pg_store_t *s = w->store;
+    const kinds_t *kinds = &s->kinds;
+    int slots[KINDS_MAX + 1], m = 0; /* the splice's numbers: the kinds in order, then the reactors */
+    for (int c = 1; c <= kinds->count; c++)
+        slots[m++] = c;
+    if (kinds->mode == REACTION_MODE_MANY)
+        slots[m++] = KIND_NONE;
+    enum { ITEM, USER, KEY, DELTAS, CODES, CURSOR, NCOL };
+    pg_buf_t col[NCOL] = {0};
+    for (int c = 0; c < NCOL; c++)
+        pg_buf_open(&col[c]);
+    for (size_t i = 0; i < w->nasks; i++) {
+        const store_counts_ask_t *a = &w->asks[i];
+        pg_buf_text_elem(&col[ITEM], a->item.ptr, a->item.len);
+        pg_buf_text_elem(&col[USER], a->user.ptr, a->user.len);
+        pg_buf_text_elem(&col[KEY], a->key.ptr, a->key.len);
+        const pg_entry_t *e = a->key.len ? pg_cache_find(&w->idem, a->user, a->key) : NULL;
+        pg_buf_int_elem(&col[CURSOR], e && e->present && e->dirty ? e->rec.cursor_ordinal : 0);
+        for (int j = 0; j < m; j++)
+            pg_buf_int_elem(&col[DELTAS], (long long)a->deltas[slots[j]]);
+    }
+    for (int j = 0; j < m; j++)
+        pg_buf_int_elem(&col[CODES], slots[j] == KIND_NONE ? -1 : s->cfg_to_db[slots[j]]);
+    int rc = STORE_OK;
+    for (int c = 0; c < NCOL; c++) {
+        pg_buf_close(&col[c]);
+        if (col[c].failed)
+            rc = STORE_ERROR;
+    }
+    char count[PG_NUM_LEN], width[PG_NUM_LEN], fmt[1024];
+    snprintf(count, sizeof count, "%zu", w->log_count);
+    snprintf(width, sizeof width, "%d", m);
+    if (!answer_counts_format(kinds, fmt, sizeof fmt))
+        rc = STORE_ERROR;
+    const char *p[] = {count,          col[ITEM].buf, col[USER].buf, col[KEY].buf,   col[DELTAS].buf,
+                       col[CODES].buf, width,         fmt,           col[CURSOR].buf};
+    if (rc == STORE_OK) /* prepared on the session's connection (session_setup): planned once */
+        rc = pg_pipe_send_prepared(w->store, w->sess->conn, PG_ASKS_STMT, 9, p);
+    w->piped_count += rc == STORE_OK;
+    if (rc == STORE_OK)
+        w->asks_result = w->piped_count;
+    for (int c = 0; c < NCOL; c++)
+        pg_buf_free(&col[c]);
+    return rc;
+}
+
+/* The asks' counts from their statement's result (after the commit: nothing here may fail the batch;
+ * an ask left unfilled is the writer's to report). */
+static void asks_read(pg_write_t *w, const PGresult *res)
+{
+    const kinds_t *kinds = &w->store->kinds;
+    for (int r = 0; r < PQntuples(res); r++) {
+        unsigned long long i = strtoull(PQgetvalue(res, r, 0), NULL, 10);
+        if (i < 1 || i > w->nasks)
+            continue;
+        store_counts_ask_t *a = &w->asks[i - 1];
+        const char *v = PQgetvalue(res, r, 1);
+        char *end;
+        bool ok = true;
+        for (int c = 1; ok && c <= kinds->count + (kinds->mode == REACTION_MODE_MANY); c++) {
+            int slot = c <= kinds->count ? c : KIND_NONE;
+            a->out[slot] = strtoll(v, &end, 10);
+            ok = end != v && (*end == ',' || *end == '\0');
+            v = *end ? end + 1 : end;
+        }
+        a->filled = ok;
+    }
+}
+
 int pg_write_commit(store_write_t *w_)
 {
     uint64_t base;
@@ -843,6 +1003,7 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     pg_store_t *s = w->store;
     *log_base = 0;
     w->log_result = 0;
+    w->asks_result = 0;
     PQclear(w->fold_log); /* read for a fold that did not use it */
     w->fold_log = NULL;
     bool dirty = w->log_count || w->checkpoint_dirty || w->counts.count || w->lists.count;
@@ -877,6 +1038,8 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     }
     if (rc == STORE_OK)
         rc = flush_log(w);
+    if (rc == STORE_OK)
+        rc = flush_asks(w);
     w->piped = false;
     uint64_t started = mono_ns();
     bool committing = rc == STORE_OK;
@@ -898,6 +1061,8 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
         PGresult *res = pg_pipe_result(s, w->sess->conn, is_commit ? "commit" : "write", &one);
         if (one == STORE_OK && i + 1 == w->log_result && res && PQntuples(res) == 1)
             base = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+        if (one == STORE_OK && i + 1 == w->asks_result && res)
+            asks_read(w, res);
         PQclear(res);
         if (results == STORE_OK && one != STORE_OK)
             results = one; /* the first failure: the rest were aborted by it */
