@@ -763,7 +763,7 @@ def metric(srv, name):
 
 def strip_counts(doc):
     """A write answer without its "counts" (and "reactors") members, which every write answer
-    carries (API.md § Write; checked exactly by test_answer_counts.py): a counts member that is
+    carries (docs/api.md, "Write"; checked exactly by test_answer_counts.py): a counts member that is
     not an object of whole numbers >= 0, nor null, is kept, so that comparing the answer fails."""
     if not isinstance(doc, dict) or "counts" not in doc:
         return doc

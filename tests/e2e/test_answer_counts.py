@@ -1,4 +1,4 @@
-"""Counts in every write answer (API.md § Write): an answer that changed something carries exactly
+"""Counts in every write answer (docs/api.md, "Write"): an answer that changed something carries exactly
 the counts that folding the change feed up to and including its own cursor gives — this write and
 everything before it, whether or not the counts have caught up; one that changed nothing carries
 the counts at some moment during the request (some state of the item in the folded feed). A
