@@ -211,8 +211,8 @@ static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t
         return rc;
     itemmap_entry_t *own = itemmap_get(&w->own, item);
     if (!own)
-        return STORE_ERROR; /* out of memory: the batch is void */
-    reaction_deltas_add(row->set, target, own->deltas);
+        return STORE_ERROR;                 /* out of memory: the batch is void */
+    transition_deltas_add(&t, own->deltas); /* with its counted bits: a voided user's moves nothing */
     w->tx_appends_after_fold++;
     atomic_compare_exchange_strong(&w->stats.oldest_unfolded_ms, &none, now_ms);
     atomic_fetch_add_explicit(&w->stats.transitions, 1, memory_order_relaxed);
@@ -329,6 +329,14 @@ static int void_one(void *arg, span_t item)
     uint64_t seq, none = 0;
     if ((v->rc = store_log_append(v->tx, &t, &seq)) != STORE_OK)
         return 1;
+    /* a void (restore) moves the counts: it is one of the entries after the checkpoint until folded */
+    itemmap_entry_t *own = itemmap_get(&v->w->own, item);
+    if (!own) {
+        v->rc = STORE_ERROR; /* out of memory: the batch is void */
+        return 1;
+    }
+    transition_deltas_add(&t, own->deltas);
+    v->w->tx_appends_after_fold++;
     atomic_compare_exchange_strong(&v->w->stats.oldest_unfolded_ms, &none, v->now_ms);
     v->w->tx_appends++;
     v->w->last_seq = seq;
@@ -483,7 +491,7 @@ static int base_scan_one(void *arg, uint64_t seq, const transition_t *t)
     base_scan_t *b = arg;
     itemmap_entry_t *e = itemmap_find(b->base, t->item);
     if (e) /* not an item of this batch: not needed */
-        reaction_deltas_add(t->from, t->to, e->deltas);
+        transition_deltas_add(t, e->deltas);
     return 0;
 }
 
@@ -521,13 +529,21 @@ static int writer_counts_base(writer_t *w, store_write_t *tx, const write_cmd_t 
  * transaction's newest entry so far): the counts as of the transaction's start plus its own entries of
  * the item so far. Known now (spliced, and stored with the answer), or at commit (room reserved, and an
  * ask whose result the commit splices into the stored record and writer_run_batch into the answer).
- * hidden: the item's policy hides them from this writer (null). */
-static int writer_counts(writer_t *w, write_cmd_t *cmd, bool hidden)
+ * hidden: the item's policy hides them from this writer (null). A voided writer is shown them as a read
+ * where they are the viewer shows them: with their own reaction (set, the row now) added back. */
+static int writer_counts(writer_t *w, store_write_t *tx, write_cmd_t *cmd, bool hidden, kindset_t set)
 {
     write_react_t *r = &cmd->react;
     span_t item = {r->item, r->item_len};
     if (hidden)
         return answer_set_counts(&cmd->answer, w->kinds, NULL) == 0 ? STORE_OK : STORE_ERROR;
+    bool voided = false;
+    int rc = store_user_voided(tx, (span_t){r->user, r->user_len}, &voided);
+    if (rc != STORE_OK)
+        return rc;
+    int64_t back[KINDS_MAX + 1] = {0};
+    if (voided)
+        reaction_deltas_add(KINDSET_EMPTY, set, back);
     const itemmap_entry_t *own = itemmap_find(&w->own, item);
     if (!w->counts_at_commit) {
         const itemmap_entry_t *base = itemmap_find(&w->base, item);
@@ -535,14 +551,14 @@ static int writer_counts(writer_t *w, write_cmd_t *cmd, bool hidden)
             return STORE_ERROR; /* read before the batch for every item of it */
         int64_t counts[KINDS_MAX + 1];
         for (int c = 0; c <= w->kinds->count; c++)
-            counts[c] = base->deltas[c] + (own ? own->deltas[c] : 0);
+            counts[c] = base->deltas[c] + (own ? own->deltas[c] : 0) + back[c];
         return answer_set_counts(&cmd->answer, w->kinds, counts) == 0 ? STORE_OK : STORE_ERROR;
     }
     assert(w->nasks < w->opt.batch_max && "one ask a command at most");
     store_counts_ask_t *a = &w->asks[w->nasks];
     *a = (store_counts_ask_t){.item = item, .user = {r->user, r->user_len}, .key = {r->key, r->key_len}};
-    if (own)
-        memcpy(a->deltas, own->deltas, sizeof a->deltas);
+    for (int c = 0; c <= w->kinds->count; c++)
+        a->deltas[c] = (own ? own->deltas[c] : 0) + back[c];
     if (answer_reserve(&cmd->answer, ANSWER_CURSOR_ROOM + answer_counts_room(w->kinds)) != 0)
         return STORE_ERROR;
     r->counts_ask = (uint32_t)++w->nasks;
@@ -585,7 +601,8 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
             return STORE_ERROR;
         if ((rc = writer_cursor(w, cmd)) != STORE_OK)
             return rc;
-        if (!r->no_counts && (rc = writer_counts(w, cmd, has_policy && policy.hidden && !r->admin)) != STORE_OK)
+        if (!r->no_counts &&
+            (rc = writer_counts(w, tx, cmd, has_policy && policy.hidden && !r->admin, row.set)) != STORE_OK)
             return rc;
     }
     return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;

@@ -112,7 +112,8 @@ typedef struct {
 /* A write answer's counts, asked of a store that takes log positions at commit (store_counts_at_commit).
  * Filled at commit: out = the counts of item as folding the log up to the position just before the
  * transaction's first appended entry gives (the folded counts plus the item's entries not folded
- * yet), plus deltas (this transaction's own entries of item up to the answer). */
+ * yet, each side as its counted bits say), plus deltas (this transaction's own entries of item up to
+ * the answer, as they count; for a voided writer also their own reaction, added back as reads do). */
 typedef struct {
     span_t item;
     span_t user, key; /* the idempotency record written in this transaction to complete; key empty: none */

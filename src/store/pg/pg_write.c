@@ -893,13 +893,19 @@ static int flush_log(pg_write_t *w)
  * base committed (a batch before holds the lock until its commit is visible), and the counts with the
  * checkpoint they were folded to. Without entries of its own the batch holds no lock; its snapshot
  * still sees a whole prefix of the log, as positions are taken in commit order. Per item of the asks:
- * the counts record plus the entries in (checkpoint, base]; per ask, plus its own deltas. The
+ * the counts record plus the entries in (checkpoint, base] as they count; per ask, plus its own deltas. The
  * records named get answer_set_counts's splice (answer_counts_format) in the same statement. */
+_Static_assert(TRANSITION_VERSION_BITS == 60 && TRANSITION_UNCOUNTED_BEFORE == 1 && TRANSITION_UNCOUNTED_AFTER == 2,
+               "PG_ASKS_SQL decodes the counted bits as transition_version_unpack does");
 const char PG_ASKS_SQL[] =
     "WITH a AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $9::int8[]) WITH ORDINALITY"
     "  AS a(item, u, k, cn, i)),"
-    /* the bounds as scalar subqueries: known when the scan starts, so it is one range of the key */
-    " l AS MATERIALIZED (SELECT item, from_kind AS f, to_kind AS t FROM tally_log"
+    /* each side as it counts (transition_deltas_add): the two bits of the stored version above
+     * TRANSITION_VERSION_BITS say the row did not count before (1) or after (2) the entry
+     * (transition_version_unpack); such a side is taken as none. The bounds as scalar subqueries:
+     * known when the scan starts, so it is one range of the key */
+    " l AS MATERIALIZED (SELECT item, CASE WHEN (version >> 60) & 1 = 0 THEN from_kind ELSE 0 END AS f,"
+    "  CASE WHEN (version >> 60) & 2 = 0 THEN to_kind ELSE 0 END AS t FROM tally_log"
     "  WHERE seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
     "  AND seq <= (SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) AND item = ANY($2::text[])),"
     /* per answer and number: one lookup of the counts' key, the unfolded entries, its own deltas */
