@@ -278,6 +278,7 @@ class OneModeTest(AnswerCountsCase):
             self.assertOk(s.json("PUT", "/v1/items/%s/like" % item, user=uid("u")))
             self.assertOk(s.json("PUT", "/v1/items/%s/dislike" % item, user=bot))
             self.assertOk(s.json("POST", "/v1/admin/users/%s/void" % bot, headers=ADMIN))
+            self.assertCounts(s, item, {"like": 1, "dislike": 0})  # the void folded
             hdr = {"X-User-Id": bot, "Idempotency-Key": "k1", "Content-Type": "application/json"}
             a = s.request("PUT", "/v1/items/%s/like" % item, headers=hdr)
             self.assertEqual(a[0], 200)
