@@ -97,12 +97,14 @@ static json_t *write_result_schema(bool many)
                         json_pack("{s:s,s:s}", "type", "string", "description",
                                   "the change feed's cursor of this write's transition, when it "
                                   "changed something"));
-    json_object_set_new(props, "counts",
-                        json_pack("{s:[o,{s:s}],s:s}", "oneOf", schema_ref("Counts"), "type", "null", "description",
-                                  "the item's counts exactly as folding the change feed up to and including cursor "
-                                  "gives (this write and everything before it); when nothing changed, the counts at "
-                                  "some moment during the request; null when the item's policy hides its counts "
-                                  "(but for admins); a replay carries the first answer's"));
+    json_object_set_new(
+        props, "counts",
+        json_pack("{s:[o,{s:s}],s:s}", "oneOf", schema_ref("Counts"), "type", "null", "description",
+                  "the item's counts exactly as folding the change feed up to and including cursor "
+                  "gives (this write and everything before it); when nothing changed, the counts at "
+                  "some moment during the request (folded with each entry's counted bits); to a voided user, "
+                  "with their own reaction added back, as their reads show them; null when the item's "
+                  "policy hides its counts (but for admins); a replay carries the first answer's"));
     if (many)
         json_object_set_new(props, "reactors",
                             json_pack("{s:[s,s],s:i,s:s}", "type", "integer", "null", "minimum", 0, "description",
