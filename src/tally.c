@@ -632,7 +632,6 @@ static int cmd_verify(int argc, char **argv)
             printf("drift item=%s kind=%s counted=%lld stored=%lld\n", rep.drift[i].item,
                    kinds_count_name(kinds, rep.drift[i].kind), (long long)rep.drift[i].counted,
                    (long long)rep.drift[i].stored);
-        printf("checked %zu items, %zu drift\n", rep.checked, rep.ndrift);
         uint64_t voided = 0;
         store_read_t *snap;
         if (store_read_begin(store, &snap) == STORE_OK) {
@@ -640,6 +639,7 @@ static int cmd_verify(int argc, char **argv)
             store_read_end(snap);
         }
         printf("voided users: %llu (their rows are not counted)\n", (unsigned long long)voided);
+        printf("checked %zu items, %zu drift\n", rep.checked, rep.ndrift); /* the summary: last but lists */
         if (rep.list_mismatches)
             printf("lists: %llu entries disagree with the rows\n", (unsigned long long)rep.list_mismatches);
     } else {
