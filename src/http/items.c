@@ -217,11 +217,24 @@ static item_read_t *item_read_new(app_t *app, http_request_t *req, span_t ids, b
         rd->user_len = who->user.len;
     }
     rd->max_age_s = atomic_load_explicit(&app->public_max_age_s, memory_order_relaxed);
-    span_t inm;
-    if (http_req_header(req, HEADER_IF_NONE_MATCH, &inm) == 1 && inm.len <= sizeof rd->inm) {
-        memcpy(rd->inm, inm.ptr, inm.len);
-        rd->inm_len = inm.len;
-        rd->has_inm = true;
+    /* If-None-Match on several lines is one list (RFC 9110 §5.3): joined with commas; over the
+     * bound it is ignored (a full answer is always right). */
+    span_t inm[8];
+    size_t nlines = http_req_header_all(req, HEADER_IF_NONE_MATCH, inm, sizeof inm / sizeof inm[0]);
+    if (nlines >= 1 && nlines <= sizeof inm / sizeof inm[0]) {
+        size_t len = 0;
+        bool fits = true;
+        for (size_t i = 0; i < nlines && fits; i++) {
+            fits = len + (i ? 1 : 0) + inm[i].len <= sizeof rd->inm;
+            if (fits) {
+                if (i)
+                    rd->inm[len++] = ',';
+                memcpy(rd->inm + len, inm[i].ptr, inm[i].len);
+                len += inm[i].len;
+            }
+        }
+        rd->inm_len = len;
+        rd->has_inm = fits;
     }
     return rd;
 }

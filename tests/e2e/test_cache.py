@@ -112,6 +112,11 @@ class PublicReadTest(SharedServerTestCase, CacheCase):
         # HEAD revalidates too
         st, hdrs, body = self.srv.request("HEAD", one, headers={"If-None-Match": etag})
         self.assertEqual((st, body, hdrs.get("etag")), (304, b"", etag))
+        # the list on two header lines is one list (RFC 9110 §5.3)
+        st, fields, body = self.srv.exchange("GET", one, {"If-None-Match": '"zzz"', "if-none-match": etag})
+        self.assertEqual((st, body), (304, b""), fields)
+        st, fields, body = self.srv.exchange("GET", one, {"If-None-Match": '"zzz"', "if-none-match": '"yyy"'})
+        self.assertEqual(st, 200, fields)
 
     def test_etag_changes_when_a_write_is_folded(self):
         item, path = uid("c"), None
