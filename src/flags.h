@@ -21,7 +21,7 @@ enum {
     FLAG_RELOADS = 1 << 0,   /* applied again on SIGHUP */
     FLAG_REPEATS = 1 << 1,   /* may be given more than once (each value is kept) */
     FLAG_ARGS_ONLY = 1 << 2, /* --config, --help, --version: never in a file */
-    FLAG_HIDDEN = 1 << 3,    /* not in --help: --print-config-template, for the build */
+    FLAG_HIDDEN = 1 << 3,    /* not in --help (a flag for the build alone) */
 };
 
 typedef enum { FLAG_NOT_GIVEN, FLAG_FROM_FILE, FLAG_FROM_ARGS } flag_source_t;

@@ -280,8 +280,9 @@ static const flag_t flags[] = {
     {"--version", NULL, NULL, "print the version and exit", NULL, 0, .opts = FLAG_ARGS_ONLY},
     {"--help", NULL, NULL, "this text", NULL, 0, .opts = FLAG_ARGS_ONLY},
     {"--print-config-template", NULL, NULL,
-     "print a configuration file listing every flag, commented out; the flags given with it are set in it", NULL, 0,
-     .opts = FLAG_ARGS_ONLY | FLAG_HIDDEN},
+     "print a configuration file listing every flag, commented out;\n"
+     "the flags given with it are set in it",
+     NULL, 0, .opts = FLAG_ARGS_ONLY},
 };
 #pragma GCC diagnostic pop
 

@@ -27,7 +27,7 @@ TOP = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 VERSION = open(os.path.join(TOP, "VERSION")).read().strip()
 SCRATCH = tempfile.mkdtemp(prefix="tally-package-")
 ROOT = os.path.join(SCRATCH, "root")  # the package, extracted
-NOT_IN_FILE = {"--config", "--version", "--help"}  # flags only the command line takes
+NOT_IN_FILE = {"--config", "--version", "--help", "--print-config-template"}  # flags only the command line takes
 
 
 def run(cmd, **kw):
