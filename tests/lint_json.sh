@@ -7,6 +7,7 @@ bad=$(grep -rnE 'json_dump(s|b|f|fd|_callback)\(' src --include='*.c' | grep -v 
 if [ -n "$bad" ]; then
     echo "lint_json: a JSON dump without JSON_REALS (core/jsontext.h):"
     echo "$bad"
+    echo "lint_json: 0 passed, 1 failed"
     exit 1
 fi
-echo "lint_json: ok"
+echo "lint_json: 1 passed, 0 failed"

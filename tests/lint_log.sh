@@ -8,6 +8,7 @@ bad=$(grep -rnE 'fprintf\(stderr|fputs\([^;]*stderr|perror\(|fwrite\([^;]*stderr
 if [ -n "$bad" ]; then
     echo "lint_log: writes to stderr outside core/log.c (use log_line):"
     echo "$bad"
+    echo "lint_log: 0 passed, 1 failed"
     exit 1
 fi
-echo "lint_log: ok"
+echo "lint_log: 1 passed, 0 failed"
