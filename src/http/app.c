@@ -59,6 +59,18 @@ void reply_json(http_request_t *req, int status, json_t *body)
         reply_body(req, status, ANSWER_JSON, text, strlen(text));
 }
 
+void app_read_submit(app_t *app, http_request_t *req, read_job_t *job, void (*run)(read_job_t *job),
+                     http_pending_t **pending, void *owner)
+{
+    job->run = run;
+    if ((*pending = http_defer(req)) && readers_submit(app->readers, job) == 0)
+        return;
+    if (*pending)
+        http_pending_cancel(*pending);
+    free(owner);
+    reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
+}
+
 bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key)
 {
     unsigned wait_s = ratelimit_take(limit, key, mono_ms());

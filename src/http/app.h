@@ -109,6 +109,13 @@ bool app_writes_failing(app_t *app);
 /* ISO 8601 UTC with milliseconds: 2026-11-29T20:01:02.345Z. */
 void app_iso_time(uint64_t at_ms, char out[32]);
 
+/* Hands a read to the reader threads (app->readers set: the store's reads wait on a server, not on
+ * this event loop): job->run = run, *pending = req's deferred answer, which run answers. When no
+ * reader takes it, owner (the request's read, job inside it, from malloc) is freed and 503 sent.
+ * Either way the caller has nothing more to do. */
+void app_read_submit(app_t *app, http_request_t *req, read_job_t *job, void (*run)(read_job_t *job),
+                     http_pending_t **pending, void *owner);
+
 /* Takes a token from the bucket of key; false having replied 429 when there is none. */
 bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t key);
 

@@ -156,14 +156,8 @@ void changes_get(app_t *app, http_request_t *req, span_t query)
     }
     q->limit = (size_t)limit;
     q->wait_ms = wait_s * 1000;
-    if (app->readers) { /* the store's reads wait on a server: not on this event loop */
-        q->job.run = changes_job;
-        if ((q->pending = http_defer(req)) && readers_submit(app->readers, &q->job) == 0)
-            return;
-        if (q->pending)
-            http_pending_cancel(q->pending);
-        free(q);
-        reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
+    if (app->readers) {
+        app_read_submit(app, req, &q->job, changes_job, &q->pending, q);
         return;
     }
     int n = changes_page(q);

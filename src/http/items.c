@@ -185,14 +185,7 @@ static void read_and_reply(app_t *app, http_request_t *req, item_read_t *rd)
         read_release(rd);
         return;
     }
-    rd->job.run = read_job_run;
-    rd->pending = http_defer(req);
-    if (!rd->pending || readers_submit(app->readers, &rd->job) != 0) {
-        if (rd->pending)
-            http_pending_cancel(rd->pending);
-        free(rd);
-        reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
-    }
+    app_read_submit(app, req, &rd->job, read_job_run, &rd->pending, rd);
 }
 
 /* A read of ids (a list when many, else one item) for who, or NULL having answered. */

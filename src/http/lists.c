@@ -198,14 +198,8 @@ void lists_get(app_t *app, http_request_t *req, span_t key, span_t query, bool b
         free(rd);
         return;
     }
-    if (app->readers) { /* the store's reads wait on a server: not on this event loop */
-        rd->job.run = list_job;
-        if ((rd->pending = http_defer(req)) && readers_submit(app->readers, &rd->job) == 0)
-            return;
-        if (rd->pending)
-            http_pending_cancel(rd->pending);
-        free(rd);
-        reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
+    if (app->readers) {
+        app_read_submit(app, req, &rd->job, list_job, &rd->pending, rd);
         return;
     }
     list_page(rd);

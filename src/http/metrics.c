@@ -354,11 +354,5 @@ void metrics_get(app_t *app, http_request_t *req)
         metrics_release(m);
         return;
     }
-    m->job.run = metrics_run; /* the database's statistics are a round trip: not on this loop */
-    if ((m->pending = http_defer(req)) && readers_submit(app->readers, &m->job) == 0)
-        return;
-    if (m->pending)
-        http_pending_cancel(m->pending);
-    free(m);
-    reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
+    app_read_submit(app, req, &m->job, metrics_run, &m->pending, m); /* a round trip: not on this loop */
 }

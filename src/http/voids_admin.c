@@ -193,14 +193,8 @@ void voids_admin_get(app_t *app, http_request_t *req, span_t user)
     rd->app = app;
     memcpy(rd->user, user.ptr, user.len);
     rd->user_len = user.len;
-    if (app->readers) { /* the store's reads wait on a server: not on this event loop */
-        rd->job.run = user_job;
-        if ((rd->pending = http_defer(req)) && readers_submit(app->readers, &rd->job) == 0)
-            return;
-        if (rd->pending)
-            http_pending_cancel(rd->pending);
-        free(rd);
-        reply_problem(req, 503, "overloaded", "too many reads are waiting; retry shortly");
+    if (app->readers) {
+        app_read_submit(app, req, &rd->job, user_job, &rd->pending, rd);
         return;
     }
     user_read(rd);
