@@ -15,6 +15,7 @@
 #include "core/kindsjson.h"
 #include "core/parse.h"
 #include "engine/export.h"
+#include "engine/features.h"
 #include "engine/import.h"
 #include "engine/move.h"
 #include "engine/recount.h"
@@ -222,6 +223,7 @@ static int parse_common(int argc, char **argv, flags_t *f)
 }
 
 static store_t *open_existing(const char *dir);
+static features_t *tool_features; /* open_exclusive's, closed before its writer stops */
 
 /* Opens dir for writing by this process alone (no tallyd may run on it), with a writer thread.
  * reactions NULL: the stored kinds. mode NULL: the stored mode (one for a new store), so that
@@ -263,6 +265,13 @@ static store_t *open_exclusive(const char *dir, const char *reactions, const cha
     };
     if (writer_start(store, store_kinds(store), &wopt, writer) != 0) {
         fprintf(stderr, "tally %s: cannot start the writer\n", current->name);
+        store_close(store);
+        return NULL;
+    }
+    /* this process is the store's only node: the feature version in force becomes what it supports */
+    if (features_open(store, *writer, false, &tool_features, err, sizeof err) != 0) {
+        fprintf(stderr, "tally %s: %s\n", current->name, err);
+        writer_stop(*writer);
         store_close(store);
         return NULL;
     }
@@ -331,6 +340,8 @@ static int cmd_import(int argc, char **argv)
     import_source_t source = {file_next, file_rewind, &src};
     import_report_t rep;
     int rc = import_run(writer, store_kinds(store), &source, &opt, &rep);
+    features_close(tool_features);
+    tool_features = NULL;
     writer_stop(writer);
     store_close(store);
     fclose(src.f);
@@ -518,6 +529,8 @@ static int cmd_erase_user(int argc, char **argv)
         changed += cmd.clear.changed;
     } while (rc == 0 && cmd.clear.more);
     answer_free(&cmd.answer);
+    features_close(tool_features);
+    tool_features = NULL;
     writer_stop(writer);
     store_close(store);
     printf("{\"changed\":%llu}\n", (unsigned long long)changed);

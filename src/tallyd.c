@@ -302,7 +302,7 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         .mode = o->reaction_mode,
     };
     const char *what = NULL;
-    char perr[128];
+    char perr[256];
     if (policies_open(app->store, app->kinds, &app->policies, perr, sizeof perr) != 0) {
         log_line("level=error event=start-failed msg=\"%s\"", perr);
         return -1;
@@ -319,7 +319,10 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         what = "the change feed thread";
     else if (writer_start(app->store, app->kinds, &wopt, &app->writer) != 0)
         what = "the writer thread";
-    else if (trending_start(app->store, app->writer, app->kinds, &topt, &app->trending) != 0)
+    else if (features_open(app->store, app->writer, true, &app->features, perr, sizeof perr) != 0) {
+        log_line("level=error event=start-failed msg=\"%s\"", perr);
+        return -1;
+    } else if (trending_start(app->store, app->writer, app->kinds, &topt, &app->trending) != 0)
         what = "trending";
     else if (recount_sampler_start(app->store, app->writer, o->recount_interval_ms, RECOUNT_SAMPLE_ITEMS, sampler) != 0)
         what = "the periodic recount";
@@ -402,8 +405,9 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
         nanosleep(&tick, NULL);
     if (atomic_load(&app->admin_busy))
         log_line("level=warn event=shutdown msg=\"an admin job is still running; stopping anyway\"");
-    webhooks_stop(app->webhooks); /* a batch in flight stays pending in the store: sent again at the next start */
-    trending_stop(app->trending); /* persists its open buckets through the writer */
+    webhooks_stop(app->webhooks);  /* a batch in flight stays pending in the store: sent again at the next start */
+    trending_stop(app->trending);  /* persists its open buckets through the writer */
+    features_close(app->features); /* its heartbeat goes through the writer */
     writer_stop(app->writer);
     policies_close(app->policies);
     voids_close(app->voids);
@@ -550,5 +554,5 @@ int main(int argc, char **argv)
     tallyd_reload_free(&reload);
     conf_free(&conf);
     free(from);
-    return 0;
+    return features_passed(app.features) ? 1 : 0; /* passed by the version in force: stopped, not asked to */
 }

@@ -9,11 +9,12 @@
 #include "core/clock.h"
 #include "core/jsontext.h"
 #include "core/log.h"
+#include "engine/features.h"
 #include "engine/thread.h"
 
 #define PREFIX "policy/"
 #define POLICY_PREFIX "policy/p/"
-#define VERSION_KEY "policy/c" /* "<version> <count>": every change rises the version */
+#define VERSION_KEY POLICIES_COUNTER_KEY
 
 struct policies {
     store_t *store;
@@ -364,8 +365,12 @@ static int decide(store_write_t *tx, write_cmd_t *cmd, write_aux_t *aux)
     scan_t s = {.key = span_of(w->key)};
     aux->n = 0;
     aux->delete_from = aux->delete_to = (span_t){0};
+    bool usable;
+    int rc = features_require(tx, FEATURE_VERSION_POLICIES_VOIDS, "item policies", &cmd->answer, &usable);
+    if (rc != STORE_OK || !usable)
+        return rc; /* refused: nothing written */
     /* the counter first: its lock orders every change of every node; then the target's record */
-    int rc = store_aux_read_locked(tx, SPAN_LIT(VERSION_KEY), scan_counter, &s);
+    rc = store_aux_read_locked(tx, SPAN_LIT(VERSION_KEY), scan_counter, &s);
     if (rc == STORE_OK)
         rc = store_aux_read_locked(tx, span_of(w->key), scan_target, &s);
     if (rc != STORE_OK)

@@ -21,6 +21,7 @@
 #include "store/store.h"
 
 #define POLICIES_POLL_MS 500
+#define POLICIES_COUNTER_KEY "policy/c" /* "<version> <count>": every change rises the version */
 
 typedef struct policies policies_t;
 

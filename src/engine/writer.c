@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "core/itemmap.h"
 #include "core/log.h"
+#include "engine/features.h"
 #include "engine/pipeline.h"
 #include "engine/policies.h"
 #include "engine/thread.h"
@@ -372,9 +373,14 @@ static int writer_void(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
     end[klen] = '\x01'; /* past the key, before any longer user id (ids hold no byte below '-') */
     vu->rows = 0;
     vu->version = 0;
+    bool usable;
+    int rc = features_require(tx, FEATURE_VERSION_POLICIES_VOIDS, vu->restore ? "restoring users" : "voiding users",
+                              &cmd->answer, &usable);
+    if (rc != STORE_OK || !usable)
+        return rc; /* refused: nothing written */
     /* every void and restore decides from the counter first, then the user's flag: one order */
     void_flag_t flag = {.key = {key, (size_t)klen}};
-    int rc = store_aux_read_locked(tx, SPAN_LIT(VOIDS_COUNTER_KEY), void_flag_read, &flag);
+    rc = store_aux_read_locked(tx, SPAN_LIT(VOIDS_COUNTER_KEY), void_flag_read, &flag);
     if (rc == STORE_OK)
         rc = store_aux_read_locked(tx, flag.key, void_flag_read, &flag);
     if (rc != STORE_OK)

@@ -12,6 +12,7 @@
 #include "core/kinds.h"
 #include "core/ratelimit.h"
 #include "engine/authkeys.h"
+#include "engine/features.h"
 #include "engine/feed.h"
 #include "engine/policies.h"
 #include "engine/readers.h"
@@ -56,6 +57,7 @@ typedef struct app {
     feed_t *feed;
     policies_t *policies; /* the item policies in force */
     voids_t *voids;       /* the voided users known on this node */
+    features_t *features; /* the feature version in force, this node's heartbeat */
     trending_t *trending;
     webhooks_t *webhooks;
     const char *data_dir;

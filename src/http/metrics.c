@@ -143,6 +143,26 @@ static void render_voids(textbuf_t *t, app_t *app)
             atomic_load_explicit(&vs->loads, memory_order_relaxed));
 }
 
+/* The feature version: the one in force (as this node last read it), the highest this build supports,
+ * the nodes seen alive and those of them holding the version back. */
+static void render_features(textbuf_t *t, app_t *app)
+{
+    if (!app->features)
+        return;
+    const features_stats_t *fs = features_stats(app->features);
+    gauge(t, "tally_feature_version", "The feature version in force on the store, as this node last read it.",
+          (double)atomic_load_explicit(&fs->in_force, memory_order_relaxed));
+    gauge(t, "tally_feature_version_supported", "The highest feature version this build supports.",
+          (double)FEATURE_VERSION_SUPPORTED);
+    gauge(t, "tally_feature_nodes", "Nodes seen alive on the store at this node's last heartbeat, itself included.",
+          (double)atomic_load_explicit(&fs->nodes_alive, memory_order_relaxed));
+    gauge(t, "tally_feature_nodes_behind",
+          "Of those nodes, the ones supporting a lower feature version than this build (they hold it back).",
+          (double)atomic_load_explicit(&fs->nodes_behind, memory_order_relaxed));
+    counter(t, "tally_feature_heartbeat_failures_total", "Heartbeats of this node that could not be written.",
+            atomic_load_explicit(&fs->heartbeat_failures, memory_order_relaxed));
+}
+
 /* Per webhook: the age of its oldest undelivered transition, deliveries and failures (this node's). */
 static void render_webhooks(textbuf_t *t, app_t *app)
 {
@@ -310,6 +330,7 @@ static void metrics_render(app_t *app, answer_t *a)
     render_webhooks(&t, app);
     render_policies(&t, app);
     render_voids(&t, app);
+    render_features(&t, app);
     gauge(&t, "process_resident_memory_bytes", "Resident memory size in bytes.", (double)resident_bytes());
     if (t.failed) {
         free(t.buf);

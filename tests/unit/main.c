@@ -53,6 +53,7 @@ int main(int argc, char **argv)
         {"forwarded", test_forwarded},
         {"etag", test_etag},
         {"policy", test_policy},
+        {"features", test_features},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

@@ -6,6 +6,7 @@
 
 #include "core/itemjson.h"
 #include "core/policy.h"
+#include "engine/features.h"
 #include "engine/policies.h"
 #include "engine/writer.h"
 #include "unit.h"
@@ -219,6 +220,8 @@ static void test_engine(void)
     CHECK(pol && writer_start(s, &one, &wopt, &w) == 0);
     if (!pol || !w)
         return;
+    features_t *feat = NULL; /* policies are used once the feature version allows them: this node registers */
+    CHECK(features_open(s, w, false, &feat, err, sizeof err) == 0);
     policy_t got;
     CHECK(!policies_lookup(pol, SPAN_LIT("c-1"), &got));
     CHECK(change(w, pol, "c-*", "{\"closed\":true}", true) == 200);
@@ -246,6 +249,7 @@ static void test_engine(void)
     CHECK(again && policies_lookup(again, SPAN_LIT("c-9"), &got) && !got.closed &&
           !policies_lookup(again, SPAN_LIT("d"), &got));
     policies_close(again);
+    features_close(feat);
     writer_stop(w);
     policies_close(pol);
     store_close(s);
