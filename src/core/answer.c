@@ -34,6 +34,7 @@ static const struct {
     {"reaction-not-allowed", "Reaction not allowed on this item"},
     {"too-many-reactions", "Too many reactions on this item"},
     {"too-many-policies", "Too many policies"},
+    {"feature-unavailable", "Feature not in force yet"},
     {"unauthenticated", "Authentication required"},
     {"forbidden", "Forbidden"},
     {"not-found", "Not found"},

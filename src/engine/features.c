@@ -393,7 +393,7 @@ int features_open(store_t *store, writer_t *w, bool announce, features_t **out, 
     }
     if (announce)
         log_line("level=info event=feature-version in_force=%llu supported=%d nodes=%llu",
-             (unsigned long long)f->beat.in_force, FEATURE_VERSION_SUPPORTED, (unsigned long long)f->beat.alive);
+                 (unsigned long long)f->beat.in_force, FEATURE_VERSION_SUPPORTED, (unsigned long long)f->beat.alive);
     if (f->shared) {
         if (pthread_create(&f->thread, NULL, follow_main, f) != 0) {
             snprintf(err, errlen, "starting the feature version's thread failed");

@@ -54,8 +54,7 @@ typedef struct {
  * lowest version supported among the nodes seen within alive_ms (a record stamped later than now, a
  * clock ahead, counts as seen), when that is above in_force; else in_force (never lowered; no node
  * alive: unchanged). */
-uint64_t features_rule(uint64_t in_force, const feature_node_t *nodes, size_t n, uint64_t now_ms,
-                       uint64_t alive_ms);
+uint64_t features_rule(uint64_t in_force, const feature_node_t *nodes, size_t n, uint64_t now_ms, uint64_t alive_ms);
 
 /* The version in force where a store holds no feature/v record: the base, unless the store already
  * holds policies or voids (used_before: only builds that knew them wrote them). */

@@ -115,10 +115,10 @@ static const op_desc_t ops[] = {
      "AdminUser", 0, "400:invalid-user-id " ERRORS_STORE},
     {ROUTE_USER_VOID, "post", "/v1/admin/users/{user}/void", "voidUser",
      "The user's reactions stop counting (the user sees nothing change); N: the rows that stopped", ACCESS_ADMIN,
-     "user", NULL, 200, "Voided", 0, "400:invalid-user-id " ERRORS_STORE},
+     "user", NULL, 200, "Voided", 0, "400:invalid-user-id 409:feature-unavailable " ERRORS_STORE},
     {ROUTE_USER_RESTORE, "post", "/v1/admin/users/{user}/restore", "restoreUser",
      "Everything the voided user holds counts again; N: the rows that count again", ACCESS_ADMIN, "user", NULL, 200,
-     "Restored", 0, "400:invalid-user-id " ERRORS_STORE},
+     "Restored", 0, "400:invalid-user-id 409:feature-unavailable " ERRORS_STORE},
     {ROUTE_ADMIN_ITEM, "delete", "/v1/admin/items/{item}", "eraseItem", "Every reaction on the item becomes none",
      ACCESS_ADMIN, "item", NULL, 200, "Changed", 0, "400:invalid-item-id " ERRORS_STORE},
     {ROUTE_WEBHOOKS, "get", "/v1/admin/webhooks", "listWebhooks", "The webhooks and their delivery state", ACCESS_ADMIN,
@@ -141,9 +141,10 @@ static const op_desc_t ops[] = {
     {ROUTE_POLICY, "put", "/v1/admin/policies/{target}", "putPolicy",
      "Set the whole policy of an item, a prefix (comment-*) or every item (*)", ACCESS_ADMIN, "target", "PolicyBody",
      200, "Policy", 0,
-     "400:invalid-json 400:too-many-policies 413:body-too-large 415:unsupported-media-type " ERRORS_STORE},
+     "400:invalid-json 400:too-many-policies 409:feature-unavailable 413:body-too-large "
+     "415:unsupported-media-type " ERRORS_STORE},
     {ROUTE_POLICY, "delete", "/v1/admin/policies/{target}", "deletePolicy", "Remove a policy", ACCESS_ADMIN, "target",
-     NULL, 204, NULL, 0, "404:not-found " ERRORS_STORE},
+     NULL, 204, NULL, 0, "404:not-found 409:feature-unavailable " ERRORS_STORE},
     {ROUTE_LIVE, "get", "/v1/live", "live",
      "Live counts (server-sent events): the current counts of each id, then one event per change", ACCESS_PUBLIC, "ids",
      NULL, 200, "events", 0, "400:invalid-item-id 400:too-many-ids 429:rate-limited " ERRORS_STORE},
@@ -218,8 +219,11 @@ static json_t *problem_response(const char *status, json_t *codes)
     json_t *types = json_array();
     char desc[1024] = "", urn[96];
     size_t used = 0;
+    bool replayable = false; /* a write that may carry an Idempotency-Key (whose answers are replayed) */
     for (size_t i = 0; i < json_array_size(codes); i++) {
         const char *code = json_string_value(json_array_get(codes, i));
+        replayable |= strncmp(code, "idempotency-", 12) == 0 || strcmp(code, "version-mismatch") == 0 ||
+                      strcmp(code, "too-many-secrets") == 0;
         snprintf(urn, sizeof urn, "urn:tally:error:%s", code);
         json_array_append_new(types, json_string(urn));
         used += (size_t)snprintf(desc + used, sizeof desc - used, "%s%s", i ? ", " : "", code);
@@ -235,7 +239,7 @@ static json_t *problem_response(const char *status, json_t *codes)
         json_object_set_new(headers, "Retry-After", openapi_ref("headers", "Retry-After"));
     if (strcmp(status, "401") == 0)
         json_object_set_new(headers, "WWW-Authenticate", openapi_ref("headers", "WWW-Authenticate"));
-    if (strcmp(status, "412") == 0 || strcmp(status, "409") == 0)
+    if ((strcmp(status, "412") == 0 || strcmp(status, "409") == 0) && replayable)
         json_object_set_new(headers, "Idempotent-Replayed", openapi_ref("headers", "Idempotent-Replayed"));
     if (json_object_size(headers))
         json_object_set_new(r, "headers", headers);

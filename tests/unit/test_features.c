@@ -117,8 +117,12 @@ static void test_engine(void)
     CHECK(store_open(dir, &kinds, &opt, &s, err, sizeof err) == STORE_OK);
     if (!s)
         return;
-    writer_options_t wopt = {
-        .queue_max = 64, .batch_max = 16, .fold_max = 1024, .idem_ttl_ms = 60000, .sweep_max = 16, .log_retention_ms = 60000};
+    writer_options_t wopt = {.queue_max = 64,
+                             .batch_max = 16,
+                             .fold_max = 1024,
+                             .idem_ttl_ms = 60000,
+                             .sweep_max = 16,
+                             .log_retention_ms = 60000};
     policies_t *pol = NULL;
     writer_t *w = NULL;
     CHECK(policies_open(s, &kinds, &pol, err, sizeof err) == 0);
