@@ -82,12 +82,12 @@ stage e2e-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 python3 tests/
 stage seam-pg python3 tests/pg/seam.py build/san/unit_tests
 stage e2e-pg env TALLYD=build/tallyd TALLY_STORE=pg python3 tests/e2e/run_e2e.py
 # The PostgreSQL store's own paths under ASan+UBSan: the multi-node and failover tests (webhooks' and live counts' too), crashes,
-# idempotency, concurrency, the change feed, import and erasure, the lists, voiding (~165 s). The rest of the suite
+# idempotency, concurrency, the change feed, import and erasure, the lists, voiding, feature versions (~175 s). The rest of the suite
 # on PostgreSQL under the sanitizer would add ~2 minutes more; the release stage above runs it.
 stage e2e-pg-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 TALLY_STORE=pg \
     python3 tests/e2e/run_e2e.py -k test_pg_ -k test_crash -k test_idempotency \
     -k test_concurrency -k test_ops.Changes -k test_lifecycle_data -k test_many -k WebhookNodesTest -k LiveNodesTest -k test_lists \
-    -k WebhookRaceNodesTest -k test_void
+    -k WebhookRaceNodesTest -k test_void -k test_features
 # PostgreSQL under Patroni, from Debian's packages (tests/pg/patronicluster.py: one etcd, a leader
 # and its synchronous standby, fsync on): a postmaster killed alone restarted in place, and the
 # primary's machine lost under keyed load on two nodes, the standby promoted by Patroni (~1 minute).
