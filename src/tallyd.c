@@ -544,6 +544,7 @@ int main(int argc, char **argv)
                            .conf = &reload_conf,
                            .running = running};
     int sig = wait_for_stop(&stop_signals, &reload, status);
+    bool passed = features_passed(app.features); /* set before its SIGTERM: stopped, not asked to */
     sd_notify(0, "STOPPING=1\nSTATUS=stopping: finishing the requests in flight");
     log_line("level=info event=shutdown signal=%s", sig == SIGTERM ? "TERM" : "INT");
     shut_down(&app, sampler);
@@ -554,5 +555,5 @@ int main(int argc, char **argv)
     tallyd_reload_free(&reload);
     conf_free(&conf);
     free(from);
-    return features_passed(app.features) ? 1 : 0; /* passed by the version in force: stopped, not asked to */
+    return passed ? 1 : 0;
 }
