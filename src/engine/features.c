@@ -32,6 +32,11 @@ uint64_t features_rule(uint64_t in_force, const feature_node_t *nodes, size_t n,
     return lowest != UINT64_MAX && lowest > in_force ? lowest : in_force;
 }
 
+bool features_may_raise(bool others, uint64_t steady_ms, uint64_t alive_ms)
+{
+    return !others || steady_ms >= alive_ms;
+}
+
 uint64_t features_initial(bool used_before)
 {
     return used_before ? FEATURE_VERSION_POLICIES_VOIDS : FEATURE_VERSION_BASE;
@@ -131,7 +136,9 @@ struct features {
     beat_t beat;
     features_stats_t stats;
     atomic_bool passed;
-    uint64_t held_logged; /* the version in force last said to be held back (0: none) */
+    uint64_t held_logged;  /* the version in force last said to be held back (0: none) */
+    uint64_t steady_since; /* monotonic ms of the first of the heartbeats that succeeded since the last
+                            * failure (0: the last failed, or none yet); the heartbeat's thread's */
     bool follow;
     pthread_t thread;
     pthread_mutex_t wait_lock;
@@ -262,6 +269,10 @@ static int decide(store_write_t *tx, write_cmd_t *cmd, write_aux_t *aux)
     }
     b->nodes[b->n] = (feature_node_t){FEATURE_VERSION_SUPPORTED, now};
     uint64_t next = features_rule(in_force, b->nodes, b->n + 1, now, FEATURES_ALIVE_MS);
+    uint64_t mono = mono_ns() / 1000000;
+    uint64_t steady = f->steady_since ? mono - f->steady_since : 0;
+    if (!features_may_raise(b->n > 0, steady, FEATURES_ALIVE_MS))
+        next = in_force; /* raised by a later heartbeat, once every node had time to be seen */
     for (size_t i = 0; i < b->nforget && rc == STORE_OK; i++) {
         char end[sizeof b->forget[0] + 1];
         size_t len = strlen(b->forget[i]);
@@ -300,9 +311,12 @@ static int beat(features_t *f)
     if (b->passed)
         return 1;
     if (status != 200) {
+        f->steady_since = 0;
         atomic_fetch_add_explicit(&f->stats.heartbeat_failures, 1, memory_order_relaxed);
         return -1;
     }
+    if (!f->steady_since)
+        f->steady_since = mono_ns() / 1000000;
     atomic_fetch_add_explicit(&f->stats.heartbeats, 1, memory_order_relaxed);
     atomic_store_explicit(&f->stats.in_force, b->in_force, memory_order_relaxed);
     atomic_store_explicit(&f->stats.nodes_alive, b->alive, memory_order_relaxed);

@@ -56,6 +56,13 @@ typedef struct {
  * alive: unchanged). */
 uint64_t features_rule(uint64_t in_force, const feature_node_t *nodes, size_t n, uint64_t now_ms, uint64_t alive_ms);
 
+/* Whether this node may raise the version now (pure): when no other node has a record (a fresh store,
+ * the embedded store), or once its own heartbeats have succeeded for alive_ms without a failure
+ * (steady_ms: for how long; 0: the last one failed, or none yet). Otherwise a node back from an outage
+ * of the database could raise the version before a node that supports less, back too, has written its
+ * record again: that node would then find itself passed and stop. */
+bool features_may_raise(bool others, uint64_t steady_ms, uint64_t alive_ms);
+
 /* The version in force where a store holds no feature/v record: the base, unless the store already
  * holds policies or voids (used_before: only builds that knew them wrote them). */
 uint64_t features_initial(bool used_before);

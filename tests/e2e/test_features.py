@@ -97,10 +97,11 @@ class NodesTest(TallyTestCase):
                 self.assertCounts(a, item, {"like": 1, "dislike": 0})
                 self.assertEqual(a.db.sql("SELECT count(*) FROM tally_aux WHERE key LIKE 'void/%' OR key LIKE "
                                           "'policy/%'"), "0")
-                # the old node stops: last seen a minute ago, past the bound; raised within a heartbeat or two
+                # the old node stops: last seen a minute ago, past the bound; raised within a heartbeat or
+                # two once a node has itself heartbeated for the bound without a failure
                 put_node(a.db, "old-1", 1, -60 * 1000)
                 for n in (a, b):
-                    self.assertEqual(wait_metric(n, "tally_feature_version", SUPPORTED, 4.0), SUPPORTED)
+                    self.assertEqual(wait_metric(n, "tally_feature_version", SUPPORTED, ALIVE_S + 4.0), SUPPORTED)
                 self.assertRegex(a.stderr() + b.stderr(), r"event=feature-version-raised from=1 to=%d" % SUPPORTED)
                 st, _, doc, _ = b.json("POST", "/v1/admin/users/%s/void" % user, headers=ADMIN)
                 self.assertEqual((st, doc), (200, {"voided": 1}))

@@ -38,6 +38,11 @@ static void test_rule(void)
     feature_node_t gone[] = {{3, NOW - alive - 1}};
     CHECK(features_rule(1, gone, 1, NOW, alive) == 1);
     CHECK(features_rule(2, NULL, 0, NOW, alive) == 2);
+    /* who may raise: anyone alone; else only after a bound of heartbeats without a failure */
+    CHECK(features_may_raise(false, 0, alive));
+    CHECK(!features_may_raise(true, 0, alive));
+    CHECK(!features_may_raise(true, alive - 1, alive));
+    CHECK(features_may_raise(true, alive, alive));
     /* where no version is stored */
     CHECK(features_initial(false) == FEATURE_VERSION_BASE);
     CHECK(features_initial(true) == FEATURE_VERSION_POLICIES_VOIDS);
