@@ -82,7 +82,7 @@ stage e2e-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 python3 tests/
 stage seam-pg python3 tests/pg/seam.py build/san/unit_tests
 stage e2e-pg env TALLYD=build/tallyd TALLY_STORE=pg python3 tests/e2e/run_e2e.py
 # The PostgreSQL store's own paths under ASan+UBSan: the multi-node and failover tests (webhooks' and live counts' too), crashes,
-# idempotency, concurrency, the change feed, import and erasure, the lists, voiding, feature versions (~175 s). The rest of the suite
+# idempotency, concurrency, the change feed, import and erasure, the lists, voiding, feature versions (~180 s). The rest of the suite
 # on PostgreSQL under the sanitizer would add ~2 minutes more; the release stage above runs it.
 stage e2e-pg-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 TALLY_STORE=pg \
     python3 tests/e2e/run_e2e.py -k test_pg_ -k test_crash -k test_idempotency \
