@@ -172,7 +172,9 @@ static int collect(void *arg, span_t key, span_t value)
     bool readable = features_parse_node(value, &node) == 0;
     uint64_t now = wall_ms();
     /* on the embedded store this process is the only node: every other record is an earlier run's */
-    bool forget = !f->shared || !readable || (node.seen_ms < now && now - node.seen_ms > FEATURES_FORGET_MS);
+    if (f->shared && !readable)
+        return 0; /* not this build's format (a newer build's?): neither counted nor deleted */
+    bool forget = !f->shared || (node.seen_ms < now && now - node.seen_ms > FEATURES_FORGET_MS);
     if (forget) {
         if (key.len > NODE_ID_MAX + plen)
             return 0; /* not a key this module writes: left alone */
@@ -235,7 +237,13 @@ static int decide(store_write_t *tx, write_cmd_t *cmd, write_aux_t *aux)
     if (rc != STORE_OK)
         return rc;
     uint64_t in_force = b->stored;
-    if (!b->present || in_force == 0) {
+    if (b->present && in_force == 0) { /* unreadable: never overwritten (it could only be lowered) */
+        b->passed = true;
+        b->in_force = 0;
+        answer_problem(&cmd->answer, 409, "feature-version-passed", "the version in force cannot be read");
+        return STORE_OK;
+    }
+    if (!b->present) {
         used_t used = {false};
         rc = store_aux_read_locked(tx, SPAN_LIT(POLICIES_COUNTER_KEY), used_one, &used);
         if (rc == STORE_OK)
@@ -395,7 +403,14 @@ int features_open(store_t *store, writer_t *w, bool announce, features_t **out, 
     clock_cond_init_monotonic(&f->wake);
     int rc = beat(f);
     if (rc != 0) {
-        if (rc == 1)
+        if (rc == 1 && f->beat.in_force == 0)
+            snprintf(err, errlen,
+                     "the store's feature version in force (the record " FEATURES_VERSION_KEY
+                     ") cannot be read by this "
+                     "build, which supports %d at most: it was written by a newer tally (see docs/operations.md "
+                     "\"Feature versions\")",
+                     FEATURE_VERSION_SUPPORTED);
+        else if (rc == 1)
             snprintf(err, errlen,
                      "the store's feature version in force is %llu and this build supports %d at most: it was "
                      "used by a newer tally (see docs/operations.md \"Feature versions\")",
