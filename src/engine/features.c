@@ -347,14 +347,18 @@ static void *follow_main(void *arg)
 {
     features_t *f = arg;
     thread_set_name("tally-features");
+    uint64_t took_ms = 0; /* the last heartbeat's time through the writer: one starts every interval */
     pthread_mutex_lock(&f->wait_lock);
     while (!f->stopping) {
-        struct timespec deadline = clock_deadline(CLOCK_MONOTONIC, FEATURES_HEARTBEAT_MS);
+        uint64_t wait_ms = took_ms < FEATURES_HEARTBEAT_MS ? FEATURES_HEARTBEAT_MS - took_ms : 0;
+        struct timespec deadline = clock_deadline(CLOCK_MONOTONIC, wait_ms);
         pthread_cond_timedwait(&f->wake, &f->wait_lock, &deadline);
         if (f->stopping)
             break;
         pthread_mutex_unlock(&f->wait_lock);
+        uint64_t started = mono_ns();
         int rc = beat(f); /* a failure (the store away) is tried again next time */
+        took_ms = (mono_ns() - started) / 1000000;
         pthread_mutex_lock(&f->wait_lock);
         if (rc == 1) {
             /* Taken for gone, the others raised the version past this build: what this node would
