@@ -119,13 +119,17 @@ static int parse_ranges(json_t *ranges, shard_map_t *map, char *err, size_t errl
         }
         json_int_t first = json_integer_value(f), last = json_integer_value(l), shard = json_integer_value(s);
         if (first < 0 || last < first || last >= SHARD_VIRTUAL) {
-            snprintf(err, errlen, "map: range %zu [%" JSON_INTEGER_FORMAT ",%" JSON_INTEGER_FORMAT
-                     "] is not a range of virtual shards 0..%d", i, first, last, SHARD_VIRTUAL - 1);
+            snprintf(err, errlen,
+                     "map: range %zu [%" JSON_INTEGER_FORMAT ",%" JSON_INTEGER_FORMAT
+                     "] is not a range of virtual shards 0..%d",
+                     i, first, last, SHARD_VIRTUAL - 1);
             return -1;
         }
         if (first < (json_int_t)next) {
-            snprintf(err, errlen, "map: range %zu starts at virtual shard %" JSON_INTEGER_FORMAT
-                     ", which the range before it already covers (ranges overlap or are out of order)", i, first);
+            snprintf(err, errlen,
+                     "map: range %zu starts at virtual shard %" JSON_INTEGER_FORMAT
+                     ", which the range before it already covers (ranges overlap or are out of order)",
+                     i, first);
             return -1;
         }
         if (first > (json_int_t)next) {
@@ -217,8 +221,8 @@ int shard_identity_check(const shard_identity_t *want, uint32_t position, const 
                          size_t len)
 {
     if (strcmp(want->cluster, got->cluster) != 0) {
-        snprintf(msg, len, "database at position %u is shard %u of cluster %s, not of cluster %s", position,
-                 got->shard, got->cluster, want->cluster);
+        snprintf(msg, len, "database at position %u is shard %u of cluster %s, not of cluster %s", position, got->shard,
+                 got->cluster, want->cluster);
         return -1;
     }
     if (got->map.count != want->map.count) {

@@ -14,8 +14,8 @@
 #include "core/span.h"
 
 #define SHARD_VIRTUAL 4096
-#define SHARD_MAX 256         /* shards in a cluster: the map's and the page token's bound */
-#define SHARD_CLUSTER_HEX 32  /* a cluster id: 128 random bits as lowercase hex */
+#define SHARD_MAX 256                       /* shards in a cluster: the map's and the page token's bound */
+#define SHARD_CLUSTER_HEX 32                /* a cluster id: 128 random bits as lowercase hex */
 #define SHARD_POSITION_MAX (UINT64_MAX - 1) /* the largest log position a cursor names (as today's) */
 /* The longest cursor texts, NUL included: "255.18446744073709551614"; the page token of SHARD_MAX
  * shards (a version byte, the count and SHARD_MAX positions, 10 bytes each at most, in base64url). */
