@@ -153,8 +153,9 @@ static void test_cursors(void)
     CHECK(shard_cursor_format(4, 3, 17, out, 4) == -1);
     CHECK(shard_cursor_parse(SPAN_LIT("3.17"), 4, &s, &p) == 0 && s == 3 && p == 17);
     CHECK(shard_cursor_parse(SPAN_LIT("0.0"), 4, &s, &p) == 0 && s == 0 && p == 0);
-    static const char *const bad[] = {"4.17", "03.17", "3.017", "3.", ".17", "17", "3.1.7", "+3.17", "3.-1", " 3.17",
-                                      "3.17 ", "3.18446744073709551615", "", "3,17"};
+    static const char *const bad[] = {"4.17",  "03.17", "3.017", "3.",    ".17",   "17",
+                                      "3.1.7", "+3.17", "3.-1",  " 3.17", "3.17 ", "3.18446744073709551615",
+                                      "",      "3,17"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK(shard_cursor_parse(span_of(bad[i]), 4, &s, &p) == -1);
 
@@ -177,12 +178,12 @@ static void test_cursors(void)
     CHECK(shard_token_parse(SPAN_LIT("AQIFrAI"), 2, back) == 0 && back[0] == 5 && back[1] == 300);
     CHECK(shard_token_parse(SPAN_LIT("AQIF_v__________AQ"), 2, back) == 0 && back[1] == UINT64_MAX - 1);
     static const char *const bad_tokens[] = {
-        "AgIFrAI",   /* version 2 */
-        "AQIFrAIA",  /* a byte left over */
-        "AQKFAKwC",  /* a position in a longer form than needed (0x85 0x00) */
-        "AQIF",      /* a position missing */
-        "AQIFrAI=",  /* padding */
-        "AQIF rAI",  /* not base64url */
+        "AgIFrAI",            /* version 2 */
+        "AQIFrAIA",           /* a byte left over */
+        "AQKFAKwC",           /* a position in a longer form than needed (0x85 0x00) */
+        "AQIF",               /* a position missing */
+        "AQIFrAI=",           /* padding */
+        "AQIF rAI",           /* not base64url */
         "AQIF____________AQ", /* 2^64 - 1: past SHARD_POSITION_MAX */
         "",
     };
@@ -193,7 +194,8 @@ static void test_cursors(void)
         pos[i] = UINT64_MAX - 1;
     n = shard_token_format(pos, SHARD_MAX, tok, sizeof tok);
     CHECK(n > 0 && shard_token_parse((span_t){tok, (size_t)n}, SHARD_MAX, back) == 0 && back[SHARD_MAX - 1] == pos[0]);
-    CHECK(shard_token_format(pos, 0, tok, sizeof tok) == -1 && shard_token_format(pos, SHARD_MAX + 1, tok, sizeof tok) == -1);
+    CHECK(shard_token_format(pos, 0, tok, sizeof tok) == -1 &&
+          shard_token_format(pos, SHARD_MAX + 1, tok, sizeof tok) == -1);
 }
 
 void test_shardmap(void)

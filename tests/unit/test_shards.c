@@ -95,7 +95,7 @@ static bool put_data(fixture_t *t, const char *loc)
     do {                                                                                                               \
         CHECK((s) == NULL && strstr(err, want) != NULL);                                                               \
         if ((s) != NULL || !strstr(err, want))                                                                         \
-            fprintf(stderr, "  shards %s: got \"%s\", wanted \"%s\"\n", t->name, err, want);                          \
+            fprintf(stderr, "  shards %s: got \"%s\", wanted \"%s\"\n", t->name, err, want);                           \
         shards_close(s);                                                                                               \
     } while (0)
 
