@@ -31,7 +31,7 @@ static int aux_one(void *arg, span_t key, span_t value)
     aux_scan_t *a = arg;
     if (!span_eq_str(key, SHARDS_IDENTITY_KEY)) {
         a->other = true;
-        return 0;
+        return 1; /* one is enough to know */
     }
     free(a->text);
     a->text = malloc(value.len + 1);
@@ -75,8 +75,14 @@ static int read_found(store_t *store, found_t *f, char *err, size_t errlen)
     uint64_t first = 0, last = 0, checkpoint = 0;
     bool item = false;
     size_t visited = 0;
-    if ((rc = store_read_aux(snap, (span_t){"", 0}, aux_one, &a)) == STORE_OK && a.text == NULL && a.found)
+    if ((rc = store_read_aux(snap, SPAN_LIT(SHARDS_IDENTITY_KEY), aux_one, &a)) == STORE_OK && a.text == NULL &&
+        a.found)
         rc = STORE_ERROR; /* out of memory */
+    /* the records a store holds before any write (the settings an operator makes first); what
+     * the writes leave (trending's summaries) comes with rows and log entries, looked for below */
+    static const char *const settings[] = {"policy/", "webhook/", STORE_VOID_PREFIX};
+    for (size_t i = 0; rc == STORE_OK && !a.other && i < sizeof settings / sizeof settings[0]; i++)
+        rc = store_read_aux(snap, span_of(settings[i]), aux_one, &a);
     if (rc == STORE_OK)
         rc = store_read_log_bounds(snap, &first, &last);
     if (rc == STORE_OK)

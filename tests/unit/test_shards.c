@@ -74,7 +74,7 @@ static int stored_identity(fixture_t *t, const char *loc, shard_identity_t *id)
     return rc != STORE_OK ? -1 : found;
 }
 
-/* Puts an auxiliary record of another module into the store at loc: tally data, for shards_open. */
+/* Puts a record of another module (a policy's) into the store at loc: tally data, for shards_open. */
 static bool put_data(fixture_t *t, const char *loc)
 {
     store_t *st;
@@ -83,7 +83,7 @@ static bool put_data(fixture_t *t, const char *loc)
         return false;
     store_write_t *w;
     int rc = store_write_begin(st, &w);
-    if (rc == STORE_OK && (rc = store_aux_put(w, SPAN_LIT("trend/test"), SPAN_LIT("1"))) == STORE_OK)
+    if (rc == STORE_OK && (rc = store_aux_put(w, SPAN_LIT("policy/test"), SPAN_LIT("1"))) == STORE_OK)
         rc = store_write_commit(w);
     else if (rc == STORE_OK)
         store_write_abort(w);
