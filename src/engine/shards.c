@@ -230,7 +230,17 @@ static int settle(shards_t *s, found_t *f, char *err, size_t errlen)
             continue;
         shard_identity_t id;
         identity_of(&want, (uint32_t)k, &id);
-        if (write_identity(s->stores[k], &id, &f[k], why, sizeof why) != STORE_OK) {
+        int rc = write_identity(s->stores[k], &id, &f[k], why, sizeof why);
+        char refused[256];
+        if (rc != STORE_OK && n == 1 &&
+            (rc == STORE_FULL || store_writes_refused(s->stores[k], refused, sizeof refused))) {
+            /* One store that refuses writes for now (a full disk): it serves reads as before, and the
+             * identity is written at a later start. No other shard can disagree with it meanwhile. */
+            log_line("level=warn event=cluster-identity-deferred msg=\"the store refuses writes for now; its "
+                     "cluster identity is written at a later start\"");
+            continue;
+        }
+        if (rc != STORE_OK) {
             snprintf(err, errlen, "database at position %zu: %s", k, why);
             return -1;
         }
