@@ -8,6 +8,7 @@
 #include <zlib.h>
 
 #include "core/b64url.h"
+#include "core/jsontext.h"
 #include "core/parse.h"
 
 #define IDENTITY_VERSION 1
@@ -78,7 +79,7 @@ char *shard_identity_format(const shard_identity_t *id)
                             (json_int_t)id->shard, "shards", (json_int_t)id->map.count, "map", ranges);
     if (!obj)
         return NULL;
-    char *text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REALS); /* (no reals: the rule) */
     json_decref(obj);
     return text;
 }

@@ -74,18 +74,29 @@ static int stored_identity(fixture_t *t, const char *loc, shard_identity_t *id)
     return rc != STORE_OK ? -1 : found;
 }
 
-/* Puts a record of another module (a policy's) into the store at loc: tally data, for shards_open. */
-static bool put_data(fixture_t *t, const char *loc)
+/* Puts tally data into the store at loc, for shards_open: a reaction (its row and log entry), or
+ * only a record of another module (a policy's, as an operator sets before any write). */
+static bool put_data(fixture_t *t, const char *loc, bool reaction)
 {
     store_t *st;
     char err[512];
     if (store_open(loc, &t->kinds, &t->opt, &st, err, sizeof err) != STORE_OK)
         return false;
-    store_write_t *w;
+    store_write_t *w = NULL;
     int rc = store_write_begin(st, &w);
-    if (rc == STORE_OK && (rc = store_aux_put(w, SPAN_LIT("policy/test"), SPAN_LIT("1"))) == STORE_OK)
+    if (rc == STORE_OK && reaction) {
+        reaction_row_t row = {kindset_of(1), 1};
+        transition_t tr = {SPAN_LIT("i1"), SPAN_LIT("u1"), KINDSET_EMPTY, row.set, 1, 1000, 0};
+        uint64_t seq;
+        if ((rc = store_row_get(w, SPAN_LIT("i1"), SPAN_LIT("u1"), &(reaction_row_t){0})) == STORE_OK &&
+            (rc = store_row_put(w, SPAN_LIT("i1"), SPAN_LIT("u1"), &row)) == STORE_OK)
+            rc = store_log_append(w, &tr, &seq);
+    } else if (rc == STORE_OK) {
+        rc = store_aux_put(w, SPAN_LIT("policy/test"), SPAN_LIT("1"));
+    }
+    if (rc == STORE_OK)
         rc = store_write_commit(w);
-    else if (rc == STORE_OK)
+    else if (w)
         store_write_abort(w);
     store_close(st);
     return rc == STORE_OK;
@@ -152,7 +163,7 @@ static void run(fixture_t *t)
     CHECK_ERR(s, err, "has 2 shards, this node lists 1");
 
     /* a database with tally data but no identity: refused as one of two, upgraded as shard 0 of 1 */
-    CHECK(put_data(t, d));
+    CHECK(put_data(t, d, true));
     const char *dc[] = {d, c};
     s = open_list(t, dc, 2, err);
     CHECK_ERR(s, err, "database at position 0 holds tally data but no cluster identity");
@@ -169,7 +180,7 @@ static void run(fixture_t *t)
     CHECK_ERR(s, err, "database at position 1 is shard 0 of cluster ");
 
     /* once the cluster holds data, an empty database in a shard's place is refused */
-    CHECK(put_data(t, a));
+    CHECK(put_data(t, a, false));
     const char *ae[] = {a, e};
     s = open_list(t, ae, 2, err);
     CHECK_ERR(s, err, "database at position 1 holds no cluster identity");
