@@ -4,6 +4,7 @@
  * test_seam.c makes its own; tests/pg/seam.py runs `unit_tests seam shards` with it), where the same
  * databases are also reached through another spelling of their URIs. */
 #include <libpq-fe.h> /* only to make the databases */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,6 +101,56 @@ static bool put_data(fixture_t *t, const char *loc, bool reaction)
         store_write_abort(w);
     store_close(st);
     return rc == STORE_OK;
+}
+
+typedef struct {
+    fixture_t *t;
+    const char *const *locs;
+    shards_t *s;
+    char err[512];
+} opener_t;
+
+static void *open_thread(void *arg)
+{
+    opener_t *o = arg;
+    o->s = open_list(o->t, o->locs, 2, o->err);
+    return NULL;
+}
+
+/* Two nodes starting at once on the same two fresh databases end up in one cluster: each
+ * identity is written once, under the record's lock, and the later node adopts it. Repeated, as
+ * the race is not certain on every try. */
+static void concurrent_first_starts(fixture_t *t)
+{
+    for (int round = 0; round < 5; round++) {
+        char g[600], h[600], db[64];
+        if (!new_location(t, g, db) || !new_location(t, h, db)) {
+            CHECK(!"locations");
+            return;
+        }
+        const char *gh[] = {g, h};
+        opener_t o[2] = {{.t = t, .locs = gh}, {.t = t, .locs = gh}};
+        pthread_t th[2];
+        for (int i = 0; i < 2; i++)
+            CHECK(pthread_create(&th[i], NULL, open_thread, &o[i]) == 0);
+        for (int i = 0; i < 2; i++)
+            pthread_join(th[i], NULL);
+        CHECK(o[0].s != NULL && o[1].s != NULL);
+        if (o[0].s && o[1].s) {
+            shard_identity_t x, y, got;
+            shards_identity(o[0].s, 0, &x);
+            shards_identity(o[1].s, 0, &y);
+            CHECK(strcmp(x.cluster, y.cluster) == 0);
+            shards_close(o[0].s);
+            shards_close(o[1].s);
+            CHECK(stored_identity(t, g, &got) == 1 && strcmp(got.cluster, x.cluster) == 0 && got.shard == 0);
+            CHECK(stored_identity(t, h, &got) == 1 && strcmp(got.cluster, x.cluster) == 0 && got.shard == 1);
+        } else {
+            fprintf(stderr, "  shards %s: concurrent starts: \"%s\" \"%s\"\n", t->name, o[0].err, o[1].err);
+            shards_close(o[0].s);
+            shards_close(o[1].s);
+        }
+    }
 }
 
 #define CHECK_ERR(s, err, want)                                                                                        \
@@ -233,5 +284,6 @@ void test_shards(void)
     if (uri && *uri) {
         fixture_t pg = {.name = "pg", .pg_uri = uri, .kinds = lmdb.kinds};
         run(&pg);
+        concurrent_first_starts(&pg); /* two processes on one database: PostgreSQL's case */
     }
 }
