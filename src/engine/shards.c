@@ -224,7 +224,7 @@ static int settle(shards_t *s, found_t *f, char *err, size_t errlen)
         }
     }
     /* Write what is missing, shard 0 first, so that nodes starting at once meet on shard 0's record. */
-    size_t written = 0;
+    size_t written = 0, deferred = 0;
     for (size_t k = 0; k < n; k++) {
         if (f[k].found)
             continue;
@@ -238,6 +238,7 @@ static int settle(shards_t *s, found_t *f, char *err, size_t errlen)
              * identity is written at a later start. No other shard can disagree with it meanwhile. */
             log_line("level=warn event=cluster-identity-deferred msg=\"the store refuses writes for now; its "
                      "cluster identity is written at a later start\"");
+            deferred++;
             continue;
         }
         if (rc != STORE_OK) {
@@ -262,8 +263,8 @@ static int settle(shards_t *s, found_t *f, char *err, size_t errlen)
         }
     }
     s->identity.map.count = (uint32_t)n;
-    log_line("level=info event=cluster-identity cluster=%s shards=%zu written=%zu checked=%zu", s->identity.cluster, n,
-             written, n - written);
+    log_line("level=info event=cluster-identity cluster=%s shards=%zu written=%zu checked=%zu deferred=%zu",
+             s->identity.cluster, n, written, n - written - deferred, deferred);
     return 0;
 }
 
