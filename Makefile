@@ -170,6 +170,10 @@ $(BUILD)/san/tallyd: $(call obj,san,$(TALLYD_SRC))
 $(BUILD)/corrupt_count: $(call obj,rel,$(LIB_SRC) tests/tools/corrupt_count.c)
 	$(CC) $(CFLAGS) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
 
+# Test-only: opens stores as the shards of one cluster (their identities), as a sharded node will.
+$(BUILD)/shards_open: $(call obj,rel,$(LIB_SRC) tests/tools/shards_open.c)
+	$(CC) $(CFLAGS) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
+
 # Test-only: keeps a store's LMDB environment open, as a tool beside tallyd does.
 $(BUILD)/hold_env: tests/tools/hold_env.c
 	@mkdir -p $(BUILD)
@@ -191,7 +195,7 @@ run-pg: deps pg-deps all
 
 # The whole suite: unit tests (sanitized), end-to-end against the release build and the sanitized
 # one, and against the release build on PostgreSQL (tests/run_all.sh).
-test: test-deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/syncorder.so $(BUILD)/hold_env fuzz-build
+test: test-deps all $(BUILD)/san/tallyd $(BUILD)/san/unit_tests $(BUILD)/corrupt_count $(BUILD)/shards_open $(BUILD)/syncorder.so $(BUILD)/hold_env fuzz-build
 	@tests/run_all.sh
 
 # The JavaScript tests alone: OpenAPI (redocly lint, ajv), the client, the pages in headless Chromium.

@@ -11,12 +11,12 @@ _fuzz_saved_goal := $(.DEFAULT_GOAL)
 FUZZ_CC      ?= $(or $(CLANG),clang)
 FUZZ_SECONDS ?= 60
 FUZZ_DIR     := $(or $(BUILD),build)/fuzz
-FUZZ_TARGETS ?= fuzz_parse fuzz_csv fuzz_ids fuzz_kinds fuzz_kindset fuzz_router fuzz_json fuzz_jwt fuzz_jwk fuzz_journalrec fuzz_forwarded
+FUZZ_TARGETS ?= fuzz_parse fuzz_csv fuzz_ids fuzz_kinds fuzz_kindset fuzz_router fuzz_json fuzz_jwt fuzz_jwk fuzz_journalrec fuzz_forwarded fuzz_shardid fuzz_shardcursor
 FUZZ_SAN     := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_CFLAGS  := -std=c17 -D_GNU_SOURCE -DH2O_USE_LIBUV=0 -Isrc -Ifuzz -g -O1 -Wall -Wextra -Werror -MMD -MP $(FUZZ_SAN)
 FUZZ_LIBS    := -ljansson -lssl -lcrypto -lz -pthread
 # The code under test (pure: no store, no server, no threads).
-FUZZ_LIB_SRC := src/core/parse.c src/core/csv.c src/core/ids.c src/core/kinds.c src/core/kindsjson.c src/core/textbuf.c src/core/b64url.c src/core/jwt.c src/core/jwk.c src/core/ratelimit.c src/core/journalrec.c src/core/netallow.c src/core/forwarded.c src/http/router.c
+FUZZ_LIB_SRC := src/core/parse.c src/core/csv.c src/core/ids.c src/core/kinds.c src/core/kindsjson.c src/core/textbuf.c src/core/b64url.c src/core/jwt.c src/core/jwk.c src/core/ratelimit.c src/core/journalrec.c src/core/netallow.c src/core/forwarded.c src/core/shardmap.c src/http/router.c
 FUZZ_LIB_OBJ := $(patsubst %.c,$(FUZZ_DIR)/obj/%.o,$(FUZZ_LIB_SRC))
 
 .PHONY: fuzz fuzz-build fuzz-regress $(addprefix fuzz-run-,$(FUZZ_TARGETS))

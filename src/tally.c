@@ -19,6 +19,7 @@
 #include "engine/import.h"
 #include "engine/move.h"
 #include "engine/recount.h"
+#include "engine/shards.h"
 #include "engine/writer.h"
 #include "store/lmdb/lmdb.h"
 #include "store/store.h"
@@ -637,6 +638,16 @@ static int cmd_verify(int argc, char **argv)
     store_t *store = open_existing(f.data);
     if (!store)
         return EXIT_FAILED;
+    /* the identity tallyd wrote at its first start (none before then: a store it never served) */
+    shard_identity_t id;
+    bool found = false;
+    char err[512];
+    if (shards_read_identity(store, &id, &found, err, sizeof err) != STORE_OK)
+        printf("cluster: unreadable (%s)\n", err);
+    else if (found)
+        printf("cluster: %s, shard %u of %u\n", id.cluster, id.shard, id.map.count);
+    else
+        printf("cluster: none yet (tallyd writes it at its first start)\n");
     recount_report_t rep;
     int rc = recount_run(store, NULL, NULL, 0, &rep);
     if (rc == STORE_OK) {
@@ -738,7 +749,7 @@ static const command_t commands[] = {
     {"verify",
      "tally verify --data DIR\n  recounts every item from the reaction rows (a voided user's rows do not count); lists "
      "drift\n"
-     "  and exits 1 if any; says how many users are voided\n",
+     "  and exits 1 if any; says how many users are voided and which cluster and shard the store is\n",
      cmd_verify},
     {"token",
      "tally token --user U [--admin] [--ttl 1h] [--jwt-secret-file FILE]\n  mints an HS256 JWT with the first secret "

@@ -20,6 +20,7 @@
 #include "core/netallow.h"
 #include "core/parse.h"
 #include "engine/recount.h"
+#include "engine/shards.h"
 #include "engine/webhooks.h"
 #include "engine/writer.h"
 #include "http/app.h"
@@ -413,7 +414,7 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     voids_close(app->voids);
     feed_free(app->feed);
     readers_free(app->readers);
-    store_close(app->store);
+    shards_close(app->shards);
 }
 
 int main(int argc, char **argv)
@@ -489,10 +490,13 @@ int main(int argc, char **argv)
         .log_retention_ms = o.log_retention_ms,
         .reaction_mode = o.reaction_mode,
     };
-    if (store_open(o.store ? o.store : o.data, &kinds, &sopt, &store, err, sizeof err) != STORE_OK) {
+    /* One store today: shard 0 of 1, opened (its identity written or checked) as every shard is. */
+    const char *locations[] = {o.store ? o.store : o.data};
+    if (shards_open(locations, 1, &kinds, &sopt, &app.shards, err, sizeof err) != 0) {
         log_line("level=error event=start-failed msg=\"%s\"", err);
         return 1;
     }
+    store = shards_store(app.shards, 0);
     recount_sampler_t *sampler;
     openapi_config_t doc = {.kinds = &kinds,
                             .many = strcmp(sopt.reaction_mode, "many") == 0,

@@ -78,7 +78,8 @@ stage e2e-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 python3 tests/
 # multi-node and failover tests (test_pg_*.py). Not TALLY_E2E_SLOW: the 75 s trending-window
 # test runs once, beside the others (e2e-slow), to keep make test under 15 minutes.
 # The seam's cases (tests/unit/test_seam.c, run on the embedded store in the unit stage) on the
-# PostgreSQL store, under ASan+UBSan, against a throwaway cluster of its own (3–8 s).
+# PostgreSQL store, under ASan+UBSan, against a throwaway cluster of its own (8–12 s), then the shards
+# suite (tests/unit/test_shards.c: two databases as two shards).
 stage seam-pg python3 tests/pg/seam.py build/san/unit_tests
 stage e2e-pg env TALLYD=build/tallyd TALLY_STORE=pg python3 tests/e2e/run_e2e.py
 # The PostgreSQL store's own paths under ASan+UBSan: the multi-node and failover tests (webhooks' and live counts' too), crashes,

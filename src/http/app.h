@@ -16,6 +16,7 @@
 #include "engine/feed.h"
 #include "engine/policies.h"
 #include "engine/readers.h"
+#include "engine/shards.h"
 #include "engine/trending.h"
 #include "engine/voids.h"
 #include "engine/webhooks.h"
@@ -51,7 +52,8 @@ typedef struct {
 
 typedef struct app {
     const kinds_t *kinds;
-    store_t *store;
+    shards_t *shards; /* the node's stores, one per shard (one today) */
+    store_t *store;   /* shard 0's, the one store served today */
     writer_t *writer;
     readers_t *readers; /* reads run here when the store's reads wait on a server; NULL: on the HTTP threads */
     feed_t *feed;

@@ -11,7 +11,7 @@ import tempfile
 import time
 import threading
 
-from harness import Server, TallyTestCase, embedded_only, metric, uid
+from harness import REPO_ROOT, Server, TallyTestCase, child_env, embedded_only, metric, uid
 
 MAP = "16M"  # the smallest --map-size; a few tens of thousands of rows fill it
 
@@ -199,3 +199,26 @@ class StartOnFullDiskTest(TallyTestCase):
 
     def test_starts_on_a_full_disk_after_a_crash(self):
         self._check_full_start(crash=True, write_while_full=True)
+
+    def test_a_store_without_identity_starts_on_a_full_disk(self):
+        """A store from before cluster identities (made here by `tally import`, which writes none)
+        restarted on a full disk: its identity cannot be written, and tallyd starts all the same
+        (it serves reads, as any store on a full disk); the next start with space writes it."""
+        data = os.path.join(self.mnt, "data")
+        filler = os.path.join(self.mnt, "filler")
+        tally = os.path.join(REPO_ROOT, "build", "tally")
+        lines = os.path.join(self.tmp, "import.ndjson")
+        with open(lines, "w") as f:
+            f.write('{"item":"i1","user":"u1","reaction":"like"}\n')
+        r = subprocess.run([tally, "import", "--data", data, "--reactions", "like,dislike", lines],
+                           capture_output=True, text=True, timeout=60, env=child_env())
+        self.assertEqual(r.returncode, 0, r.stderr)
+        _fill(filler)
+        with Server(data_dir=data, args=["--map-size", "16M"]) as s:
+            self.assertEqual(s.counts("i1")["like"], 1)
+            self.assertIn("event=cluster-identity-deferred", s.stderr())
+            s.stop()
+            os.unlink(filler)
+            s.start()
+            self.assertRegex(s.stderr(), r"event=cluster-identity cluster=[0-9a-f]{32} shards=1 written=1")
+            self.assertEqual(s.counts("i1")["like"], 1)

@@ -54,6 +54,8 @@ int main(int argc, char **argv)
         {"etag", test_etag},
         {"policy", test_policy},
         {"features", test_features},
+        {"shardmap", test_shardmap},
+        {"shards", test_shards},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

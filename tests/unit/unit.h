@@ -49,5 +49,7 @@ void test_forwarded(void);
 void test_etag(void);
 void test_policy(void);
 void test_features(void);
+void test_shardmap(void);
+void test_shards(void);
 
 #endif
