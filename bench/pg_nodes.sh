@@ -21,7 +21,10 @@
 #     (its WAL flush), and the log head's lock held per commit and in % of the time
 #   - the database's sessions sampled every 50 ms (pg_stat_activity): by session name, its wait
 #     event, or on-CPU; for a Lock wait, the blocker's wait event
-# Last, the figures side by side and the pooled ratios.
+# PERF=1: perf record -a -g for half of each figure, PostgreSQL's time by stage (parse, plan, execute,
+# commit, WAL flush, lock waits, socket I/O). Last, the figures side by side and the pooled ratios. FIGURES="keyed-1 ...": only those, in that
+# order, every round (no ratios); NODE_ARGS: more tallyd flags (e.g. --batch-max 16); STORE_QUERY:
+# appended to the store URI (e.g. ?options=-c%20synchronous_commit%3Doff, a proxy: no flush at all).
 set -u
 cd "$(dirname "$0")/.."
 PEERS=$(cd "${PEERS:?set PEERS to the folder of the peer scripts (pg_schema.sql, B_zipf.sql)}" && pwd) || exit 2
@@ -84,7 +87,7 @@ start() { # N nodes on a fresh database t; URLs in U
   P -d t -c "CREATE EXTENSION pg_stat_statements" >/dev/null
   PIDS=() U=()
   for i in $(seq 1 $1); do
-    $T/tallyd --listen 127.0.0.1:0 --store postgresql://postgres@127.0.0.1:$PORT/t --rate-limit off --read-rate-limit off >$T/out$i 2>$T/err$i &
+    $T/tallyd --listen 127.0.0.1:0 --store "postgresql://postgres@127.0.0.1:$PORT/t${STORE_QUERY:-}" --rate-limit off --read-rate-limit off ${NODE_ARGS:-} >$T/out$i 2>$T/err$i &
     PIDS+=($!)
     local u=""; for _ in $(seq 100); do u=$(grep -o 'http://127.0.0.1:[0-9]*' $T/out$i 2>/dev/null | head -1); [ -n "$u" ] && break; sleep 0.1; done
     for _ in $(seq 50); do curl -sf -o /dev/null $u/readyz && break; sleep 0.1; done
@@ -116,6 +119,11 @@ STMTS="SELECT coalesce(sum(total_exec_time) FILTER (WHERE query LIKE 'WITH h AS 
   coalesce(sum(total_exec_time) FILTER (WHERE query ILIKE 'commit%'), 0),
   coalesce(sum(calls) FILTER (WHERE query ILIKE 'commit%'), 0),
   coalesce(sum(total_exec_time), 0) FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+perf_report() { # PostgreSQL's samples: the share of its on-CPU time under each stage (children included)
+  local tot; tot=$(perf report -i $T/perf.data --comms postgres --no-children --sort comm --stdio 2>/dev/null | awk '/^ +[0-9.]+%/{print $1}' | tr -d %)
+  echo "   perf: postgres $tot% of all samples; of them, under (children included):$(perf report -i $T/perf.data --comms postgres --children --sort symbol --stdio -g none 2>/dev/null |
+    awk -v tot=$tot '$NF ~ /^(pg_parse_query|parse_analyze_fixedparams|parse_analyze_varparams|pg_analyze_and_rewrite_fixedparams|pg_plan_queries|standard_ExecutorRun|CommitTransaction|XLogFlush|issue_xlog_fsync|LockAcquireExtended|pq_getbyte|secure_read|secure_write|ProcSleep|exec_bind_message|RecordTransactionCommit|ExecInitNode|ExecEndNode)$/ {gsub("%", "", $1); printf " %s %.0f%%", $NF, 100 * $1 / tot}')"
+}
 figure() { # NAME
   local n=0 db=t
   case $1 in keyed-1) n=1 ;; keyed-2) n=2 ;; peer) db=bench ;; esac
@@ -139,18 +147,20 @@ figure() { # NAME
     done
   fi
   sleep 0.5; sampler $db &
-  local sp=$!
+  local sp=$! pp=""
+  if [ "${PERF:-0}" = 1 ]; then perf record -F 499 -a -g -o $T/perf.data -- sleep $((SECS / 2)) >/dev/null 2>&1 & pp=$!; fi
   # the backends' schedstat is read before the load ends (they live until the nodes stop)
   sleep $((SECS - 1)); local bt1; bt1=$(sched $(backend_tasks $db)); local wt1; wt1=$(sched $(writer_tasks))
   local el1; el1=$(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{print b - a}')
   for p in "${wk[@]}"; do wait $p; done
   wait $sp
+  [ -n "$pp" ] && wait $pp && perf_report
   local el; el=$(awk -v a=$t0 -v b=$(date +%s.%N) 'BEGIN{print b - a}')
   local mt1 pt1 tt1 w1 c1 st rate=0 lat="" gen=0
   mt1=$(machine_ticks) pt1=$(pg_ticks) tt1=$(tallyd_ticks) w1=$(wal)
   st=$(P -d $db -c "$STMTS" | tr '|' ' ')
   P -d $db -F'|' -c "SELECT calls, total_exec_time, rows, regexp_replace(left(query, 60), '\s+', ' ', 'g') FROM pg_stat_statements
-    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT ${TOP:-8}" >$T/top
+    WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE 'DO %' ORDER BY total_exec_time DESC LIMIT ${TOP:-8}" >$T/top
   for i in $(seq 1 $([ $n = 0 ] && echo 1 || echo $n)); do gen=$(awk -v g=$gen '{print g + $1 + $2}' $T/gen$i); done
   if [ $n = 0 ]; then
     rate=$(awk '/^tps = /{print $3}' $T/pgb); lat="avg $(awk '/^latency average/{print $4}' $T/pgb) ms"
@@ -184,11 +194,13 @@ figure() { # NAME
 echo "pg_nodes: $(date -u +%FT%TZ) $BIN ($(git rev-parse --short HEAD 2>/dev/null)) $SECS s per figure, $ROUNDS rounds, nproc $(nproc)"
 for R in $(seq 1 $ROUNDS); do
   case $((R % 3)) in 1) order="keyed-1 keyed-2 peer" ;; 2) order="keyed-2 peer keyed-1" ;; 0) order="peer keyed-1 keyed-2" ;; esac
+  [ -n "${FIGURES:-}" ] && order=$FIGURES
   echo "-- round $R: $order"
   for f in $order; do figure $f; done
 done
 pool() { local s=0 r; for r in $(seq 1 $ROUNDS); do s=$(awk -v a=$s -v b=$(cat $T/$1.$r) 'BEGIN{print a+b}'); done; echo $s; }
 printf '%-22s' "round:"; for R in $(seq 1 $ROUNDS); do printf ' %8s' $R; done; printf ' %9s\n' pooled
+[ -n "${FIGURES:-}" ] && exit 0
 for f in keyed-1 keyed-2 peer; do printf '%-22s' $f; for R in $(seq 1 $ROUNDS); do printf ' %8.0f' $(cat $T/$f.$R); done; printf ' %9.0f\n' $(pool $f); done
 ratio() { printf '%-22s' "$1 / $2"; for R in $(seq 1 $ROUNDS); do awk -v a=$(cat $T/$1.$R) -v b=$(cat $T/$2.$R) 'BEGIN{printf " %8.2f", a/b}'; done
   awk -v a=$(pool $1) -v b=$(pool $2) 'BEGIN{printf " %9.2f\n", a/b}'; }
