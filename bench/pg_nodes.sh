@@ -32,6 +32,7 @@ BIN=${1:-build/tallyd} SECS=${2:-10} ROUNDS=${3:-3}
 PORT=${PG_PORT:-56447} PGB=/usr/lib/postgresql/15/bin
 T=$(mktemp -d /tmp/tally-nodes.XXXX); chmod 755 $T; mkdir -p $T/pg; chown postgres:postgres $T/pg
 cp "$BIN" $T/tallyd
+[ -n "${BEFORE:-}" ] && cp "$BEFORE" $T/tallyd-before
 PIDS=()
 cleanup() {
   for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
@@ -82,12 +83,12 @@ writer_sums() { # over the nodes: commits, batch commands sum, count, commit sec
   echo $line
 }
 wal() { P -c "SELECT pg_current_wal_lsn() - '0/0'::pg_lsn, wal_sync, wal_sync_time FROM pg_stat_wal" | tr '|' ' '; }
-start() { # N nodes on a fresh database t; URLs in U
+start() { # N [BINARY]: N nodes on a fresh database t; URLs in U
   P -c "DROP DATABASE IF EXISTS t" -c "CREATE DATABASE t" >/dev/null 2>&1
   P -d t -c "CREATE EXTENSION pg_stat_statements" >/dev/null
   PIDS=() U=()
   for i in $(seq 1 $1); do
-    $T/tallyd --listen 127.0.0.1:0 --store "postgresql://postgres@127.0.0.1:$PORT/t${STORE_QUERY:-}" --rate-limit off --read-rate-limit off ${NODE_ARGS:-} >$T/out$i 2>$T/err$i &
+    $T/${2:-tallyd} --listen 127.0.0.1:0 --store "postgresql://postgres@127.0.0.1:$PORT/t${STORE_QUERY:-}" --rate-limit off --read-rate-limit off ${NODE_ARGS:-} >$T/out$i 2>$T/err$i &
     PIDS+=($!)
     local u=""; for _ in $(seq 100); do u=$(grep -o 'http://127.0.0.1:[0-9]*' $T/out$i 2>/dev/null | head -1); [ -n "$u" ] && break; sleep 0.1; done
     for _ in $(seq 50); do curl -sf -o /dev/null $u/readyz && break; sleep 0.1; done
@@ -126,10 +127,11 @@ perf_report() { # PostgreSQL's samples: the share of its on-CPU time under each 
 }
 figure() { # NAME
   local n=0 db=t
-  case $1 in keyed-1) n=1 ;; keyed-2) n=2 ;; peer) db=bench ;; esac
+  case $1 in keyed-1*) n=1 ;; keyed-2*) n=2 ;; peer) db=bench ;; esac
+  local bin=tallyd; case $1 in *-before) bin=tallyd-before ;; esac
   if [ $n = 0 ]; then
     P -d bench -c "TRUNCATE reactions, transitions, idempotency, counts RESTART IDENTITY" -c "UPDATE agg_checkpoint SET seq=0" -c CHECKPOINT >/dev/null
-  else start $n; fi
+  else start $n $bin; fi
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
   P -d $db -c "SELECT pg_stat_statements_reset()" >/dev/null
   local c0 w0 wt0 bt0 mt0 pt0 tt0 t0 wk=() i
@@ -193,7 +195,8 @@ figure() { # NAME
 }
 echo "pg_nodes: $(date -u +%FT%TZ) $BIN ($(git rev-parse --short HEAD 2>/dev/null)) $SECS s per figure, $ROUNDS rounds, nproc $(nproc)"
 for R in $(seq 1 $ROUNDS); do
-  case $((R % 3)) in 1) order="keyed-1 keyed-2 peer" ;; 2) order="keyed-2 peer keyed-1" ;; 0) order="peer keyed-1 keyed-2" ;; esac
+  ALL="keyed-1 keyed-2 peer"; [ -n "${BEFORE:-}" ] && ALL="keyed-1 keyed-1-before keyed-2 keyed-2-before peer"
+  set -- $ALL; k=$(((R - 1) % $#)); order="${*:$((k + 1))} ${*:1:$k}"  # rotated by one each round
   [ -n "${FIGURES:-}" ] && order=$FIGURES
   echo "-- round $R: $order"
   for f in $order; do figure $f; done
@@ -201,7 +204,8 @@ done
 pool() { local s=0 r; for r in $(seq 1 $ROUNDS); do s=$(awk -v a=$s -v b=$(cat $T/$1.$r) 'BEGIN{print a+b}'); done; echo $s; }
 printf '%-22s' "round:"; for R in $(seq 1 $ROUNDS); do printf ' %8s' $R; done; printf ' %9s\n' pooled
 [ -n "${FIGURES:-}" ] && exit 0
-for f in keyed-1 keyed-2 peer; do printf '%-22s' $f; for R in $(seq 1 $ROUNDS); do printf ' %8.0f' $(cat $T/$f.$R); done; printf ' %9.0f\n' $(pool $f); done
+for f in $ALL; do printf '%-22s' $f; for R in $(seq 1 $ROUNDS); do printf ' %8.0f' $(cat $T/$f.$R); done; printf ' %9.0f\n' $(pool $f); done
 ratio() { printf '%-22s' "$1 / $2"; for R in $(seq 1 $ROUNDS); do awk -v a=$(cat $T/$1.$R) -v b=$(cat $T/$2.$R) 'BEGIN{printf " %8.2f", a/b}'; done
   awk -v a=$(pool $1) -v b=$(pool $2) 'BEGIN{printf " %9.2f\n", a/b}'; }
 ratio keyed-2 keyed-1; ratio keyed-1 peer; ratio keyed-2 peer
+[ -n "${BEFORE:-}" ] && { ratio keyed-2-before keyed-1-before; ratio keyed-1-before peer; ratio keyed-2-before peer; ratio keyed-1 keyed-1-before; ratio keyed-2 keyed-2-before; }
