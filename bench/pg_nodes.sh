@@ -92,6 +92,7 @@ start() { # N [BINARY]: N nodes on a fresh database t; URLs in U
     PIDS+=($!)
     local u=""; for _ in $(seq 100); do u=$(grep -o 'http://127.0.0.1:[0-9]*' $T/out$i 2>/dev/null | head -1); [ -n "$u" ] && break; sleep 0.1; done
     for _ in $(seq 50); do curl -sf -o /dev/null $u/readyz && break; sleep 0.1; done
+    [ -n "$u" ] || echo "   VOID: node $i did not start: $(tail -2 $T/err$i)"
     U+=("$u")
   done
   P -d t -c CHECKPOINT >/dev/null
@@ -142,6 +143,7 @@ figure() { # NAME
       -c 16 -j 2 -T $SECS -f $PEERS/B_zipf.sql bench >$T/pgb 2>&1 &
     wk+=($!)
   else
+    rm -f $T/r*.result  # a figure whose wrk failed reads none of the last one's
     for i in $(seq 1 $n); do
       /usr/bin/time -f '%U %S' -o $T/gen$i wrk -t1 -c$((64 / n)) -d${SECS}s --latency --timeout 10s -s bench/load.lua ${U[$((i - 1))]} -- \
         keyed tally $T/r$i $RANDOM$i >/dev/null 2>&1 &
@@ -163,13 +165,18 @@ figure() { # NAME
   st=$(P -d $db -c "$STMTS" | tr '|' ' ')
   P -d $db -F'|' -c "SELECT calls, total_exec_time, rows, regexp_replace(left(query, 60), '\s+', ' ', 'g') FROM pg_stat_statements
     WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND query NOT LIKE 'DO %' ORDER BY total_exec_time DESC LIMIT ${TOP:-8}" >$T/top
-  for i in $(seq 1 $([ $n = 0 ] && echo 1 || echo $n)); do gen=$(awk -v g=$gen '{print g + $1 + $2}' $T/gen$i); done
+  for i in $(seq 1 $([ $n = 0 ] && echo 1 || echo $n)); do
+    # /usr/bin/time's last line; a line before it says the load generator failed (the figure is void)
+    [ "$(wc -l <$T/gen$i)" = 1 ] || echo "   VOID: load generator $i: $(head -1 $T/gen$i)"
+    gen=$(tail -1 $T/gen$i | awk -v g=$gen '{print g + $1 + $2}')
+  done
   if [ $n = 0 ]; then
     rate=$(awk '/^tps = /{print $3}' $T/pgb); lat="avg $(awk '/^latency average/{print $4}' $T/pgb) ms"
   else
     c1=$(writer_sums)
     for i in $(seq 1 $n); do
-      eval "$(tr ' ' '\n' <$T/r$i.result | grep -E '^(rps|p50_us|p99_us|non2xx|sock_errors)=' | sed 's/^/R_/')"
+      R_rps=0 R_p50_us=0 R_p99_us=0 R_non2xx=? R_sock_errors=?
+      [ -f $T/r$i.result ] && eval "$(tr ' ' '\n' <$T/r$i.result | grep -E '^(rps|p50_us|p99_us|non2xx|sock_errors)=' | sed 's/^/R_/')"
       rate=$(awk -v a=$rate -v b=$R_rps 'BEGIN{print a+b}')
       lat="$lat$(awk -v a=$R_p50_us -v b=$R_p99_us 'BEGIN{printf "%.1f/%.1f ", a/1000, b/1000}')"
       [ "$R_non2xx$R_sock_errors" = 00 ] || lat="$lat(non2xx $R_non2xx errors $R_sock_errors) "
