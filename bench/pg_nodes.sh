@@ -194,7 +194,7 @@ figure() { # NAME
   echo "$w0 $w1" | awk -v r=$rate -v secs=$SECS '{n = r*secs; printf "   WAL %.0f B a write, %.3f syncs a write, %.0f syncs/s at %.2f ms\n", ($4-$1)/n, ($5-$2)/n, ($5-$2)/secs, ($5-$2) ? ($6-$3)/($5-$2) : 0}'
   if [ $n != 0 ]; then
     echo "$c0 $c1 $st" | awk -v secs=$SECS -v el=$el '{c = $7-$1; cm = c ? c : 1;
-      printf "   writers: %.0f commits/s, %.1f cmds/commit, COMMIT %.2f ms (tallyd), %d retries | per commit (pg_stat_statements): log head %.3f ms, answers'"'"' counts %.3f ms, COMMIT %.3f ms; head statement (its wait included) + answers' counts %.2f ms a commit, %.0f%% of the time; all statements %.2f ms a commit\n",
+      printf "   writers: %.0f commits/s, %.1f cmds/commit, COMMIT %.2f ms (tallyd), %d retries | per commit (pg_stat_statements): log head %.3f ms, answers'"'"' counts %.3f ms, COMMIT %.3f ms; head statement (its wait included) + the counts statement %.2f ms a commit, %.0f%% of the time; all statements %.2f ms a commit\n",
         c/secs, ($8-$2)/(($9-$3) ? ($9-$3) : 1), 1000*($10-$4)/(($11-$5) ? ($11-$5) : 1), $12-$6, $13/cm, $14/cm, $15/cm, ($13+$14+$15)/cm, ($13+$14+$15)/el/10, $17/cm}'
   fi
   awk -F'|' -v r=$rate -v secs=$SECS '{printf "   stmt %7d calls %6.1f us a write  %s\n", $1, 1000*$2/(r*secs), $4}' $T/top
