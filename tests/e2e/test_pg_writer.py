@@ -7,11 +7,15 @@ Runs only with TALLY_STORE=pg.
 tally_writer_commits_total counts the writer's batches, tally_db_writer_round_trips_total the round
 trips of its connection, tally_db_fold_round_trips_total the fold's. Sequential writes make one
 batch each; once a second the sweep adds two.
+
+The write sessions' statements are prepared once per connection and sent by name after that
+(planned once, not with every batch): the server's statement log (log_statement, set through the
+store URI for this node's sessions only) shows them as "execute tally_wN", not as unnamed ones.
 """
 
 import time
 
-from harness import Server, TallyTestCase, metric, pg_only, uid
+from harness import PgDatabase, Server, TallyTestCase, metric, pg_only, uid
 
 FAST = ["--rate-limit", "off", "--recount-interval", "0"]
 WRITES = 60
@@ -55,3 +59,26 @@ class WriterRoundTripsTest(TallyTestCase):
                                "pg_stat_activity WHERE datname = current_database() AND application_name "
                                "LIKE 'tallyd %'")
             self.assertEqual(names, "tallyd fold,tallyd writer")
+
+    def test_the_write_sessions_statements_are_prepared_once(self):
+        db = PgDatabase()
+        try:
+            with open(db.cluster.log, "rb") as f:
+                start = f.seek(0, 2)
+            # this node's sessions log every statement they run (the others' do not)
+            with Server(args=FAST, store=db, store_uri=db.uri(options="-c%20log_statement%3Dall")) as srv:
+                item = uid("pp")
+                for i in range(WRITES // 3):
+                    self.assertOk(srv.put(item, uid("u"), "like", headers={"Idempotency-Key": uid("k")}))
+                self.assertCounts(srv, item, {"like": WRITES // 3, "dislike": 0}, timeout=3.0)
+            with open(db.cluster.log, "rb") as f:
+                f.seek(start)
+                log = f.read().decode("utf-8", "replace")
+            # a batch's lock of its idempotency records: as text the first time, by name after that
+            lock_keys = 'SELECT "user", key, expires_ms'
+            by_name = sum(1 for line in log.splitlines() if "execute tally_w" in line and lock_keys in line)
+            as_text = sum(1 for line in log.splitlines() if "execute <unnamed>" in line and lock_keys in line)
+            self.assertGreaterEqual(by_name, WRITES // 3 - 2, "the batches' statements were not sent by name")
+            self.assertLessEqual(as_text, 2, "the statement was sent as text %d times" % as_text)
+        finally:
+            db.drop()

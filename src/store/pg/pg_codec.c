@@ -173,6 +173,51 @@ int pg_pipe_send_prepared(pg_store_t *s, PGconn *conn, const char *name, int n, 
                                                                           : pg_result_rc(s, conn, NULL, "send");
 }
 
+/* A write session's statements are planned once per connection, not once per batch: with a batch
+ * of 16 writes (two nodes on one database, each with half the load) the planning of a batch's ten
+ * statements was a sixth of PostgreSQL's CPU (bench/RESULTS.md). A statement is sent as text the first
+ * time (inside a pipeline a prepare would add a result the caller does not expect), prepared at the
+ * start of the session's next transaction, and sent by name from then on. Its plan: the session runs
+ * with enable_seqscan off (session_setup), so a generic plan made while a table is small is still an
+ * index plan as it grows. The key is the text's address (the callers pass static strings), checked
+ * against the text itself. */
+int pg_pipe_send_session(pg_store_t *s, pg_session_t *sess, const char *sql, int n, const char *const *params)
+{
+    for (size_t i = 0; i < sess->nstmts; i++) {
+        if (sess->stmts[i].sql != sql)
+            continue;
+        if (!sess->stmts[i].prepared)
+            break;
+        char name[32];
+        snprintf(name, sizeof name, "tally_w%zu", i);
+        return pg_pipe_send_prepared(s, sess->conn, name, n, params);
+    }
+    bool known = false;
+    for (size_t i = 0; !known && i < sess->nstmts; i++)
+        known = sess->stmts[i].sql == sql;
+    if (!known && sess->nstmts < PG_SESSION_STMTS)
+        sess->stmts[sess->nstmts++].sql = sql, sess->stmts[sess->nstmts - 1].prepared = false;
+    return pg_pipe_send(s, sess->conn, sql, n, params);
+}
+
+int pg_session_prepare(pg_store_t *s, pg_session_t *sess)
+{
+    for (size_t i = 0; i < sess->nstmts; i++) {
+        if (sess->stmts[i].prepared)
+            continue;
+        char name[32];
+        snprintf(name, sizeof name, "tally_w%zu", i);
+        PGresult *res = PQprepare(sess->conn, name, sess->stmts[i].sql, 0, NULL);
+        int rc =
+            res && PQresultStatus(res) == PGRES_COMMAND_OK ? STORE_OK : pg_result_rc(s, sess->conn, res, "prepare");
+        PQclear(res);
+        if (rc != STORE_OK)
+            return rc;
+        sess->stmts[i].prepared = true;
+    }
+    return STORE_OK;
+}
+
 int pg_pipe_sync(pg_store_t *s, PGconn *conn)
 {
     pg_count_round_trip(s, conn);
@@ -234,6 +279,7 @@ void pg_session_drop(pg_session_t *sess)
     PQfinish(sess->conn); /* its session, and the fold lock with it, is gone */
     sess->conn = NULL;
     sess->asks_prepared = false;
+    sess->nstmts = 0; /* prepared statements live and die with their connection */
     atomic_store_explicit(&sess->id, 0, memory_order_relaxed);
     if (sess->leader)
         log_line("level=warn event=fold-leader-lost");
@@ -247,6 +293,9 @@ void pg_session_drop(pg_session_t *sess)
  *   until autovacuum's first analyze, prefers a sequential scan, a cost of the whole table per batch
  *   (measured: 469 scans of tally_rows in 917 batches, the row locks 0.85 ms a batch at 27 000 rows;
  *   bench/RESULTS.md). A statement with no other way still scans (the lists' rebuild);
+ * - its prepared statements (pg_pipe_send_session) planned once: PostgreSQL's default would plan each
+ *   execution again (its cost guess for a generic plan over unnest() of an array parameter is above the
+ *   custom plans', so it never switches), which is most of what preparing saves;
  * - the fold's commits without a wait for the WAL's flush (pg_fold_begin says why); the writer's stay as
  *   the server, role or URI say (on, remote_apply, …). */
 static int session_setup(pg_store_t *s, pg_session_t *sess, char *err, size_t errlen)
@@ -260,6 +309,7 @@ static int session_setup(pg_store_t *s, pg_session_t *sess, char *err, size_t er
                        sess->async_commit ? "off" : NULL};
     int rc = pg_run(s, sess->conn, "session",
                     "SELECT set_config('application_name', $1, false), set_config('enable_seqscan', 'off', false),"
+                    " set_config('plan_cache_mode', 'force_generic_plan', false),"
                     " CASE WHEN $2::text IS NOT NULL THEN set_config('synchronous_commit', $2, false) END",
                     2, p);
     if (rc != STORE_OK)
@@ -271,6 +321,7 @@ static int session_setup(pg_store_t *s, pg_session_t *sess, char *err, size_t er
 PGconn *pg_session_connect(pg_store_t *s, pg_session_t *sess, char *err, size_t errlen)
 {
     char cerr[256];
+    sess->nstmts = 0;
     sess->conn = pg_connect(s, cerr, sizeof cerr);
     if (!sess->conn)
         snprintf(err, errlen, "cannot connect to the database: %s", cerr);
@@ -566,7 +617,7 @@ int pg_wrun(pg_write_t *w, const char *what, const char *sql, int n, const char 
             w->began = true;
             w->piped_count++;
         }
-        rc = pg_pipe_send(s, w->sess->conn, sql, n, params);
+        rc = pg_pipe_send_session(s, w->sess, sql, n, params);
         w->piped_count += rc == STORE_OK;
         return rc;
     }

@@ -66,6 +66,8 @@ typedef struct {
 
 /* A connection of the store's own for writing, used by one thread: the writer's batches, or the
  * fold (which holds the fold leader's session lock on it). */
+#define PG_SESSION_STMTS 32 /* statements prepared a session at most; the others are sent as text */
+
 typedef struct {
     PGconn *conn;
     atomic_uintptr_t id;      /* conn as a number, for other threads to compare with */
@@ -75,6 +77,13 @@ typedef struct {
     const char *name;         /* "writer", "fold": its application_name is "tallyd NAME" */
     uint64_t failed_ms;       /* monotonic: its last connection failed then (0: it did not) */
     bool asks_prepared;       /* PG_ASKS_STMT is prepared on conn (pg_counts_at_commit) */
+    /* the statements its transactions pipeline, by their (static) text: each is prepared on conn at the
+     * start of the transaction after its first use (pg_session_prepare), then sent by name */
+    struct {
+        const char *sql;
+        bool prepared;
+    } stmts[PG_SESSION_STMTS];
+    size_t nstmts;
 } pg_session_t;
 
 struct pg_write {
@@ -176,6 +185,10 @@ int pg_pipe_enter(pg_store_t *s, PGconn *conn);
 int pg_pipe_send(pg_store_t *s, PGconn *conn, const char *sql, int n, const char *const *params);
 /* The same for a statement prepared on conn (by name). */
 int pg_pipe_send_prepared(pg_store_t *s, PGconn *conn, const char *name, int n, const char *const *params);
+/* pg_pipe_send on a write session, sql a static string: by name once it is prepared on the connection */
+int pg_pipe_send_session(pg_store_t *s, pg_session_t *sess, const char *sql, int n, const char *const *params);
+/* Prepares the statements sent as text since the last call (outside a pipeline and a transaction). */
+int pg_session_prepare(pg_store_t *s, pg_session_t *sess);
 
 /* The write answers' counts at commit (pg_write.c's flush_asks), prepared on every write session. */
 #define PG_ASKS_STMT "tally_asks"

@@ -24,6 +24,9 @@ static int write_begin(pg_write_t *w, store_write_t **out)
     assert(!w->active); /* one at a time on each session */
     if (!pg_session_conn(w->store, w->sess))
         return STORE_UNAVAILABLE;
+    int prepared = pg_session_prepare(w->store, w->sess); /* what the last transactions sent as text */
+    if (prepared != STORE_OK)
+        return prepared;
     w->active = true;
     w->thread = pthread_self();
     w->began = false;
@@ -316,15 +319,15 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
     if (rc == STORE_OK && send_begin)
         rc = pg_pipe_send(s, w->sess->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL);
     if (rc == STORE_OK && nkeys)
-        rc = pg_pipe_send(s, w->sess->conn, LOCK_IDEM_SQL, 2, kp);
+        rc = pg_pipe_send_session(s, w->sess, LOCK_IDEM_SQL, 2, kp);
     if (rc == STORE_OK && nrows)
-        rc = pg_pipe_send(s, w->sess->conn, LOCK_VOID_SQL, 1, up);
+        rc = pg_pipe_send_session(s, w->sess, LOCK_VOID_SQL, 1, up);
     if (rc == STORE_OK && nrows)
-        rc = pg_pipe_send(s, w->sess->conn, LOCK_ROWS_VOID_SQL, 3, rp);
+        rc = pg_pipe_send_session(s, w->sess, LOCK_ROWS_VOID_SQL, 3, rp);
     if (rc == STORE_OK && fold)
-        rc = pg_pipe_send(s, w->sess->conn, FOLD_CHECKPOINT_SQL, 0, NULL);
+        rc = pg_pipe_send_session(s, w->sess, FOLD_CHECKPOINT_SQL, 0, NULL);
     if (rc == STORE_OK && fold)
-        rc = pg_pipe_send(s, w->sess->conn, FOLD_SCAN_SQL, 1, fp);
+        rc = pg_pipe_send_session(s, w->sess, FOLD_SCAN_SQL, 1, fp);
     pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb), pg_buf_free(&ua);
     if (rc == STORE_OK)
         rc = pg_pipe_sync(s, w->sess->conn);
