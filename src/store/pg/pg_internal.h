@@ -99,7 +99,8 @@ struct pg_write {
     size_t fold_scan;         /* how many fold_log asked for */
     store_counts_ask_t *asks; /* the answers' counts to fill at commit (pg_counts_at_commit); NULL: none */
     size_t nasks;
-    size_t asks_result; /* their statement's place among the pipeline's results (from 1); 0: none */
+    size_t asks_result;  /* their statement's place among the pipeline's results (from 1); 0: none */
+    itemmap_t ask_items; /* the asks' items, each once (flush_asks); then their counts before the batch (asks_read) */
 };
 
 /* A write transaction's calls: it is open, and used on the thread that began it. Cheap, so kept in
