@@ -552,14 +552,16 @@ int pg_counts_at_commit(store_write_t *w_, store_counts_ask_t *asks, size_t n)
         return STORE_ERROR; /* one call per transaction */
     if (n && !w->sess->asks_prepared) {
         /* once a connection (it is kept while it lives): planned once, not with every batch */
-        int rc;
-        PGresult *res = PQprepare(w->sess->conn, PG_ASKS_STMT, PG_ASKS_SQL, 0, NULL);
-        rc = res && PQresultStatus(res) == PGRES_COMMAND_OK
-                 ? STORE_OK
-                 : pg_result_rc(w->store, w->sess->conn, res, "prepare-asks");
-        PQclear(res);
-        if (rc != STORE_OK)
-            return rc;
+        static const char *const stmts[][2] = {{PG_ASKS_STMT, PG_ASKS_SQL}, {PG_ASKS_ROWS_STMT, PG_ASKS_ROWS_SQL}};
+        for (size_t i = 0; i < sizeof stmts / sizeof stmts[0]; i++) {
+            PGresult *res = PQprepare(w->sess->conn, stmts[i][0], stmts[i][1], 0, NULL);
+            int rc = res && PQresultStatus(res) == PGRES_COMMAND_OK
+                         ? STORE_OK
+                         : pg_result_rc(w->store, w->sess->conn, res, "prepare-asks");
+            PQclear(res);
+            if (rc != STORE_OK)
+                return rc;
+        }
         w->sess->asks_prepared = true;
     }
     w->asks = n ? asks : NULL;
@@ -949,6 +951,15 @@ const char PG_ASKS_SQL[] =
     "  ON CONFLICT (\"user\", key) DO UPDATE SET" ASKS_IDEM_SET ")"
     " SELECT j, array_to_string(v, ',') FROM b";
 
+/* A batch without such records needs no arithmetic of the server: its counts records and its unfolded
+ * entries of the asks' items ($2), as of the same snapshot and bounds as PG_ASKS_SQL's, summed in C
+ * by transition_deltas_add itself (asks_sum_rows). */
+const char PG_ASKS_ROWS_SQL[] =
+    "SELECT false, item, kind, n, 0 FROM tally_counts WHERE item = ANY($2::text[])"
+    " UNION ALL SELECT true, item, from_kind, to_kind, version FROM tally_log"
+    " WHERE seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
+    " AND seq <= (SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) AND item = ANY($2::text[])";
+
 /* The splice's numbers: the kinds in order, then the reactors (many mode); returns how many. */
 static int asks_slots(const kinds_t *kinds, int slots[KINDS_MAX + 1])
 {
@@ -973,6 +984,7 @@ static int flush_asks(pg_write_t *w)
         if (c != FMT)
             pg_buf_open(&col[c]);
     int rc = STORE_OK;
+    size_t records = 0;
     itemmap_clear(&w->ask_items);
     for (size_t i = 0; i < w->nasks && rc == STORE_OK; i++) {
         size_t before = w->ask_items.count;
@@ -1007,6 +1019,7 @@ static int flush_asks(pg_write_t *w)
         pg_buf_text_elem(&col[BODY], e->rec.body.ptr, e->rec.body.len);
         pg_buf_int_elem(&col[CN], e->rec.cursor_ordinal);
         pg_buf_text_elem(&col[STORED], e->stored ? "t" : "f", 1);
+        records++;
         for (int j = 0; j < m; j++)
             pg_buf_int_elem(&col[DELTAS], (long long)a->deltas[slots[j]]);
     }
@@ -1026,8 +1039,10 @@ static int flush_asks(pg_write_t *w)
         p[c] = col[c].buf;
     p[COUNT] = count;
     p[FMT] = fmt;
+    w->asks_rows = records == 0;
     if (rc == STORE_OK) /* prepared on the session's connection (pg_counts_at_commit): planned once */
-        rc = pg_pipe_send_prepared(w->store, w->sess->conn, PG_ASKS_STMT, NCOL, p);
+        rc = w->asks_rows ? pg_pipe_send_prepared(w->store, w->sess->conn, PG_ASKS_ROWS_STMT, 2, p)
+                          : pg_pipe_send_prepared(w->store, w->sess->conn, PG_ASKS_STMT, NCOL, p);
     w->piped_count += rc == STORE_OK;
     if (rc == STORE_OK)
         w->asks_result = w->piped_count;
@@ -1035,6 +1050,36 @@ static int flush_asks(pg_write_t *w)
         if (c != FMT)
             pg_buf_free(&col[c]);
     return rc;
+}
+
+/* PG_ASKS_ROWS_STMT's result summed into each item's counts before the batch (read[j]: item j's
+ * counts are known; every item is, unless a row cannot be read). As pg_counts and pg_log_rows read. */
+static void asks_sum_rows(pg_write_t *w, const PGresult *res, bool *read)
+{
+    const pg_store_t *s = w->store;
+    for (size_t j = 0; j < w->ask_items.count; j++)
+        read[j] = true; /* an item without rows counts none */
+    for (int r = 0; r < PQntuples(res); r++) {
+        span_t item = {PQgetvalue(res, r, 1), (size_t)PQgetlength(res, r, 1)};
+        itemmap_entry_t *e = itemmap_find(&w->ask_items, item);
+        if (!e)
+            continue;
+        long a = strtol(PQgetvalue(res, r, 2), NULL, 10);
+        if (PQgetvalue(res, r, 0)[0] != 't') { /* a counts record: kind a, n */
+            int64_t n = strtoll(PQgetvalue(res, r, 3), NULL, 10);
+            if (a == 0)
+                e->deltas[KIND_NONE] = n;
+            else if (a > 0 && a <= s->db_kinds && s->db_to_cfg[a] >= 1)
+                e->deltas[s->db_to_cfg[a]] = n;
+            continue;
+        }
+        transition_t t = {
+            .item = item, .from = pg_cfg_set(s, a), .to = pg_cfg_set(s, strtol(PQgetvalue(res, r, 3), NULL, 10))};
+        if (transition_version_unpack(&t, strtoull(PQgetvalue(res, r, 4), NULL, 10)))
+            transition_deltas_add(&t, e->deltas);
+        else
+            read[e - w->ask_items.entries] = false;
+    }
 }
 
 /* The asks' counts from their statement's result: each item's counts before the batch, plus each
@@ -1047,7 +1092,9 @@ static void asks_read(pg_write_t *w, const PGresult *res)
     bool *read = calloc(n ? n : 1, sizeof *read);
     if (!read)
         return;
-    for (int r = 0; r < PQntuples(res); r++) {
+    if (w->asks_rows)
+        asks_sum_rows(w, res, read);
+    for (int r = 0; !w->asks_rows && r < PQntuples(res); r++) {
         unsigned long long j = strtoull(PQgetvalue(res, r, 0), NULL, 10);
         if (j < 1 || j > n)
             continue;
