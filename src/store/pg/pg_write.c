@@ -926,24 +926,33 @@ const char PG_ASKS_SQL[] =
     "  CASE WHEN (version >> 60) & 2 = 0 THEN to_kind ELSE 0 END AS t FROM tally_log"
     "  WHERE seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
     "  AND seq <= (SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) AND item = ANY($2::text[])),"
-    /* per item and number ($3: the kinds' codes in the splice's order, -1 the reactors): one lookup of
-     * the counts' key, and the unfolded entries */
-    " b AS MATERIALIZED (SELECT it.j, ARRAY(SELECT coalesce((SELECT c.n FROM tally_counts c"
-    "  WHERE c.item = it.item AND c.kind = greatest(kd.code, 0)), 0)"
-    "  + coalesce((SELECT sum(CASE WHEN kd.code < 0 THEN (l.t <> 0)::int - (l.f <> 0)::int"
+    /* per item and number ($3: the kinds' codes in the splice's order, -1 the reactors): its counts
+     * record plus its unfolded entries. Set-wise (one scan of the counts' key for every item, then
+     * hash joins of a few rows): a lookup per item and number costs more than the rest of the statement */
+    " kd AS (SELECT * FROM unnest($3::int4[]) WITH ORDINALITY AS kd(code, o)),"
+    " c AS MATERIALIZED (SELECT item, kind, n FROM tally_counts WHERE item = ANY($2::text[])),"
+    " x AS (SELECT c.item, kd.o, c.n AS d FROM c JOIN kd ON c.kind = greatest(kd.code, 0)"
+    "  UNION ALL SELECT l.item, kd.o, CASE WHEN kd.code < 0 THEN (l.t <> 0)::int - (l.f <> 0)::int"
     "   ELSE (CASE WHEN l.t >= 0 THEN (l.t = kd.code)::int ELSE ((-l.t) >> kd.code) & 1 END)"
-    "   - (CASE WHEN l.f >= 0 THEN (l.f = kd.code)::int ELSE ((-l.f) >> kd.code) & 1 END) END)"
-    "   FROM l WHERE l.item = it.item), 0)"
-    "  FROM unnest($3::int4[]) WITH ORDINALITY AS kd(code, o) ORDER BY kd.o) AS v FROM it),"
+    "   - (CASE WHEN l.f >= 0 THEN (l.f = kd.code)::int ELSE ((-l.f) >> kd.code) & 1 END) END FROM l, kd),"
+    " s AS (SELECT item, o, sum(d) AS n FROM x GROUP BY item, o),"
+    " b AS MATERIALIZED (SELECT it.j, array_agg(coalesce(s.n, 0) ORDER BY kd.o) AS v FROM it CROSS JOIN kd"
+    "  LEFT JOIN s ON s.item = it.item AND s.o = kd.o GROUP BY it.j),"
+    /* each record's numbers ($4, the records' deltas one after the other, cardinality($3) each): its
+     * item's plus its own, as one aggregate (a subquery per record costs more than the statement) */
+    " d AS (SELECT (d.n - 1) / cardinality($3::int4[]) + 1 AS i, (d.n - 1) % cardinality($3::int4[]) + 1 AS o, d.d"
+    "  FROM unnest($4::int8[]) WITH ORDINALITY AS d(d, n)),"
     /* the records: their item's place in $2, their columns, the cursor's ordinal, stored (replaced) or not */
     " k AS MATERIALIZED (SELECT k.u, k.key, k.exp, k.fp, k.st, k.ty, k.he, k.ev, k.stored,"
     "  left(k.body, -1) || CASE WHEN k.cn > 0 THEN ',\"cursor\":\"' ||"
     "  ((SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) + k.cn) || '\"' ELSE '' END ||"
-    "  format($5, VARIADIC ARRAY(SELECT (b.v[o] + ($4::int8[])[((k.i - 1) * cardinality($3::int4[]) + o)::int])::text"
-    "  FROM generate_series(1, cardinality($3::int4[])) AS o ORDER BY o)) AS body"
+    "  format($5, VARIADIC kv.v) AS body"
     "  FROM unnest($6::int8[], $7::text[], $8::text[], $9::int8[], $10::text[], $11::int4[], $12::int4[],"
     "  $13::bool[], $14::int8[], $15::text[], $16::int8[], $17::bool[])"
-    "  WITH ORDINALITY AS k(j, u, key, exp, fp, st, ty, he, ev, body, cn, stored, i) JOIN b ON b.j = k.j),"
+    "  WITH ORDINALITY AS k(j, u, key, exp, fp, st, ty, he, ev, body, cn, stored, i)"
+    "  JOIN (SELECT k.i, array_agg((b.v[d.o] + d.d)::text ORDER BY d.o) AS v"
+    "   FROM unnest($6::int8[]) WITH ORDINALITY AS k(j, i) JOIN b ON b.j = k.j JOIN d ON d.i = k.i GROUP BY k.i) kv"
+    "  ON kv.i = k.i),"
     /* a plain insert, as flush_idem's: a record another batch inserted meanwhile fails the batch,
      * which runs again and finds it */
     " ins AS (INSERT INTO tally_idem SELECT u, key, exp, fp, st, ty, he, ev, body FROM k WHERE NOT stored),"
