@@ -337,8 +337,8 @@ class DurableKeyTest(IdemCase):
             self.assertWrite(resp, item, "dislike", "like", 2, True, "expired key = unknown key")
             self.assertFresh(resp)
             self.assertCounts(s, item, {"like": 0, "dislike": 1})
-            # the record written over the expired one (on PostgreSQL by the answers' statement) is
-            # stored whole: its replay is the same answer, counts and cursor included
+            # the record written once the key expired (on PostgreSQL inserted complete by the
+            # answers' statement) is stored whole: its replay is the same answer, counts and cursor
             self.assertEqual(json.loads(resp[3])["counts"], {"like": 0, "dislike": 1})
             self.assertReplayOf(resp, toggle(s, item, user, "dislike", key), "of the key used again")
 
