@@ -726,10 +726,12 @@ static int flush_rows(pg_write_t *w)
     "SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::int4[], $6::int4[], $7::bool[],"         \
     " $8::int8[], $9::text[])"
 static const char INSERT_IDEM_SQL[] = "INSERT INTO tally_idem " IDEM_UNNEST;
+/* a replaced record's columns (here and in PG_ASKS_SQL) */
+#define IDEM_REPLACE_SET                                                                                               \
+    " expires_ms = excluded.expires_ms, fingerprint = excluded.fingerprint, status = excluded.status,"                 \
+    " type = excluded.type, has_etag = excluded.has_etag, etag_version = excluded.etag_version, body = excluded.body"
 static const char REPLACE_IDEM_SQL[] =
-    "INSERT INTO tally_idem " IDEM_UNNEST " ON CONFLICT (\"user\", key) DO UPDATE SET expires_ms = excluded.expires_ms,"
-    " fingerprint = excluded.fingerprint, status = excluded.status, type = excluded.type, has_etag = excluded.has_etag,"
-    " etag_version = excluded.etag_version, body = excluded.body";
+    "INSERT INTO tally_idem " IDEM_UNNEST " ON CONFLICT (\"user\", key) DO UPDATE SET" IDEM_REPLACE_SET;
 
 /* A record written by the batch whose answer's counts come at commit: the answers' statement inserts
  * it, complete (flush_asks), instead of an insert here and an update of its body there. */
@@ -913,9 +915,6 @@ static int flush_log(pg_write_t *w)
  * splices (answer_counts_format), with the item's counts plus the answer's own deltas ($4). */
 _Static_assert(TRANSITION_VERSION_BITS == 60 && TRANSITION_UNCOUNTED_BEFORE == 1 && TRANSITION_UNCOUNTED_AFTER == 2,
                "PG_ASKS_SQL decodes the counted bits as transition_version_unpack does");
-#define ASKS_IDEM_SET                                                                                                  \
-    " expires_ms = excluded.expires_ms, fingerprint = excluded.fingerprint, status = excluded.status,"                 \
-    " type = excluded.type, has_etag = excluded.has_etag, etag_version = excluded.etag_version, body = excluded.body"
 const char PG_ASKS_SQL[] =
     "WITH it AS (SELECT * FROM unnest($2::text[]) WITH ORDINALITY AS it(item, j)),"
     /* each side as it counts (transition_deltas_add): the two bits of the stored version above
@@ -957,7 +956,7 @@ const char PG_ASKS_SQL[] =
      * which runs again and finds it */
     " ins AS (INSERT INTO tally_idem SELECT u, key, exp, fp, st, ty, he, ev, body FROM k WHERE NOT stored),"
     " rep AS (INSERT INTO tally_idem SELECT u, key, exp, fp, st, ty, he, ev, body FROM k WHERE stored"
-    "  ON CONFLICT (\"user\", key) DO UPDATE SET" ASKS_IDEM_SET ")"
+    "  ON CONFLICT (\"user\", key) DO UPDATE SET" IDEM_REPLACE_SET ")"
     " SELECT j, array_to_string(v, ',') FROM b";
 
 /* A batch without such records needs no arithmetic of the server: its counts records and its unfolded
