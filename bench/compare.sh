@@ -12,6 +12,9 @@
 # SCENARIO is one of load.lua's: write, viral, feed, mixed, toggle.
 # BENCH_ARGS_PREV / BENCH_ARGS_NEW: extra flags for the previous / new tallyd (e.g. the same build
 # twice, BENCH_ARGS_NEW="--reaction-mode many", to compare the two modes).
+# BENCH_POLICIES_PREV / BENCH_POLICIES_NEW: item policies PUT before the load (as admin), as
+# TARGET=JSON;TARGET=JSON, e.g. BENCH_POLICIES_NEW='*={"kinds":["like","dislike"]};p*={"max_kinds":1}'
+# (load.lua's items are p<N>). A build without policies cannot take them: set only the new one's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -eq 4 ] || { echo "usage: bench/compare.sh SCENARIO CONNS PREVIOUS_TALLYD NEW_TALLYD" >&2; exit 2; }
@@ -35,8 +38,21 @@ measure() {
          END {printf "%8.0f req/s  p50 %6.2f ms  p99 %6.2f ms  p99.9 %6.2f ms", r["rps"], r["p50_us"] / 1000, r["p99_us"] / 1000, r["p999_us"] / 1000}' "$out.result"
 }
 
+# PUT each TARGET=JSON of $2 (;-separated) as a policy on 127.0.0.1:$1; fails the run if one is refused
+put_policies() {
+    local port=$1 spec=$2 one target body
+    local IFS=';'
+    for one in $spec; do
+        [ -n "$one" ] || continue
+        target=${one%%=*} body=${one#*=}
+        curl -sf -o /dev/null -X PUT -H 'X-User-Id: admin' -H 'Content-Type: application/json' \
+            --data "$body" "http://127.0.0.1:$port/v1/admin/policies/${target//\*/%2A}" ||
+            { echo "policy $target=$body was refused" >&2; return 1; }
+    done
+}
+
 run_tally() {
-    local bin=$1 name=$2 extra=$3 d port pid s0 s1 line
+    local bin=$1 name=$2 extra=$3 policies=${4:-} d port pid s0 s1 line
     d=$(mktemp -d "$T/tally.XXXX")
     if [ -n "${BENCH_STORE:-}" ]; then cp -a "$BENCH_STORE" "$d/data" && sync; fi
     "$bin" --listen 127.0.0.1:0 --data "$d/data" --rate-limit off --read-rate-limit off $extra >"$d/out" 2>"$d/err" &
@@ -53,6 +69,7 @@ run_tally() {
         curl -s "http://127.0.0.1:$port/metrics" | grep -q '^tally_row_filter_ready 0' || break
         sleep 0.1
     done
+    [ -z "$policies" ] || put_policies "$port" "$policies" || exit 1
     s0=$(sectors)
     line=$(measure "http://127.0.0.1:$port" tally "$d/r")
     s1=$(sectors)
@@ -80,8 +97,10 @@ NG
 }
 
 echo "bench/compare.sh $SCEN $CONNS: $(date -u +%FT%TZ), wrk -t1 -c$CONNS -d${DUR}s, device $DEV${BENCH_STORE:+, store copied from $BENCH_STORE}"
-run_tally "$PREV" "previous build" "${BENCH_ARGS_PREV:-}"
-run_tally "$NEW" "this build" "${BENCH_ARGS_NEW:-}"
+[ -z "${BENCH_POLICIES_PREV:-}${BENCH_POLICIES_NEW:-}" ] ||
+    echo "policies: previous build '${BENCH_POLICIES_PREV:-}', this build '${BENCH_POLICIES_NEW:-}'"
+run_tally "$PREV" "previous build" "${BENCH_ARGS_PREV:-}" "${BENCH_POLICIES_PREV:-}"
+run_tally "$NEW" "this build" "${BENCH_ARGS_NEW:-}" "${BENCH_POLICIES_NEW:-}"
 run_nginx
-run_tally "$PREV" "previous build" "${BENCH_ARGS_PREV:-}"
-run_tally "$NEW" "this build" "${BENCH_ARGS_NEW:-}"
+run_tally "$PREV" "previous build" "${BENCH_ARGS_PREV:-}" "${BENCH_POLICIES_PREV:-}"
+run_tally "$NEW" "this build" "${BENCH_ARGS_NEW:-}" "${BENCH_POLICIES_NEW:-}"

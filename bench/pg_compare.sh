@@ -10,6 +10,9 @@
 # BENCH_DURATION seconds (default 8) on 127.0.0.1. Prints each run's req/s and p50/p99, then the
 # ratio new/previous of each pair and of their sums. The machine is shared: compare a run's own
 # figures only. Every process it starts is stopped by its PID.
+# BENCH_POLICIES_PREV / BENCH_POLICIES_NEW: item policies PUT before the load (as admin), as
+# TARGET=JSON;TARGET=JSON, e.g. BENCH_POLICIES_NEW='*={"kinds":["like","dislike"]};p*={"max_kinds":1}'
+# (load.lua's items are p<N>). A build without policies cannot take them: set only the new one's.
 set -u
 cd "$(dirname "$0")/.."
 [ $# -ge 4 ] || { echo "usage: bench/pg_compare.sh SCENARIO CONNS PREVIOUS_TALLYD NEW_TALLYD [ROUNDS]" >&2; exit 2; }
@@ -41,9 +44,22 @@ CONF
 runuser -u postgres -- "$PGBIN/pg_ctl" -D "$W/pg/data" -l "$W/pg/server.log" -w -t 60 start >/dev/null || exit 1
 P() { psql -h 127.0.0.1 -p "$PORT" -U postgres -qtAX "$@"; }
 
-# one run of BIN on a fresh database; leaves "rps p50_ms p99_ms" in $W/line
+# PUT each TARGET=JSON of $2 (;-separated) as a policy on 127.0.0.1:$1; fails the run if one is refused
+put_policies() {
+    local port=$1 spec=$2 one target body
+    local IFS=';'
+    for one in $spec; do
+        [ -n "$one" ] || continue
+        target=${one%%=*} body=${one#*=}
+        curl -sf -o /dev/null -X PUT -H 'X-User-Id: admin' -H 'Content-Type: application/json' \
+            --data "$body" "http://127.0.0.1:$port/v1/admin/policies/${target//\*/%2A}" ||
+            { echo "policy $target=$body was refused" >&2; return 1; }
+    done
+}
+
+# one run of BIN on a fresh database (POLICIES put first); leaves "rps p50_ms p99_ms" in $W/line
 run() {
-    local bin=$1 db=$2 port=""
+    local bin=$1 db=$2 policies=${3:-} port=""
     P -c "CREATE DATABASE $db" >/dev/null || exit 1
     "$bin" --listen 127.0.0.1:0 --store "postgresql://postgres@127.0.0.1:$PORT/$db" \
         --rate-limit off --read-rate-limit off >"$W/out" 2>"$W/err" &
@@ -55,6 +71,7 @@ run() {
     done
     [ -n "$port" ] || { cat "$W/err" >&2; exit 1; } # cleanup stops it
     for _ in $(seq 1 100); do curl -sf -o /dev/null "http://127.0.0.1:$port/readyz" && break; sleep 0.05; done
+    [ -z "$policies" ] || put_policies "$port" "$policies" || exit 1 # cleanup stops it
     wrk -t1 -c"$CONNS" -d"${DUR}s" --latency --timeout 10s -s bench/load.lua "http://127.0.0.1:$port" -- \
         "$SCEN" tally "$W/r" "$RANDOM" >/dev/null 2>&1
     kill "$TP"
@@ -66,12 +83,14 @@ run() {
 }
 
 echo "bench/pg_compare.sh $SCEN $CONNS: $(date -u +%FT%TZ), PostgreSQL $(P -c 'SHOW server_version'), wrk -t1 -c$CONNS -d${DUR}s"
+[ -z "${BENCH_POLICIES_PREV:-}${BENCH_POLICIES_NEW:-}" ] ||
+    echo "policies: previous build '${BENCH_POLICIES_PREV:-}', this build '${BENCH_POLICIES_NEW:-}'"
 sum_p=0 sum_n=0 ratios=""
 for i in $(seq 1 "$ROUNDS"); do
-    run "$PREV" "prev$i"
+    run "$PREV" "prev$i" "${BENCH_POLICIES_PREV:-}"
     read -r rp pp50 pp99 <"$W/line"
     printf 'previous build  %8s req/s  p50 %6s ms  p99 %6s ms\n' "$rp" "$pp50" "$pp99"
-    run "$NEW" "new$i"
+    run "$NEW" "new$i" "${BENCH_POLICIES_NEW:-}"
     read -r rn np50 np99 <"$W/line"
     printf 'this build      %8s req/s  p50 %6s ms  p99 %6s ms\n' "$rn" "$np50" "$np99"
     sum_p=$((sum_p + rp)) sum_n=$((sum_n + rn))

@@ -1,6 +1,7 @@
 """Idempotency-Key, toggle and If-Match, per docs/api.md § Write and § Idempotency-Key, and an
 idempotency key has one fate."""
 
+import json
 import threading
 import time
 import unittest
@@ -336,6 +337,10 @@ class DurableKeyTest(IdemCase):
             self.assertWrite(resp, item, "dislike", "like", 2, True, "expired key = unknown key")
             self.assertFresh(resp)
             self.assertCounts(s, item, {"like": 0, "dislike": 1})
+            # the record written once the key expired (on PostgreSQL inserted complete by the
+            # answers' statement) is stored whole: its replay is the same answer, counts and cursor
+            self.assertEqual(json.loads(resp[3])["counts"], {"like": 0, "dislike": 1})
+            self.assertReplayOf(resp, toggle(s, item, user, "dislike", key), "of the key used again")
 
     def test_ttl_flag_forms(self):
         for value in ("90s", "15m", "24h"):

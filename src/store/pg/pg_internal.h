@@ -76,7 +76,7 @@ typedef struct {
     bool async_commit;        /* its commits do not wait for the WAL's flush (the fold's: see pg_fold_begin) */
     const char *name;         /* "writer", "fold": its application_name is "tallyd NAME" */
     uint64_t failed_ms;       /* monotonic: its last connection failed then (0: it did not) */
-    bool asks_prepared;       /* PG_ASKS_STMT is prepared on conn (pg_counts_at_commit) */
+    bool asks_prepared;       /* PG_ASKS_STMT and PG_ASKS_ROWS_STMT are prepared on conn (pg_counts_at_commit) */
     /* the statements its transactions pipeline, by their (static) text: each is prepared on conn at the
      * start of the transaction after its first use (pg_session_prepare), then sent by name */
     struct {
@@ -108,7 +108,9 @@ struct pg_write {
     size_t fold_scan;         /* how many fold_log asked for */
     store_counts_ask_t *asks; /* the answers' counts to fill at commit (pg_counts_at_commit); NULL: none */
     size_t nasks;
-    size_t asks_result; /* their statement's place among the pipeline's results (from 1); 0: none */
+    size_t asks_result;  /* their statement's place among the pipeline's results (from 1); 0: none */
+    bool asks_rows;      /* that statement is PG_ASKS_ROWS_STMT */
+    itemmap_t ask_items; /* the asks' items, each once (flush_asks); then their counts before the batch (asks_read) */
 };
 
 /* A write transaction's calls: it is open, and used on the thread that began it. Cheap, so kept in
@@ -193,6 +195,9 @@ int pg_session_prepare(pg_store_t *s, pg_session_t *sess);
 /* The write answers' counts at commit (pg_write.c's flush_asks), prepared on every write session. */
 #define PG_ASKS_STMT "tally_asks"
 extern const char PG_ASKS_SQL[];
+/* The same for a batch that writes no record whose answer carries counts: the rows to count, in C. */
+#define PG_ASKS_ROWS_STMT "tally_asks_rows"
+extern const char PG_ASKS_ROWS_SQL[];
 int pg_pipe_sync(pg_store_t *s, PGconn *conn);
 PGresult *pg_pipe_result(pg_store_t *s, PGconn *conn, const char *what, int *rc); /* the next statement's */
 int pg_pipe_leave(pg_store_t *s, PGconn *conn); /* after the last result: back to one statement at a time */

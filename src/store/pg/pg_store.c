@@ -312,6 +312,7 @@ static void write_free(pg_write_t *w)
     pg_cache_free(&w->idem);
     pg_cache_free(&w->voided);
     itemmap_free(&w->counts);
+    itemmap_free(&w->ask_items);
     listmap_free(&w->lists);
     free(w->log);
     PQclear(w->fold_log);

@@ -555,14 +555,16 @@ int pg_counts_at_commit(store_write_t *w_, store_counts_ask_t *asks, size_t n)
         return STORE_ERROR; /* one call per transaction */
     if (n && !w->sess->asks_prepared) {
         /* once a connection (it is kept while it lives): planned once, not with every batch */
-        int rc;
-        PGresult *res = PQprepare(w->sess->conn, PG_ASKS_STMT, PG_ASKS_SQL, 0, NULL);
-        rc = res && PQresultStatus(res) == PGRES_COMMAND_OK
-                 ? STORE_OK
-                 : pg_result_rc(w->store, w->sess->conn, res, "prepare-asks");
-        PQclear(res);
-        if (rc != STORE_OK)
-            return rc;
+        static const char *const stmts[][2] = {{PG_ASKS_STMT, PG_ASKS_SQL}, {PG_ASKS_ROWS_STMT, PG_ASKS_ROWS_SQL}};
+        for (size_t i = 0; i < sizeof stmts / sizeof stmts[0]; i++) {
+            PGresult *res = PQprepare(w->sess->conn, stmts[i][0], stmts[i][1], 0, NULL);
+            int rc = res && PQresultStatus(res) == PGRES_COMMAND_OK
+                         ? STORE_OK
+                         : pg_result_rc(w->store, w->sess->conn, res, "prepare-asks");
+            PQclear(res);
+            if (rc != STORE_OK)
+                return rc;
+        }
         w->sess->asks_prepared = true;
     }
     w->asks = n ? asks : NULL;
@@ -727,10 +729,25 @@ static int flush_rows(pg_write_t *w)
     "SELECT * FROM unnest($1::text[], $2::text[], $3::int8[], $4::text[], $5::int4[], $6::int4[], $7::bool[],"         \
     " $8::int8[], $9::text[])"
 static const char INSERT_IDEM_SQL[] = "INSERT INTO tally_idem " IDEM_UNNEST;
+/* a replaced record's columns (here and in PG_ASKS_SQL) */
+#define IDEM_REPLACE_SET                                                                                               \
+    " expires_ms = excluded.expires_ms, fingerprint = excluded.fingerprint, status = excluded.status,"                 \
+    " type = excluded.type, has_etag = excluded.has_etag, etag_version = excluded.etag_version, body = excluded.body"
 static const char REPLACE_IDEM_SQL[] =
-    "INSERT INTO tally_idem " IDEM_UNNEST " ON CONFLICT (\"user\", key) DO UPDATE SET expires_ms = excluded.expires_ms,"
-    " fingerprint = excluded.fingerprint, status = excluded.status, type = excluded.type, has_etag = excluded.has_etag,"
-    " etag_version = excluded.etag_version, body = excluded.body";
+    "INSERT INTO tally_idem " IDEM_UNNEST " ON CONFLICT (\"user\", key) DO UPDATE SET" IDEM_REPLACE_SET;
+
+/* A record written by the batch whose answer's counts come at commit: the answers' statement inserts
+ * it, complete (flush_asks), instead of an insert here and an update of its body there. */
+static bool idem_by_asks(const pg_write_t *w, const pg_entry_t *e)
+{
+    return e->dirty && e->present && e->rec.counts_ask && e->rec.counts_ask <= w->nasks;
+}
+
+static void fingerprint_hex(const uint8_t *fingerprint, char out[2 * FINGERPRINT_LEN + 1])
+{
+    for (size_t k = 0; k < FINGERPRINT_LEN; k++)
+        snprintf(out + 2 * k, 3, "%02x", fingerprint[k]);
+}
 
 /* The dirty records that were stored (replaced: an expired record, or a claim of schema 1's first
  * builds) or not (a plain insert, as for rows). */
@@ -743,11 +760,10 @@ static int flush_idem_part(pg_write_t *w, bool stored)
     size_t n = 0;
     for (size_t i = 0; i < w->idem.count; i++) {
         const pg_entry_t *e = &w->idem.entries[i];
-        if (!e->dirty || e->stored != stored)
+        if (!e->dirty || e->stored != stored || idem_by_asks(w, e))
             continue;
         char fp[2 * FINGERPRINT_LEN + 1];
-        for (size_t k = 0; k < FINGERPRINT_LEN; k++)
-            snprintf(fp + 2 * k, 3, "%02x", e->rec.fingerprint[k]);
+        fingerprint_hex(e->rec.fingerprint, fp);
         pg_buf_text_elem(&col[U], e->a, e->alen);
         pg_buf_text_elem(&col[K], e->b, e->blen);
         pg_buf_int_elem(&col[EXP], (long long)e->rec.expires_ms);
@@ -895,14 +911,15 @@ static int flush_log(pg_write_t *w)
  * row lock, so this statement's snapshot, taken when it starts, sees every position up to the batch's
  * base committed (a batch before holds the lock until its commit is visible), and the counts with the
  * checkpoint they were folded to. Without entries of its own the batch holds no lock; its snapshot
- * still sees a whole prefix of the log, as positions are taken in commit order. Per item of the asks:
- * the counts record plus the entries in (checkpoint, base] as they count; per ask, plus its own deltas. The
- * records named get answer_set_counts's splice (answer_counts_format) in the same statement. */
+ * still sees a whole prefix of the log, as positions are taken in commit order. Once per item of the
+ * asks ($2): the counts record plus the entries in (checkpoint, base] as they count — returned, and
+ * each answer's own deltas added in C (asks_read). The records the batch writes whose answers carry
+ * counts are inserted here, complete: their body gets answer_set_cursor's and answer_set_counts's
+ * splices (answer_counts_format), with the item's counts plus the answer's own deltas ($4). */
 _Static_assert(TRANSITION_VERSION_BITS == 60 && TRANSITION_UNCOUNTED_BEFORE == 1 && TRANSITION_UNCOUNTED_AFTER == 2,
                "PG_ASKS_SQL decodes the counted bits as transition_version_unpack does");
 const char PG_ASKS_SQL[] =
-    "WITH a AS (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $9::int8[]) WITH ORDINALITY"
-    "  AS a(item, u, k, cn, i)),"
+    "WITH it AS (SELECT * FROM unnest($2::text[]) WITH ORDINALITY AS it(item, j)),"
     /* each side as it counts (transition_deltas_add): the two bits of the stored version above
      * TRANSITION_VERSION_BITS say the row did not count before (1) or after (2) the entry
      * (transition_version_unpack); such a side is taken as none. The bounds as scalar subqueries:
@@ -911,20 +928,59 @@ const char PG_ASKS_SQL[] =
     "  CASE WHEN (version >> 60) & 2 = 0 THEN to_kind ELSE 0 END AS t FROM tally_log"
     "  WHERE seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
     "  AND seq <= (SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) AND item = ANY($2::text[])),"
-    /* per answer and number: one lookup of the counts' key, the unfolded entries, its own deltas */
-    " r AS (SELECT a.i, a.u, a.k, a.cn, ARRAY(SELECT (coalesce((SELECT c.n FROM tally_counts c"
-    "  WHERE c.item = a.item AND c.kind = greatest(kd.code, 0)), 0)"
-    "  + coalesce((SELECT sum(CASE WHEN kd.code < 0 THEN (l.t <> 0)::int - (l.f <> 0)::int"
+    /* per item and number ($3: the kinds' codes in the splice's order, -1 the reactors): its counts
+     * record plus its unfolded entries. Set-wise (one scan of the counts' key for every item, then
+     * hash joins of a few rows): a lookup per item and number costs more than the rest of the statement */
+    " kd AS (SELECT * FROM unnest($3::int4[]) WITH ORDINALITY AS kd(code, o)),"
+    " c AS MATERIALIZED (SELECT item, kind, n FROM tally_counts WHERE item = ANY($2::text[])),"
+    " x AS (SELECT c.item, kd.o, c.n AS d FROM c JOIN kd ON c.kind = greatest(kd.code, 0)"
+    "  UNION ALL SELECT l.item, kd.o, CASE WHEN kd.code < 0 THEN (l.t <> 0)::int - (l.f <> 0)::int"
     "   ELSE (CASE WHEN l.t >= 0 THEN (l.t = kd.code)::int ELSE ((-l.t) >> kd.code) & 1 END)"
-    "   - (CASE WHEN l.f >= 0 THEN (l.f = kd.code)::int ELSE ((-l.f) >> kd.code) & 1 END) END)"
-    "   FROM l WHERE l.item = a.item), 0)"
-    "  + ($5::int8[])[((a.i - 1) * $7::int + kd.o)::int])::text"
-    "  FROM unnest($6::int4[]) WITH ORDINALITY AS kd(code, o) ORDER BY kd.o) AS v FROM a),"
-    /* the record's cursor (answer_set_cursor's splice) and counts, in one update of the row */
-    " up AS (UPDATE tally_idem t SET body = left(t.body, -1) || CASE WHEN r.cn > 0 THEN ',\"cursor\":\"' ||"
-    "  ((SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) + r.cn) || '\"' ELSE '' END ||"
-    "  format($8, VARIADIC r.v) FROM r WHERE r.k <> '' AND t.\"user\" = r.u AND t.key = r.k)"
-    " SELECT i, array_to_string(v, ',') FROM r ORDER BY i";
+    "   - (CASE WHEN l.f >= 0 THEN (l.f = kd.code)::int ELSE ((-l.f) >> kd.code) & 1 END) END FROM l, kd),"
+    " s AS (SELECT item, o, sum(d) AS n FROM x GROUP BY item, o),"
+    " b AS MATERIALIZED (SELECT it.j, array_agg(coalesce(s.n, 0) ORDER BY kd.o) AS v FROM it CROSS JOIN kd"
+    "  LEFT JOIN s ON s.item = it.item AND s.o = kd.o GROUP BY it.j),"
+    /* each record's numbers ($4, the records' deltas one after the other, cardinality($3) each): its
+     * item's plus its own, as one aggregate (a subquery per record costs more than the statement) */
+    " d AS (SELECT (d.n - 1) / cardinality($3::int4[]) + 1 AS i, (d.n - 1) % cardinality($3::int4[]) + 1 AS o, d.d"
+    "  FROM unnest($4::int8[]) WITH ORDINALITY AS d(d, n)),"
+    /* the records: their item's place in $2, their columns, the cursor's ordinal, stored (replaced) or not */
+    " k AS MATERIALIZED (SELECT k.u, k.key, k.exp, k.fp, k.st, k.ty, k.he, k.ev, k.stored,"
+    "  left(k.body, -1) || CASE WHEN k.cn > 0 THEN ',\"cursor\":\"' ||"
+    "  ((SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) + k.cn) || '\"' ELSE '' END ||"
+    "  format($5, VARIADIC kv.v) AS body"
+    "  FROM unnest($6::int8[], $7::text[], $8::text[], $9::int8[], $10::text[], $11::int4[], $12::int4[],"
+    "  $13::bool[], $14::int8[], $15::text[], $16::int8[], $17::bool[])"
+    "  WITH ORDINALITY AS k(j, u, key, exp, fp, st, ty, he, ev, body, cn, stored, i)"
+    "  JOIN (SELECT k.i, array_agg((b.v[d.o] + d.d)::text ORDER BY d.o) AS v"
+    "   FROM unnest($6::int8[]) WITH ORDINALITY AS k(j, i) JOIN b ON b.j = k.j JOIN d ON d.i = k.i GROUP BY k.i) kv"
+    "  ON kv.i = k.i),"
+    /* a plain insert, as flush_idem's: a record another batch inserted meanwhile fails the batch,
+     * which runs again and finds it */
+    " ins AS (INSERT INTO tally_idem SELECT u, key, exp, fp, st, ty, he, ev, body FROM k WHERE NOT stored),"
+    " rep AS (INSERT INTO tally_idem SELECT u, key, exp, fp, st, ty, he, ev, body FROM k WHERE stored"
+    "  ON CONFLICT (\"user\", key) DO UPDATE SET" IDEM_REPLACE_SET ")"
+    " SELECT j, array_to_string(v, ',') FROM b";
+
+/* A batch without such records needs no arithmetic of the server: its counts records and its unfolded
+ * entries of the asks' items ($2), as of the same snapshot and bounds as PG_ASKS_SQL's, summed in C
+ * by transition_deltas_add itself (asks_sum_rows). */
+const char PG_ASKS_ROWS_SQL[] =
+    "SELECT false, item, kind, n, 0 FROM tally_counts WHERE item = ANY($2::text[])"
+    " UNION ALL SELECT true, item, from_kind, to_kind, version FROM tally_log"
+    " WHERE seq > coalesce((SELECT checkpoint FROM tally_pipeline WHERE id = 1), 0)"
+    " AND seq <= (SELECT seq - $1::bigint FROM tally_log_head WHERE id = 1) AND item = ANY($2::text[])";
+
+/* The splice's numbers: the kinds in order, then the reactors (many mode); returns how many. */
+static int asks_slots(const kinds_t *kinds, int slots[KINDS_MAX + 1])
+{
+    int m = 0;
+    for (int c = 1; c <= kinds->count; c++)
+        slots[m++] = c;
+    if (kinds->mode == REACTION_MODE_MANY)
+        slots[m++] = KIND_NONE;
+    return m;
+}
 
 static int flush_asks(pg_write_t *w)
 {
@@ -932,71 +988,148 @@ static int flush_asks(pg_write_t *w)
         return STORE_OK;
     const pg_store_t *s = w->store;
     const kinds_t *kinds = &s->kinds;
-    int slots[KINDS_MAX + 1], m = 0; /* the splice's numbers: the kinds in order, then the reactors */
-    for (int c = 1; c <= kinds->count; c++)
-        slots[m++] = c;
-    if (kinds->mode == REACTION_MODE_MANY)
-        slots[m++] = KIND_NONE;
-    enum { ITEM, USER, KEY, DELTAS, CODES, CURSOR, NCOL };
+    int slots[KINDS_MAX + 1], m = asks_slots(kinds, slots);
+    enum { COUNT, ITEMS, CODES, DELTAS, FMT, J, U, K, EXP, FP, ST, TY, HE, EV, BODY, CN, STORED, NCOL };
     pg_buf_t col[NCOL] = {0};
-    for (int c = 0; c < NCOL; c++)
-        pg_buf_open(&col[c]);
-    for (size_t i = 0; i < w->nasks; i++) {
-        const store_counts_ask_t *a = &w->asks[i];
-        pg_buf_text_elem(&col[ITEM], a->item.ptr, a->item.len);
-        pg_buf_text_elem(&col[USER], a->user.ptr, a->user.len);
-        pg_buf_text_elem(&col[KEY], a->key.ptr, a->key.len);
-        const pg_entry_t *e = a->key.len ? pg_cache_find(&w->idem, a->user, a->key) : NULL;
-        pg_buf_int_elem(&col[CURSOR], e && e->present && e->dirty ? e->rec.cursor_ordinal : 0);
-        for (int j = 0; j < m; j++)
-            pg_buf_int_elem(&col[DELTAS], (long long)a->deltas[slots[j]]);
+    for (int c = ITEMS; c < NCOL; c++)
+        if (c != FMT)
+            pg_buf_open(&col[c]);
+    int rc = STORE_OK;
+    size_t records = 0;
+    itemmap_clear(&w->ask_items);
+    for (size_t i = 0; i < w->nasks && rc == STORE_OK; i++) {
+        size_t before = w->ask_items.count;
+        if (!itemmap_get(&w->ask_items, w->asks[i].item))
+            rc = STORE_ERROR;
+        else if (w->ask_items.count > before)
+            pg_buf_text_elem(&col[ITEMS], w->asks[i].item.ptr, w->asks[i].item.len);
     }
     for (int j = 0; j < m; j++)
         pg_buf_int_elem(&col[CODES], slots[j] == KIND_NONE ? -1 : s->cfg_to_db[slots[j]]);
-    int rc = STORE_OK;
-    for (int c = 0; c < NCOL; c++) {
+    for (size_t i = 0; i < w->idem.count && rc == STORE_OK; i++) {
+        const pg_entry_t *e = &w->idem.entries[i];
+        if (!idem_by_asks(w, e))
+            continue;
+        const store_counts_ask_t *a = &w->asks[e->rec.counts_ask - 1];
+        const itemmap_entry_t *it = itemmap_find(&w->ask_items, a->item);
+        if (!it) {
+            rc = STORE_ERROR;
+            break;
+        }
+        char fp[2 * FINGERPRINT_LEN + 1];
+        fingerprint_hex(e->rec.fingerprint, fp);
+        pg_buf_int_elem(&col[J], (long long)(it - w->ask_items.entries) + 1);
+        pg_buf_text_elem(&col[U], e->a, e->alen);
+        pg_buf_text_elem(&col[K], e->b, e->blen);
+        pg_buf_int_elem(&col[EXP], (long long)e->rec.expires_ms);
+        pg_buf_text_elem(&col[FP], fp, 2 * FINGERPRINT_LEN);
+        pg_buf_int_elem(&col[ST], e->rec.status);
+        pg_buf_int_elem(&col[TY], e->rec.type);
+        pg_buf_text_elem(&col[HE], e->rec.has_etag ? "t" : "f", 1);
+        pg_buf_int_elem(&col[EV], (long long)e->rec.etag_version);
+        pg_buf_text_elem(&col[BODY], e->rec.body.ptr, e->rec.body.len);
+        pg_buf_int_elem(&col[CN], e->rec.cursor_ordinal);
+        pg_buf_text_elem(&col[STORED], e->stored ? "t" : "f", 1);
+        records++;
+        for (int j = 0; j < m; j++)
+            pg_buf_int_elem(&col[DELTAS], (long long)a->deltas[slots[j]]);
+    }
+    for (int c = ITEMS; c < NCOL; c++) {
+        if (c == FMT)
+            continue;
         pg_buf_close(&col[c]);
         if (col[c].failed)
             rc = STORE_ERROR;
     }
-    char count[PG_NUM_LEN], width[PG_NUM_LEN], fmt[1024];
+    char count[PG_NUM_LEN], fmt[1024];
     snprintf(count, sizeof count, "%zu", w->log_count);
-    snprintf(width, sizeof width, "%d", m);
     if (!answer_counts_format(kinds, fmt, sizeof fmt))
         rc = STORE_ERROR;
-    const char *p[] = {count,          col[ITEM].buf, col[USER].buf, col[KEY].buf,   col[DELTAS].buf,
-                       col[CODES].buf, width,         fmt,           col[CURSOR].buf};
-    if (rc == STORE_OK) /* prepared on the session's connection (session_setup): planned once */
-        rc = pg_pipe_send_prepared(w->store, w->sess->conn, PG_ASKS_STMT, 9, p);
+    const char *p[NCOL];
+    for (int c = ITEMS; c < NCOL; c++)
+        p[c] = col[c].buf;
+    p[COUNT] = count;
+    p[FMT] = fmt;
+    w->asks_rows = records == 0;
+    if (rc == STORE_OK) /* prepared on the session's connection (pg_counts_at_commit): planned once */
+        rc = w->asks_rows ? pg_pipe_send_prepared(w->store, w->sess->conn, PG_ASKS_ROWS_STMT, 2, p)
+                          : pg_pipe_send_prepared(w->store, w->sess->conn, PG_ASKS_STMT, NCOL, p);
     w->piped_count += rc == STORE_OK;
     if (rc == STORE_OK)
         w->asks_result = w->piped_count;
-    for (int c = 0; c < NCOL; c++)
-        pg_buf_free(&col[c]);
+    for (int c = ITEMS; c < NCOL; c++)
+        if (c != FMT)
+            pg_buf_free(&col[c]);
     return rc;
 }
 
-/* The asks' counts from their statement's result (after the commit: nothing here may fail the batch;
- * an ask left unfilled is the writer's to report). */
+/* PG_ASKS_ROWS_STMT's result summed into each item's counts before the batch (read[j]: item j's
+ * counts are known; every item is, unless a row cannot be read). As pg_counts and pg_log_rows read. */
+static void asks_sum_rows(pg_write_t *w, const PGresult *res, bool *read)
+{
+    const pg_store_t *s = w->store;
+    for (size_t j = 0; j < w->ask_items.count; j++)
+        read[j] = true; /* an item without rows counts none */
+    for (int r = 0; r < PQntuples(res); r++) {
+        span_t item = {PQgetvalue(res, r, 1), (size_t)PQgetlength(res, r, 1)};
+        itemmap_entry_t *e = itemmap_find(&w->ask_items, item);
+        if (!e)
+            continue;
+        long a = strtol(PQgetvalue(res, r, 2), NULL, 10);
+        if (PQgetvalue(res, r, 0)[0] != 't') { /* a counts record: kind a, n */
+            int64_t n = strtoll(PQgetvalue(res, r, 3), NULL, 10);
+            if (a == 0)
+                e->deltas[KIND_NONE] = n;
+            else if (a > 0 && a <= s->db_kinds && s->db_to_cfg[a] >= 1)
+                e->deltas[s->db_to_cfg[a]] = n;
+            continue;
+        }
+        transition_t t = {
+            .item = item, .from = pg_cfg_set(s, a), .to = pg_cfg_set(s, strtol(PQgetvalue(res, r, 3), NULL, 10))};
+        if (transition_version_unpack(&t, strtoull(PQgetvalue(res, r, 4), NULL, 10)))
+            transition_deltas_add(&t, e->deltas);
+        else
+            read[e - w->ask_items.entries] = false;
+    }
+}
+
+/* The asks' counts from their statement's result: each item's counts before the batch, plus each
+ * answer's own deltas (after the commit: nothing here may fail the batch; an ask left unfilled is the
+ * writer's to report). */
 static void asks_read(pg_write_t *w, const PGresult *res)
 {
-    const kinds_t *kinds = &w->store->kinds;
-    for (int r = 0; r < PQntuples(res); r++) {
-        unsigned long long i = strtoull(PQgetvalue(res, r, 0), NULL, 10);
-        if (i < 1 || i > w->nasks)
+    int slots[KINDS_MAX + 1], m = asks_slots(&w->store->kinds, slots);
+    size_t n = w->ask_items.count;
+    bool *read = calloc(n ? n : 1, sizeof *read);
+    if (!read)
+        return;
+    if (w->asks_rows)
+        asks_sum_rows(w, res, read);
+    for (int r = 0; !w->asks_rows && r < PQntuples(res); r++) {
+        unsigned long long j = strtoull(PQgetvalue(res, r, 0), NULL, 10);
+        if (j < 1 || j > n)
             continue;
-        store_counts_ask_t *a = &w->asks[i - 1];
+        itemmap_entry_t *e = &w->ask_items.entries[j - 1];
         const char *v = PQgetvalue(res, r, 1);
         char *end;
         bool ok = true;
-        for (int c = 1; ok && c <= kinds->count + (kinds->mode == REACTION_MODE_MANY); c++) {
-            int slot = c <= kinds->count ? c : KIND_NONE;
-            a->out[slot] = strtoll(v, &end, 10);
+        for (int c = 0; ok && c < m; c++) {
+            e->deltas[slots[c]] = strtoll(v, &end, 10);
             ok = end != v && (*end == ',' || *end == '\0');
             v = *end ? end + 1 : end;
         }
-        a->filled = ok;
+        read[j - 1] = ok;
     }
+    for (size_t i = 0; i < w->nasks; i++) {
+        store_counts_ask_t *a = &w->asks[i];
+        const itemmap_entry_t *e = itemmap_find(&w->ask_items, a->item);
+        if (!e || !read[e - w->ask_items.entries])
+            continue;
+        for (int c = 0; c < m; c++)
+            a->out[slots[c]] = e->deltas[slots[c]] + a->deltas[slots[c]];
+        a->filled = true;
+    }
+    free(read);
 }
 
 int pg_write_commit(store_write_t *w_)
