@@ -350,7 +350,9 @@ static void *follow_main(void *arg)
     uint64_t took_ms = 0; /* the last heartbeat's time through the writer: one starts every interval */
     pthread_mutex_lock(&f->wait_lock);
     while (!f->stopping) {
-        uint64_t wait_ms = took_ms < FEATURES_HEARTBEAT_MS ? FEATURES_HEARTBEAT_MS - took_ms : 0;
+        /* a store of one node follows only to register late, after a full disk at start: every 5 s */
+        uint64_t every_ms = f->shared ? FEATURES_HEARTBEAT_MS : 5000;
+        uint64_t wait_ms = took_ms < every_ms ? every_ms - took_ms : 0;
         struct timespec deadline = clock_deadline(CLOCK_MONOTONIC, wait_ms);
         pthread_cond_timedwait(&f->wake, &f->wait_lock, &deadline);
         if (f->stopping)
@@ -360,6 +362,13 @@ static void *follow_main(void *arg)
         int rc = beat(f); /* a failure (the store away) is tried again next time */
         took_ms = (mono_ns() - started) / 1000000;
         pthread_mutex_lock(&f->wait_lock);
+        if (rc == 0 && !f->shared) {
+            if (f->announce)
+                log_line("level=info event=feature-version in_force=%llu supported=%d nodes=%llu",
+                         (unsigned long long)f->beat.in_force, FEATURE_VERSION_SUPPORTED,
+                         (unsigned long long)f->beat.alive);
+            break; /* registered late (the store took no writes at start); one node: nothing to follow */
+        }
         if (rc == 1) {
             /* Taken for gone, the others raised the version past this build: what this node would
              * write or fold may no longer be understood. Stop the process, as SIGTERM does. */
@@ -373,6 +382,22 @@ static void *follow_main(void *arg)
     }
     pthread_mutex_unlock(&f->wait_lock);
     return NULL;
+}
+
+/* The version in force as a snapshot shows it (0: unreadable); the base when there is no record.
+ * Returns 0, or -1 when the store could not be read. */
+static int read_in_force(store_t *store, uint64_t *out)
+{
+    store_read_t *snap = NULL;
+    if (store_read_begin_single(store, &snap) != STORE_OK)
+        return -1;
+    version_read_t r = {0};
+    int rc = store_read_aux(snap, SPAN_LIT(FEATURES_VERSION_KEY), version_one, &r);
+    store_read_end(snap);
+    if (rc != STORE_OK)
+        return -1;
+    *out = r.present ? r.version : FEATURE_VERSION_BASE;
+    return 0;
 }
 
 /* host name (id characters only), process id, random bits: new for each start. */
@@ -406,6 +431,31 @@ int features_open(store_t *store, writer_t *w, bool announce, features_t **out, 
     pthread_mutex_init(&f->wait_lock, NULL);
     clock_cond_init_monotonic(&f->wake);
     int rc = beat(f);
+    bool deferred = false;
+    char why[160] = "";
+    if (rc == -1 && store_writes_refused(store, why, sizeof why)) {
+        /* A full disk at start: reads are served and writes refused until space frees (the embedded
+         * store's rule), so this node registers later, from its thread. Until then what is in force
+         * is read, so a build that was passed still refuses to start. */
+        uint64_t in_force = 0;
+        if (read_in_force(store, &in_force) != 0) {
+            snprintf(err, errlen, "reading the store's feature version in force failed");
+            features_close(f);
+            return -1;
+        }
+        if (in_force == 0 || in_force > FEATURE_VERSION_SUPPORTED) {
+            f->beat.in_force = in_force;
+            rc = 1;
+        } else {
+            deferred = true;
+            rc = 0;
+            atomic_store_explicit(&f->stats.in_force, in_force, memory_order_relaxed);
+            if (announce)
+                log_line("level=warn event=feature-version-deferred in_force=%llu supported=%d reason=\"%s\" "
+                         "msg=\"this node registers once the store takes writes again\"",
+                         (unsigned long long)in_force, FEATURE_VERSION_SUPPORTED, why);
+        }
+    }
     if (rc != 0) {
         if (rc == 1 && f->beat.in_force == 0)
             snprintf(err, errlen,
@@ -424,10 +474,10 @@ int features_open(store_t *store, writer_t *w, bool announce, features_t **out, 
         features_close(f);
         return -1;
     }
-    if (announce)
+    if (announce && !deferred)
         log_line("level=info event=feature-version in_force=%llu supported=%d nodes=%llu",
                  (unsigned long long)f->beat.in_force, FEATURE_VERSION_SUPPORTED, (unsigned long long)f->beat.alive);
-    if (f->shared) {
+    if (f->shared || deferred) {
         if (pthread_create(&f->thread, NULL, follow_main, f) != 0) {
             snprintf(err, errlen, "starting the feature version's thread failed");
             features_close(f);

@@ -11,7 +11,7 @@ import tempfile
 import time
 import threading
 
-from harness import REPO_ROOT, Server, TallyTestCase, child_env, embedded_only, metric, uid
+from harness import REPO_ROOT, SLOW, Server, TallyTestCase, child_env, embedded_only, metric, uid
 
 MAP = "16M"  # the smallest --map-size; a few tens of thousands of rows fill it
 
@@ -189,6 +189,13 @@ class StartOnFullDiskTest(TallyTestCase):
                 self.assertNotIn("no space", s.json("GET", "/readyz")[2].get("reason", "").lower())
             self.assertEqual(s.put(item, u, "like")[0], 200)
             self.assertCounts(s, item, {"like": 6, "dislike": 0})
+            # Its feature version could not be registered at start (a write): it is, once space
+            # frees, by a retry every 5 s.
+            self.assertIn("event=feature-version-deferred", s.stderr())
+            deadline = time.monotonic() + 10 * SLOW
+            while time.monotonic() < deadline and "event=feature-version in_force=" not in s.stderr():
+                time.sleep(0.2)
+            self.assertIn("event=feature-version in_force=2 ", s.stderr())
             # Durable from there on: a crash keeps it.
             s.kill9()
             s.start()
