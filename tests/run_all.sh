@@ -60,6 +60,10 @@ background_wait() {
     account "$name" "$rc"
 }
 
+# The end-to-end stages run their test files in two worker processes at once (run_e2e.py -j):
+# most of a test's time is waiting, and every test's servers listen on ports of their own, so two
+# workers on two cores take about half the wall time (e2e: 291 s → 137 s, e2e-pg: 397 s → 235 s).
+export TALLY_E2E_JOBS=${TALLY_E2E_JOBS:-2}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

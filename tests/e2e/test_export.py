@@ -390,6 +390,8 @@ class ShutdownTest(TallyTestCase):
 @unittest.skipIf(os.environ.get("TALLY_SANITIZED"),
                  "ASan keeps freed memory in its quarantine: the heap is measured on the release build")
 class MemoryTest(TallyTestCase):
+    # measures the server's resident memory: run alone (run_e2e.py -j)
+    serial = True
 
     def test_slow_reader_does_not_grow_the_server(self):
         rows = [{"item": "r%06d" % i, "user": "user%03d%s" % (i % 500, LONG_USER), "reaction": "like"}

@@ -92,6 +92,8 @@ def admin_address(srv):
 
 
 class MemoryTest(TallyTestCase):
+    # measures the server's resident memory: run alone (run_e2e.py -j)
+    serial = True
 
     def check_bodies_do_not_pile_up(self, srv, host, port):
         before = rss_bytes(srv.pid)

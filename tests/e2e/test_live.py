@@ -703,6 +703,8 @@ class LiveThousandStreamsTest(TallyTestCase):
     by a bounded amount per stream, every stream gets its updates, and closing them gives the
     slots back."""
 
+    serial = True  # measures the server's resident memory: run alone (run_e2e.py -j)
+
     def test_thousand_streams_bounded_memory(self):
         import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

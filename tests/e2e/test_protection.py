@@ -438,6 +438,8 @@ def read_until_close(sock, timeout):
 
 
 class OverloadTest(TallyTestCase):
+    # fills the server's connection slots under a deadline: run alone (run_e2e.py -j)
+    serial = True
 
     def assertRefused(self, data, closed):
         self.assertTrue(closed, "the refused connection was not closed: %r" % data[:300])
