@@ -4,6 +4,7 @@
  * computes for every keyed write. Prints ns per operation, min and median of the runs.
  *
  * Usage: router_cost [ids [runs [shards]]]   (defaults 1000000 5 4). Single-threaded, no I/O. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,8 +48,10 @@ static int ids_make(ids_t *ids, size_t count)
         char buf[80];
         int n = snprintf(buf, sizeof buf, "%s%llu", kinds[r % 5], (unsigned long long)(r >> 8) % 100000000ull);
         size_t want = 8 + (size_t)((r >> 40) % 57); /* 8..64 */
-        while ((size_t)n < want)
-            { buf[n] = (n % 9 == 0) ? '-' : hex[rng_next(&s) & 15]; n++; }
+        while ((size_t)n < want) {
+            buf[n] = (n % 9 == 0) ? '-' : hex[rng_next(&s) & 15];
+            n++;
+        }
         if ((size_t)n > want)
             n = (int)want;
         memcpy(ids->bytes + at, buf, (size_t)n);
@@ -135,10 +138,25 @@ int main(int argc, char **argv)
         hi = per[s] > hi ? per[s] : hi;
     }
     double mean = (double)ids.count / shards;
-    printf("ids %zu (mean length %.1f bytes), runs %d, shards %u: per shard min %llu max %llu "
+    printf("ids %zu (mean length %.1f bytes), runs %d, shards %u: ids per shard min %llu max %llu "
            "(%.2f%% / +%.2f%% of the mean)\n",
            ids.count, (double)ids.off[ids.count] / (double)ids.count, runs, shards, (unsigned long long)lo,
            (unsigned long long)hi, 100.0 * ((double)lo - mean) / mean, 100.0 * ((double)hi - mean) / mean);
+    /* writes rather than ids: the bench's load draws items Zipf(s=1.1) over their ranks (id i = rank
+     * i + 1 here), so a shard's share of writes also depends on where the hottest few items land */
+    double wsum[SHARD_MAX] = {0}, wall = 0;
+    for (size_t i = 0; i < ids.count; i++) {
+        double w = pow((double)(i + 1), -1.1);
+        wsum[shard_map_of_id(&map, (span_t){ids.bytes + ids.off[i], ids.off[i + 1] - ids.off[i]})] += w;
+        wall += w;
+    }
+    double wlo = 1e300, whi = 0;
+    for (uint32_t s = 0; s < shards; s++) {
+        wlo = wsum[s] < wlo ? wsum[s] : wlo;
+        whi = wsum[s] > whi ? wsum[s] : whi;
+    }
+    printf("Zipf(1.1) writes per shard: min %.2f%% max %.2f%% of all (even: %.2f%%); the hottest id alone %.2f%%\n",
+           100.0 * wlo / wall, 100.0 * whi / wall, 100.0 / shards, 100.0 / wall);
 
     double t[OP_COUNT][100];
     for (int r = 0; r < runs; r++) /* interleaved, so a noisy neighbour hits every op alike */
