@@ -11,4 +11,13 @@ BUILD ?= build
 .PHONY: bench
 bench: deps $(BUILD)/tallyd
 	TALLYD=$(BUILD)/tallyd bench/run.sh
+
+# `make bench-router`: the CPU a sharded node would spend routing one write (bench/router_cost.c;
+# results in bench/RESULTS.md, "The router's CPU per write"). Seconds, single-threaded, no I/O.
+.PHONY: bench-router
+bench-router: $(BUILD)/router_cost
+	$(BUILD)/router_cost
+
+$(BUILD)/router_cost: $(call obj,rel,$(CORE_SRC) bench/router_cost.c)
+	$(CC) $(CFLAGS) $(LDFLAGS) -pthread -o $@ $^ $(LDLIBS)
 endif
