@@ -50,7 +50,7 @@ typedef struct {
 } flagset_t;
 
 /* What the command line gave, kept for reloads: the command line always wins over the file. */
-#define FLAGS_ARGS_MAX 256
+#define FLAGS_ARGS_MAX 512 /* 256 --store (shards) and the rest */
 typedef struct {
     struct {
         int flag; /* index in the table */

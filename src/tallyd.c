@@ -204,11 +204,13 @@ static void answers_flush(void *arg)
     http_answers_flush();
 }
 
-/* The writer committed transitions: wake the change feed's long polls and the trending follower. */
+/* A shard's writer committed transitions: wake that shard's change feed long polls, the trending
+ * follower and webhook delivery. */
 static void on_commit(void *arg)
 {
-    app_t *app = arg;
-    feed_notify(app->feed);
+    app_shard_t *shard = arg;
+    app_t *app = shard->app;
+    feed_notify(shard->feed);
     if (app->trending)
         trending_notify(app->trending);
     webhooks_notify(app->webhooks);
@@ -276,8 +278,25 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
     return 0;
 }
 
+/* Each shard's change feed and writer; shard 0's are also the cluster-wide records' (app->feed,
+ * app->writer). Returns NULL, or what could not be started. */
+static const char *shard_engines_start(app_t *app, writer_options_t *wopt)
+{
+    for (size_t k = 0; k < app->nshards; k++) {
+        app_shard_t *shard = &app->shard[k];
+        wopt->on_commit_arg = shard;
+        if (feed_start(shard->store, &shard->feed) != 0)
+            return "the change feed thread";
+        if (writer_start(shard->store, app->kinds, wopt, &shard->writer) != 0)
+            return "the writer thread";
+    }
+    app->feed = app->shard[0].feed;
+    app->writer = app->shard[0].writer;
+    return NULL;
+}
+
 /* The feed, the writer, trending and the periodic recount. Returns 0, or -1 having said why. */
-static int engine_start(app_t *app, const options_t *o, recount_sampler_t **sampler)
+static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samplers)
 {
     writer_options_t wopt = {
         .queue_max = o->queue_max,
@@ -289,7 +308,6 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         .log_retention_ms = o->log_retention_ms,
         .log_max_bytes = o->log_max_bytes,
         .on_commit = on_commit,
-        .on_commit_arg = app,
         .release_begin = answers_hold,
         .release_end = answers_flush,
     };
@@ -316,18 +334,19 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
     wopt.voids = app->voids;
     if (store_shared(app->store) && readers_start(READERS_THREADS_DEFAULT, READERS_QUEUE_MAX, &app->readers) != 0)
         what = "the reader threads";
-    else if (feed_start(app->store, &app->feed) != 0)
-        what = "the change feed thread";
-    else if (writer_start(app->store, app->kinds, &wopt, &app->writer) != 0)
-        what = "the writer thread";
-    else if (features_open(app->store, app->writer, true, &app->features, perr, sizeof perr) != 0) {
+    else
+        what = shard_engines_start(app, &wopt);
+    if (!what && features_open(app->store, app->writer, true, &app->features, perr, sizeof perr) != 0) {
         log_line("level=error event=start-failed msg=\"%s\"", perr);
         return -1;
-    } else if (trending_start(app->store, app->writer, app->kinds, &topt, &app->trending) != 0)
+    }
+    if (!what && trending_start(app->store, app->writer, app->kinds, &topt, &app->trending) != 0)
         what = "trending";
-    else if (recount_sampler_start(app->store, app->writer, o->recount_interval_ms, RECOUNT_SAMPLE_ITEMS, sampler) != 0)
-        what = "the periodic recount";
-    else if (webhooks_start(app->store, app->writer, app->kinds, &hopt, &app->webhooks) != 0)
+    for (size_t k = 0; k < app->nshards && !what; k++)
+        if (recount_sampler_start(app->shard[k].store, app->shard[k].writer, o->recount_interval_ms,
+                                  RECOUNT_SAMPLE_ITEMS, &samplers[k]) != 0)
+            what = "the periodic recount";
+    if (!what && webhooks_start(app->store, app->writer, app->kinds, &hopt, &app->webhooks) != 0)
         what = "webhook delivery";
     if (what)
         log_line("level=error event=start-failed msg=\"cannot start %s\"", what);
@@ -378,13 +397,14 @@ static int wait_for_stop(const sigset_t *stop_signals, reload_ctx_t *ctx, const 
 }
 
 /* Stop accepting, answer what is in flight, then stop the engine and close the store. */
-static void shut_down(app_t *app, recount_sampler_t *sampler)
+static void shut_down(app_t *app, recount_sampler_t **samplers)
 {
     atomic_store(&app->ready, false);
     atomic_store(&app->draining, true);
     http_server_stop_accepting();
-    live_http_end_all();  /* no more live updates; every stream ends once what it was sent has left */
-    feed_stop(app->feed); /* long polls are answered at once */
+    live_http_end_all(); /* no more live updates; every stream ends once what it was sent has left */
+    for (size_t k = 0; k < app->nshards; k++)
+        feed_stop(app->shard[k].feed);                             /* long polls are answered at once */
     size_t exports_left = export_http_end_all(EXPORT_END_WAIT_MS); /* each lets go of its snapshot; cut */
     if (exports_left)
         log_line("level=warn event=shutdown-exports left=%zu", exports_left);
@@ -399,7 +419,8 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
         log_line("level=warn event=shutdown-live-streams left=%zu", streams_left);
     http_server_stop();
     live_http_stop();
-    recount_sampler_stop(sampler);
+    for (size_t k = 0; k < app->nshards; k++)
+        recount_sampler_stop(samplers[k]);
     /* A long admin job (import, recount, erase) still needs the writer and the store. */
     const struct timespec tick = {0, 10 * 1000000L};
     for (int i = 0; atomic_load(&app->admin_busy) && i < ADMIN_JOB_WAIT_MS / 10; i++)
@@ -409,10 +430,12 @@ static void shut_down(app_t *app, recount_sampler_t *sampler)
     webhooks_stop(app->webhooks);  /* a batch in flight stays pending in the store: sent again at the next start */
     trending_stop(app->trending);  /* persists its open buckets through the writer */
     features_close(app->features); /* its heartbeat goes through the writer */
-    writer_stop(app->writer);
+    for (size_t k = 0; k < app->nshards; k++)
+        writer_stop(app->shard[k].writer);
     policies_close(app->policies);
     voids_close(app->voids);
-    feed_free(app->feed);
+    for (size_t k = 0; k < app->nshards; k++)
+        feed_free(app->shard[k].feed);
     readers_free(app->readers);
     shards_close(app->shards);
 }
@@ -490,14 +513,19 @@ int main(int argc, char **argv)
         .log_retention_ms = o.log_retention_ms,
         .reaction_mode = o.reaction_mode,
     };
-    /* One store today: shard 0 of 1, opened (its identity written or checked) as every shard is. */
-    const char *locations[] = {o.store ? o.store : o.data};
-    if (shards_open(locations, 1, &kinds, &sopt, &app.shards, err, sizeof err) != 0) {
+    /* One store per shard (the embedded store and a single database: shard 0 of 1), each opened and
+     * its identity written or checked. */
+    const char *data_location[] = {o.data};
+    const char *const *locations = o.nstores ? o.stores : data_location;
+    app.nshards = o.nstores ? o.nstores : 1;
+    if (shards_open(locations, app.nshards, &kinds, &sopt, &app.shards, err, sizeof err) != 0) {
         log_line("level=error event=start-failed msg=\"%s\"", err);
         return 1;
     }
+    for (size_t k = 0; k < app.nshards; k++)
+        app.shard[k] = (app_shard_t){.app = &app, .k = (uint32_t)k, .store = shards_store(app.shards, k)};
     store = shards_store(app.shards, 0);
-    recount_sampler_t *sampler;
+    static recount_sampler_t *samplers[SHARD_MAX]; /* one per shard */
     openapi_config_t doc = {.kinds = &kinds,
                             .many = strcmp(sopt.reaction_mode, "many") == 0,
                             .dev_mode = app.dev_mode,
@@ -520,7 +548,7 @@ int main(int argc, char **argv)
         .max_streams_per_client = o.max_live_streams_per_client,
         .follow = {.interval_ms = o.live_interval_ms, .keepalive_ms = o.live_keepalive_ms},
     };
-    if (app_setup(&app, &o, &kinds, store) != 0 || engine_start(&app, &o, &sampler) != 0)
+    if (app_setup(&app, &o, &kinds, store) != 0 || engine_start(&app, &o, samplers) != 0)
         return 1;
     if (live_http_start(&app, &lopt) != 0) { /* before the HTTP threads: a stream may come at once */
         log_line("level=error event=start-failed msg=\"cannot start the live-counts follower\"");
@@ -551,7 +579,7 @@ int main(int argc, char **argv)
     bool passed = features_passed(app.features); /* set before its SIGTERM: stopped, not asked to */
     sd_notify(0, "STOPPING=1\nSTATUS=stopping: finishing the requests in flight");
     log_line("level=info event=shutdown signal=%s", sig == SIGTERM ? "TERM" : "INT");
-    shut_down(&app, sampler);
+    shut_down(&app, samplers);
     auth_keys_stop(&keys);
     close(listen_fd);
     if (admin_fd >= 0)

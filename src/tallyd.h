@@ -23,7 +23,9 @@ typedef struct {
     const char *listen;
     const char *admin_listen;
     const char *data;
-    const char *store; /* --store URI; NULL: the embedded store in data */
+    const char *store;             /* the first --store URI; NULL: the embedded store in data */
+    const char *stores[SHARD_MAX]; /* every --store URI, shard k at k (several: shards) */
+    size_t nstores;
     const char *reactions;
     const char *reaction_mode;
     const char *jwt_secret_file;

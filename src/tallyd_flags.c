@@ -66,14 +66,17 @@ static const char *set_access(const flag_t *f, const char *value, void *dest)
     return f->why;
 }
 
+/* Each --store is the next shard's database, in the order given (the same on every node). */
 static const char *set_store(const flag_t *f, const char *value, void *dest)
 {
     (void)f;
+    options_t *o = (options_t *)((char *)dest - offsetof(options_t, store));
     if (!store_location_is_url(value))
         return "expected a postgresql:// (or postgres://) URI";
-    if (*(const char **)dest) /* one database per node: several primaries (shards) are not built yet */
-        return "given more than once: this build serves one database (no shards)";
-    *(const char **)dest = value;
+    if (o->nstores == SHARD_MAX)
+        return "given too many times (256 shards at most)";
+    o->stores[o->nstores++] = value;
+    o->store = o->stores[0];
     return NULL;
 }
 
@@ -129,8 +132,9 @@ static const flag_t flags[] = {
      OPT(data), .group = 1},
     {"--store", "URI", NULL,
      "keep everything in PostgreSQL instead: postgresql://user@host/db?...\n"
-     "(libpq's URI; PG* variables and ~/.pgpass apply; not with --data)",
-     set_store, OPT(store), .group = 1},
+     "(libpq's URI; PG* variables and ~/.pgpass apply; not with --data);\n"
+     "repeatable: one per shard, in the same order on every node",
+     set_store, OPT(store), .group = 1, .opts = FLAG_REPEATS},
     {"--reactions", "LIST", KINDS_DEFAULT, "reaction kinds, comma-separated, a-z 0-9 _", flag_set_string,
      OPT(reactions)},
     {"--reaction-mode", "one|many", "one",

@@ -83,10 +83,57 @@ static admin_job_t *job_new(http_request_t *req)
 
 /* --- recount --- */
 
+/* Adds what one shard's recount found to the whole report. */
+static int report_add(recount_report_t *to, recount_report_t *from)
+{
+    to->checked += from->checked;
+    to->corrected += from->corrected;
+    to->list_mismatches += from->list_mismatches;
+    if (from->ndrift && to->ndrift + from->ndrift > to->cap) {
+        size_t cap = to->ndrift + from->ndrift;
+        recount_drift_t *drift = realloc(to->drift, cap * sizeof *drift);
+        if (!drift)
+            return STORE_ERROR;
+        to->drift = drift;
+        to->cap = cap;
+    }
+    if (from->ndrift)
+        memcpy(to->drift + to->ndrift, from->drift, from->ndrift * sizeof *from->drift);
+    to->ndrift += from->ndrift;
+    return STORE_OK;
+}
+
+/* Recounts the items (NULL: all) on their shards, each shard with its own writer, one after the
+ * other; a run stopped by an error may be run again (each shard's corrections are its own). */
+static int recount_shards(app_t *app, const span_t *items, size_t nitems, recount_report_t *rep)
+{
+    *rep = (recount_report_t){0};
+    span_t *some = items ? malloc((nitems ? nitems : 1) * sizeof *some) : NULL;
+    if (items && !some)
+        return STORE_ERROR;
+    int rc = STORE_OK;
+    for (size_t k = 0; k < app->nshards && rc == STORE_OK; k++) {
+        app_shard_t *shard = &app->shard[k];
+        size_t m = 0;
+        for (size_t i = 0; items && i < nitems; i++)
+            if (app_item_shard(app, items[i]) == shard)
+                some[m++] = items[i];
+        if (items && m == 0)
+            continue;
+        recount_report_t one;
+        rc = recount_run(shard->store, shard->writer, items ? some : NULL, m, &one);
+        if (rc == STORE_OK)
+            rc = report_add(rep, &one);
+        recount_report_free(&one);
+    }
+    free(some);
+    return rc;
+}
+
 static void recount_job(admin_job_t *job)
 {
     recount_report_t rep;
-    int rc = recount_run(job->app->store, job->app->writer, job->items, job->nitems, &rep);
+    int rc = recount_shards(job->app, job->items, job->nitems, &rep);
     if (rc != STORE_OK) {
         answer_problem(&job->answer, 503, "unavailable", "the recount could not finish; run it again");
         recount_report_free(&rep);
@@ -169,21 +216,30 @@ void admin_recount(app_t *app, http_request_t *req)
 
 static void clear_job(admin_job_t *job)
 {
-    write_cmd_t cmd = {.type = job->clear_type};
+    /* An item's rows are on its shard; a user's on every shard (each item's): cleared shard by shard. */
+    app_t *app = job->app;
+    span_t name = {job->name, job->name_len};
+    bool user = job->clear_type == WRITE_CLEAR_USER;
     uint64_t changed = 0;
-    memcpy(cmd.clear.name, job->name, job->name_len);
-    cmd.clear.name_len = job->name_len;
-    do {
-        answer_free(&cmd.answer);
-        if (writer_call(job->app->writer, &cmd) != 0 || cmd.answer.status != 200) {
+    for (size_t k = 0; k < app->nshards; k++) {
+        app_shard_t *shard = &app->shard[k];
+        if (!user && app_item_shard(app, name) != shard)
+            continue;
+        write_cmd_t cmd = {.type = job->clear_type};
+        memcpy(cmd.clear.name, job->name, job->name_len);
+        cmd.clear.name_len = job->name_len;
+        do {
             answer_free(&cmd.answer);
-            answer_problem(&job->answer, 503, "unavailable",
-                           "the store could not finish; what was cleared stays cleared, run it again");
-            return;
-        }
-        changed += cmd.clear.changed;
-    } while (cmd.clear.more);
-    answer_free(&cmd.answer);
+            if (writer_call(shard->writer, &cmd) != 0 || cmd.answer.status != 200) {
+                answer_free(&cmd.answer);
+                answer_problem(&job->answer, 503, "unavailable",
+                               "the store could not finish; what was cleared stays cleared, run it again");
+                return;
+            }
+            changed += cmd.clear.changed;
+        } while (cmd.clear.more);
+        answer_free(&cmd.answer);
+    }
     answer_json(&job->answer, 200, json_pack("{s:I}", "changed", (json_int_t)changed));
 }
 

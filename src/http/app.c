@@ -33,12 +33,20 @@ void app_iso_time(uint64_t at_ms, char out[32])
     changejson_iso_time(at_ms, out);
 }
 
-bool app_writes_failing(app_t *app)
+bool app_shard_writes_failing(app_shard_t *shard)
 {
     /* Any failure in the window: on a full disk a commit that happens to fit now and then does not
      * make the node healthy. */
-    uint64_t failed = atomic_load(&app->last_write_failed_ms);
+    uint64_t failed = atomic_load(&shard->last_write_failed_ms);
     return failed && wall_ms() - failed < WRITES_FAILING_HOLD_MS;
+}
+
+bool app_writes_failing(app_t *app)
+{
+    for (size_t k = 0; k < app->nshards; k++)
+        if (app_shard_writes_failing(&app->shard[k]))
+            return true;
+    return false;
 }
 
 void reply_body(http_request_t *req, int status, answer_type_t type, char *body, size_t len)
@@ -80,4 +88,14 @@ bool rate_or_reply(app_t *app, ratelimit_t *limit, http_request_t *req, span_t k
     reply_problem_with(req, 429, "rate-limited", "too many requests; retry after the time in Retry-After",
                        (problem_headers_t){.retry_after_s = wait_s});
     return false;
+}
+
+app_shard_t *app_item_shard(app_t *app, span_t item)
+{
+    return &app->shard[shards_of_item(app->shards, item)];
+}
+
+app_shard_t *app_user_shard(app_t *app, span_t user)
+{
+    return &app->shard[shards_of_user(app->shards, user)];
 }

@@ -50,10 +50,26 @@ typedef struct {
     const char *origins[CORS_ORIGINS_MAX];
 } cors_list_t;
 
+/* What a node runs for one shard: its store, its writer (thread and session) and its change feed.
+ * Everything about an item lives on the item's shard (app_item_shard). */
+typedef struct {
+    struct app *app;
+    uint32_t k; /* its position: shard k of the cluster */
+    store_t *store;
+    writer_t *writer;
+    feed_t *feed;
+    /* When a reaction write on this shard last failed to commit (wall ms), seen as its answer comes
+     * back: /readyz and tally_writes_failing say "writes failing" for a while after it. */
+    atomic_uint_fast64_t last_write_failed_ms;
+} app_shard_t;
+
 typedef struct app {
     const kinds_t *kinds;
-    shards_t *shards; /* the node's stores, one per shard (one today) */
-    store_t *store;   /* shard 0's, the one store served today */
+    shards_t *shards; /* the node's stores, one per shard, and the cluster's identity */
+    size_t nshards;
+    app_shard_t shard[SHARD_MAX];
+    /* Shard 0's: the cluster-wide records (policies, webhooks, settings, feature versions) live there. */
+    store_t *store;
     writer_t *writer;
     readers_t *readers; /* reads run here when the store's reads wait on a server; NULL: on the HTTP threads */
     feed_t *feed;
@@ -81,17 +97,18 @@ typedef struct app {
     FILE *_Atomic access_log;                   /* one line per answer, when set */
     bool admin_listen;                          /* a second listener serves the admin routes (and the public one not) */
     _Atomic list_access_t who_reacted, user_reactions; /* who may read the lists */
-    /* When a reaction write last failed to commit (wall ms), seen as its answer comes back:
-     * /readyz and tally_writes_failing say "writes failing" for a while after it. */
-    atomic_uint_fast64_t last_write_failed_ms;
-    double start_time_s; /* Unix time, for tally_start_time_seconds */
-    char *openapi_json;  /* GET /v1/openapi.json, rendered at start-up (openapi.h) */
+    double start_time_s;                               /* Unix time, for tally_start_time_seconds */
+    char *openapi_json;                                /* GET /v1/openapi.json, rendered at start-up (openapi.h) */
     size_t openapi_len;
     char openapi_etag[48]; /* a strong ETag of it, quoted */
     /* Cache-Control max-age of public reads (--public-max-age, whole seconds; 0: no-cache). Atomic:
      * a reload may change it while reads are answered. */
     atomic_uint public_max_age_s;
 } app_t;
+
+/* The shard an item lives on, and a user's (their own list, their idempotency claims). Any thread. */
+app_shard_t *app_item_shard(app_t *app, span_t item);
+app_shard_t *app_user_shard(app_t *app, span_t user);
 
 /* Reply helpers: each sends the answer; the caller just returns. */
 void reply_problem(http_request_t *req, int status, const char *code, const char *detail); /* 503: Retry-After 1 */
@@ -108,7 +125,8 @@ void reply_body(http_request_t *req, int status, answer_type_t type, char *body,
 
 /* True while a reaction write failed to commit less than WRITES_FAILING_HOLD_MS ago. */
 #define WRITES_FAILING_HOLD_MS 10000
-bool app_writes_failing(app_t *app);
+bool app_shard_writes_failing(app_shard_t *shard);
+bool app_writes_failing(app_t *app); /* on some shard */
 
 /* ISO 8601 UTC with milliseconds: 2026-11-29T20:01:02.345Z. */
 void app_iso_time(uint64_t at_ms, char out[32]);

@@ -34,43 +34,65 @@ static void reply_health(http_request_t *req, bool ok)
 
 /* /readyz: the store open and the pipeline running, the identity provider's keys loaded (when a
  * JWKS URL is given), and writes not failing (an orchestrator takes a node whose every write fails
- * out of rotation). */
+ * out of rotation). With several shards the node is ready while one shard is served (its writer
+ * running, its database answering, its writes not refused or failing), and names the others: their
+ * items answer 503 meanwhile. */
 static void reply_ready(app_t *app, http_request_t *req)
 {
-    if (!atomic_load(&app->ready) || !atomic_load(&writer_stats(app->writer)->running) || !store_ready(app->store)) {
-        reply_health(req, false); /* not started, stopping, or the database cannot be reached */
-        return;
+    json_t *unreachable = json_array(), *failing = json_array();
+    size_t reachable = 0, served = 0;
+    char why[256] = "";
+    for (size_t k = 0; k < app->nshards; k++) {
+        app_shard_t *shard = &app->shard[k];
+        char refused[256];
+        if (!atomic_load(&writer_stats(shard->writer)->running) || !store_ready(shard->store)) {
+            json_array_append_new(unreachable, json_integer((json_int_t)k));
+            continue;
+        }
+        reachable++;
+        if (store_writes_refused(shard->store, refused, sizeof refused)) {
+            if (!why[0])
+                snprintf(why, sizeof why, "%s", refused);
+        } else if (app_shard_writes_failing(shard)) {
+            if (!why[0])
+                snprintf(why, sizeof why,
+                         "writes failing: a write could not be committed in the last 10 s (is the "
+                         "disk full?)");
+        } else {
+            served++;
+            continue;
+        }
+        json_array_append_new(failing, json_integer((json_int_t)k));
     }
-    if (!app->dev_mode && app->keys && !auth_keys_ready(app->keys)) {
+    const char *reason = NULL;
+    if (!atomic_load(&app->ready) || reachable == 0 || !unreachable || !failing)
+        reason = ""; /* not started, stopping, or no database can be reached */
+    else if (!app->dev_mode && app->keys && !auth_keys_ready(app->keys))
+        reason = "no key set loaded yet from --jwt-jwks-url: requests that need a user get 503";
+    else if (served == 0)
+        reason = why;
+    if (reason) {
+        json_decref(unreachable);
+        json_decref(failing);
+        if (!reason[0]) {
+            reply_health(req, false);
+            return;
+        }
         answer_t a = {0};
-        answer_json(&a, 503,
-                    json_pack("{s:s,s:s}", "status", "unavailable", "reason",
-                              "no key set loaded yet from --jwt-jwks-url: requests that need a user get 503"));
+        answer_json(&a, 503, json_pack("{s:s,s:s}", "status", "unavailable", "reason", reason));
         a.retry_after_s = 1;
         http_respond(req, &a);
         answer_free(&a);
         return;
     }
-    char why[256];
-    if (store_writes_refused(app->store, why, sizeof why)) {
-        answer_t a = {0};
-        answer_json(&a, 503, json_pack("{s:s,s:s}", "status", "unavailable", "reason", why));
-        a.retry_after_s = 1;
-        http_respond(req, &a);
-        answer_free(&a);
-        return;
-    }
-    if (app_writes_failing(app)) {
-        answer_t a = {0};
-        answer_json(&a, 503,
-                    json_pack("{s:s,s:s}", "status", "unavailable", "reason",
-                              "writes failing: a write could not be committed in the last 10 s (is the disk full?)"));
-        a.retry_after_s = 1;
-        http_respond(req, &a);
-        answer_free(&a);
-        return;
-    }
-    reply_health(req, true);
+    json_t *body = json_pack("{s:s}", "status", "ok");
+    if (body && json_array_size(unreachable))
+        json_object_set(body, "unreachable_shards", unreachable);
+    if (body && json_array_size(failing))
+        json_object_set(body, "failing_shards", failing);
+    json_decref(unreachable);
+    json_decref(failing);
+    reply_json(req, 200, body);
 }
 
 /* The allowed origin matching the request's Origin header, if any. */
@@ -280,6 +302,33 @@ bool app_admits_large_body(void *arg, const http_head_t *head)
     return auth_head_is_admin(app, authorization, n_authorization, user, n_user);
 }
 
+/* Whether a route is served with several shards. The others need what is not built across shards
+ * yet (a user's list folded from every shard's log, the change feed's vector cursor and what
+ * follows it, fan-out of voids, imports and exports): with several shards they answer 501
+ * not-built-across-shards rather than show one shard's part as the whole (docs/postgresql.md). */
+static bool served_across_shards(route_id_t id)
+{
+    switch (id) {
+    case ROUTE_USER_REACTIONS:
+    case ROUTE_CHANGES:
+    case ROUTE_TRENDING:
+    case ROUTE_HOT:
+    case ROUTE_IMPORT:
+    case ROUTE_WEBHOOKS:
+    case ROUTE_WEBHOOK:
+    case ROUTE_WEBHOOK_RESUME:
+    case ROUTE_WEBHOOK_SECRET:
+    case ROUTE_LIVE:
+    case ROUTE_USER_VOID:
+    case ROUTE_USER_RESTORE:
+    case ROUTE_USER_EXPORT:
+    case ROUTE_ADMIN_EXPORT:
+        return false;
+    default:
+        return true;
+    }
+}
+
 void app_handle(void *arg, http_request_t *req)
 {
     app_t *app = arg;
@@ -301,6 +350,11 @@ void app_handle(void *arg, http_request_t *req)
     if (!route_allows(route.id, method)) {
         reply_problem_with(req, 405, "method-not-allowed", "this route does not take that method",
                            (problem_headers_t){.allow = route_allow(route.id)});
+        return;
+    }
+    if (app->nshards > 1 && !served_across_shards(route.id)) {
+        reply_problem(req, 501, "not-built-across-shards",
+                      "this route is not built for several shards yet; see the PostgreSQL guide");
         return;
     }
     bool read = span_eq_str(method, "GET") || span_eq_str(method, "HEAD");

@@ -106,7 +106,47 @@ static void cache_headers(item_read_t *rd)
     }
 }
 
-/* Reads the items (and the user's rows) from one snapshot and fills rd->answer. */
+/* Reads the items (and the user's rows), each shard's from one snapshot of that shard (one snapshot
+ * in all with one shard), into counts and rows at the items' own positions. Returns STORE_OK or the
+ * first error. */
+static int read_by_shard(app_t *app, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
+                         reaction_row_t *rows)
+{
+    size_t left = n;
+    bool done[BATCH_IDS_MAX] = {false};
+    while (left) {
+        size_t first = 0;
+        while (done[first])
+            first++;
+        app_shard_t *shard = app_item_shard(app, items[first]);
+        span_t some[BATCH_IDS_MAX];
+        size_t at[BATCH_IDS_MAX], m = 0;
+        for (size_t i = first; i < n; i++)
+            if (!done[i] && app_item_shard(app, items[i]) == shard) {
+                some[m] = items[i];
+                at[m++] = i;
+                done[i] = true;
+            }
+        left -= m;
+        int64_t some_counts[BATCH_IDS_MAX][KINDS_MAX + 1];
+        reaction_row_t some_rows[BATCH_IDS_MAX];
+        store_read_t *snap;
+        int rc = store_read_begin_single(shard->store, &snap);
+        if (rc == STORE_OK) {
+            rc = store_read_many(snap, some, m, user, some_counts, some_rows);
+            store_read_end(snap);
+        }
+        if (rc != STORE_OK)
+            return rc;
+        for (size_t j = 0; j < m; j++) {
+            memcpy(counts[at[j]], some_counts[j], sizeof some_counts[j]);
+            rows[at[j]] = some_rows[j];
+        }
+    }
+    return STORE_OK;
+}
+
+/* Reads the items (and the user's rows) and fills rd->answer. */
 static void item_read_answer(item_read_t *rd)
 {
     span_t items[BATCH_IDS_MAX], user = {rd->user, rd->known ? rd->user_len : 0};
@@ -114,12 +154,7 @@ static void item_read_answer(item_read_t *rd)
     reaction_row_t rows[BATCH_IDS_MAX];
     for (size_t i = 0; i < rd->n; i++)
         items[i] = (span_t){rd->ids[i], rd->id_lens[i]};
-    store_read_t *snap;
-    int rc = store_read_begin_single(rd->app->store, &snap);
-    if (rc == STORE_OK) {
-        rc = store_read_many(snap, items, rd->n, user, counts, rows);
-        store_read_end(snap);
-    }
+    int rc = read_by_shard(rd->app, items, rd->n, user, counts, rows);
     if (rc != STORE_OK) {
         if (rc == STORE_UNAVAILABLE || rc == STORE_RETRY)
             read_problem(rd, 503, "unavailable", "the store cannot be read");
@@ -424,16 +459,16 @@ static void write_release(void *arg)
 
 typedef struct {
     write_cmd_t cmd;
-    app_t *app;
+    app_shard_t *shard; /* the item's */
 } item_write_t;
 
 /* Writer thread: the answer is final; note a failed commit (/readyz), and hand it to the request's
  * HTTP thread. The writer answers 503 only when the commit failed. */
 static void write_done(write_cmd_t *cmd)
 {
-    app_t *app = ((item_write_t *)cmd)->app;
+    app_shard_t *shard = ((item_write_t *)cmd)->shard;
     if (cmd->answer.status == 503)
-        atomic_store(&app->last_write_failed_ms, wall_ms());
+        atomic_store(&shard->last_write_failed_ms, wall_ms());
     http_pending_respond(cmd->done_arg, &cmd->answer, write_release, cmd);
 }
 
@@ -451,7 +486,7 @@ void items_write(app_t *app, http_request_t *req, span_t item, item_action_t act
         return;
     }
     write_cmd_t *cmd = &w->cmd; /* first member: write_release frees w through it */
-    w->app = app;
+    w->shard = app_item_shard(app, item);
     if (!write_headers_or_reply(req, cmd, action == ITEM_ACTION_TOGGLE) ||
         !write_op_or_reply(app, req, action, kind, body, cmd)) {
         free(w);
@@ -474,7 +509,7 @@ void items_write(app_t *app, http_request_t *req, span_t item, item_action_t act
      * this one, or this one sees the shutdown (both atomics are sequentially consistent). The writer
      * refuses only when its queue is full or it is stopping, which comes after draining is set. */
     bool draining = atomic_load(&app->draining);
-    if (!cmd->done_arg || draining || writer_submit(app->writer, cmd) != 0) {
+    if (!cmd->done_arg || draining || writer_submit(w->shard->writer, cmd) != 0) {
         if (cmd->done_arg)
             http_pending_cancel(cmd->done_arg);
         free(w);

@@ -74,7 +74,8 @@ static int page_add(void *arg, span_t name, uint64_t seq, uint64_t at_ms, kindse
 static void list_page(list_read_t *rd)
 {
     store_read_t *snap;
-    if (store_read_begin_single(rd->app->store, &snap) != STORE_OK) {
+    app_shard_t *shard = rd->q.by_user ? app_user_shard(rd->app, rd->q.key) : app_item_shard(rd->app, rd->q.key);
+    if (store_read_begin_single(shard->store, &snap) != STORE_OK) {
         answer_problem(&rd->answer, 503, "unavailable", "the store cannot be read");
         return;
     }

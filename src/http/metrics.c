@@ -266,7 +266,13 @@ static void metrics_render(app_t *app, answer_t *a)
               st.last_checkpoint_seconds);
     }
     if (st.shared) { /* a database server's store */
-        gauge(&t, "tally_db_connected", "1 while the database answers.", st.connected ? 1 : 0);
+        /* per shard: one shard's database down leaves the others' items served */
+        metric_head(&t, "tally_db_connected", "gauge", "1 while the shard's database answers.");
+        for (size_t k = 0; k < app->nshards; k++) {
+            store_stats_t sk = {0};
+            bool up = k == 0 ? st.connected : store_stats(app->shard[k].store, &sk) == STORE_OK && sk.connected;
+            textbuf_printf(&t, "tally_db_connected{shard=\"%zu\"} %d\n", k, up ? 1 : 0);
+        }
         gauge(&t, "tally_fold_leader", "1 while this node folds the log into the counts.",
               atomic_load(&ws->fold_leader) ? 1 : 0);
         counter(&t, "tally_db_round_trips_total", "Statements sent to the database.", st.round_trips);

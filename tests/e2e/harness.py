@@ -12,6 +12,8 @@ Environment:
                            destroyed at exit), and every Server gets a fresh database and
                            --store <uri> instead of --data <dir>. Tests that only make sense on
                            the embedded store are marked @embedded_only(reason).
+  TALLY_SHARDS             with TALLY_STORE=pg, the number of shards each Server gets by default
+                           (default 1): that many fresh databases, one --store each.
 """
 
 import http.client
@@ -53,6 +55,7 @@ DEFAULT_KINDS = ("like", "dislike")
 
 # ---- which store the servers run on -----------------------------------------------------
 STORE = os.environ.get("TALLY_STORE", "embedded").strip().lower() or "embedded"
+SHARDS = int(os.environ.get("TALLY_SHARDS", "1") or "1")
 if STORE in ("postgresql", "postgres"):
     STORE = "pg"
 if STORE not in ("embedded", "pg"):
@@ -427,8 +430,12 @@ class Server:
     overrides the URI (a two-host URI for failover)."""
 
     def __init__(self, args=(), data_dir=None, env=None, start=True, listen="127.0.0.1:0",
-                 store=None, store_uri=None):
+                 store=None, store_uri=None, shards=None, shard_dbs=None):
+        """shards (PostgreSQL): the number of shards, each a fresh database (default
+        TALLY_SHARDS); shard_dbs: the databases of shards 1.. of another node (node())."""
         self.args = list(args)
+        self.shard_dbs = list(shard_dbs or [])
+        self.owns_shard_dbs = False
         self.listen = listen
         self.env = env if env is not None else child_env()
         self.tmp = tempfile.mkdtemp(prefix="tally-e2e-")
@@ -449,6 +456,10 @@ class Server:
                     raise
                 self.owns_db = True
             self.db = store
+            nshards = shards if shards is not None else (SHARDS if PG else 1)
+            if not self.shard_dbs and nshards > 1:
+                self.shard_dbs = [PgDatabase() for _ in range(nshards - 1)]
+                self.owns_shard_dbs = True
         else:
             self.data_dir = data_dir or os.path.join(self.tmp, "data")
         self.proc = None
@@ -467,7 +478,10 @@ class Server:
         """["--data", dir] or ["--store", uri]: the store of this server, for run_tallyd."""
         if self.data_dir is not None:
             return ["--data", self.data_dir]
-        return ["--store", self.store_uri or self.db.uri()]
+        more = []
+        for db in self.shard_dbs:
+            more += ["--store", db.uri()]
+        return ["--store", self.store_uri or self.db.uri()] + more
 
     def argv(self, args=None):
         return [TALLYD, "--listen", self.listen] + self.store_args() + list(
@@ -480,7 +494,7 @@ class Server:
             raise AssertionError("a second node needs the PostgreSQL store (TALLY_STORE=pg)")
         kw.setdefault("env", self.env)
         return Server(args=self.args if args is None else args, store=self.db,
-                      store_uri=self.store_uri, **kw)
+                      store_uri=self.store_uri, shard_dbs=self.shard_dbs, **kw)
 
     def start(self, args=None, timeout=START_TIMEOUT_S):
         """Start (again) on the same data dir. `args` replaces the extra args if given.
@@ -580,6 +594,9 @@ class Server:
             pass
         if self.owns_db and self.db is not None and not KEEP_TMP:
             self.db.drop()
+        if self.owns_shard_dbs and not KEEP_TMP:
+            for db in self.shard_dbs:
+                db.drop()
         if not KEEP_TMP:
             shutil.rmtree(self.tmp, ignore_errors=True)
 

@@ -195,11 +195,17 @@ class TestFlagNames(ConfigTestCase):
             self.assertEqual(rc, 2, (args, err))
             self.assertNotIn("hunter2pw", err)
 
-    def test_store_twice_refused(self):
-        rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--store", "postgresql://h1/db",
-                                   "--store", "postgresql://h2/db"])
+    def test_store_repeats_once_per_shard_up_to_256(self):
+        many = []
+        for i in range(257):
+            many += ["--store", "postgresql://h%d/db" % i]
+        rc, out, err = run_tallyd(["--listen", "127.0.0.1:0"] + many)
         self.assertEqual(rc, 2, err)
-        self.assertIn("more than once", err)
+        self.assertIn("256 shards at most", err)
+        rc, out, err = run_tallyd(["--listen", "127.0.0.1:0", "--store", "postgresql://h1/db",
+                                   "--data", "/nonexistent", "--store", "postgresql://h2/db"])
+        self.assertEqual(rc, 2, err)
+        self.assertIn("not both", err)
 
 
 class TestReload(ConfigTestCase):

@@ -1,0 +1,146 @@
+"""Several PostgreSQL primaries (docs/postgresql.md § Shards): one tallyd given two --store URIs
+routes every item to its shard — zlib's CRC-32 of the id mod 4096, then the map of virtual shards
+kept in every database's identity — with one writer per shard. Checked against the databases
+themselves: each item's rows, log and counts are on its shard alone, and the counts equal the
+rows. A route not built across shards yet answers 501, never one shard's part as the whole."""
+
+import json
+import time
+import zlib
+
+from harness import PgDatabase, Server, TallyTestCase, pg_only
+
+ITEMS = 64
+
+
+def shard_map(db):
+    """[(first, last, shard)] as the database's identity holds it."""
+    text = db.sql("SELECT convert_from(value, 'UTF8') FROM tally_aux WHERE key = 'cluster/identity'")
+    return [tuple(r) for r in json.loads(text)["map"]]
+
+
+def shard_of(ranges, item):
+    v = zlib.crc32(item.encode()) % 4096
+    for first, last, shard in ranges:
+        if first <= v <= last:
+            return shard
+    raise AssertionError("virtual shard %d is in no range of %r" % (v, ranges))
+
+
+def rows_on(db):
+    out = db.sql("SELECT item || ':' || \"user\" FROM tally_rows WHERE kind <> 0 ORDER BY 1")
+    return set(line for line in out.split("\n") if line)
+
+
+@pg_only("shards are PostgreSQL databases")
+class TwoShardsTest(TallyTestCase):
+    def test_items_live_on_their_shard_and_counts_are_exact(self):
+        with Server(shards=2, args=["--rate-limit", "off"]) as srv:
+            dbs = [srv.db] + srv.shard_dbs
+            ranges = shard_map(dbs[0])
+            self.assertEqual(ranges, shard_map(dbs[1]))
+            self.assertEqual(len(ranges), 2, ranges)
+            items = ["s%d" % i for i in range(ITEMS)]
+            placed = {0: set(), 1: set()}
+            for n, item in enumerate(items):
+                for u in range(1 + n % 3):
+                    st = srv.put(item, "u%d" % u, "like" if u % 2 == 0 else "dislike")[0]
+                    self.assertEqual(st, 200, item)
+                    placed[shard_of(ranges, item)].add("%s:u%d" % (item, u))
+            self.assertTrue(placed[0] and placed[1], "the ids fall on both shards")
+            self.assertEqual(rows_on(dbs[0]), placed[0])
+            self.assertEqual(rows_on(dbs[1]), placed[1])
+            for n, item in enumerate(items):
+                k = 1 + n % 3
+                want = {"like": (k + 1) // 2, "dislike": k // 2}
+                self.assertEqual(srv.wait_counts(item, want), want, item)
+            # one batch read spans both shards, answered in the order asked
+            st, _, doc, raw = srv.json("GET", "/v1/items?ids=" + ",".join(items[:40]), user="u0")
+            self.assertEqual(st, 200, raw[:300])
+            self.assertEqual([e["item"] for e in doc["items"]], items[:40])
+            self.assertTrue(all(e["viewer"]["reaction"] == "like" for e in doc["items"]))
+            # the recount visits every shard and finds nothing to correct
+            st, _, doc, raw = srv.json("POST", "/v1/admin/recount", {}, user="admin")
+            self.assertEqual(st, 200, raw[:300])
+            self.assertEqual(doc["drift"], [])
+            self.assertGreaterEqual(doc["checked"], ITEMS)
+            # each shard's log holds its items' transitions only
+            for k, db in enumerate(dbs):
+                logged = db.sql("SELECT DISTINCT item FROM tally_log ORDER BY 1").split()
+                self.assertTrue(logged, "shard %d logs its transitions" % k)
+                self.assertTrue(all(shard_of(ranges, i) == k for i in logged), (k, logged))
+
+    def test_erase_a_user_clears_their_rows_on_every_shard(self):
+        with Server(shards=2) as srv:
+            dbs = [srv.db] + srv.shard_dbs
+            ranges = shard_map(dbs[0])
+            items = ["e%d" % i for i in range(16)]
+            self.assertEqual({shard_of(ranges, i) for i in items}, {0, 1})
+            for item in items:
+                self.assertEqual(srv.put(item, "gone", "like")[0], 200)
+                self.assertEqual(srv.put(item, "stays", "like")[0], 200)
+            st, _, doc, raw = srv.json("DELETE", "/v1/admin/users/gone", user="admin")
+            self.assertEqual(st, 200, raw[:300])
+            self.assertEqual(doc["changed"], len(items))
+            for item in items:
+                self.assertEqual(srv.wait_counts(item, {"like": 1, "dislike": 0}), {"like": 1, "dislike": 0})
+            st, _, doc, _ = srv.json("POST", "/v1/admin/recount", {}, user="admin")
+            self.assertEqual((st, doc["drift"]), (200, []))
+
+    def test_routes_not_built_across_shards_answer_501(self):
+        with Server(shards=2) as srv:
+            for method, path in (("GET", "/v1/changes"), ("GET", "/v1/users/u1/reactions"),
+                                 ("POST", "/v1/admin/users/u1/void"), ("GET", "/v1/admin/export")):
+                self.assertProblem(srv.json(method, path, user="admin"), 501, "not-built-across-shards",
+                                   "%s %s" % (method, path))
+            self.assertEqual(srv.put("still", "u1", "like")[0], 200)
+
+    def test_readyz_names_a_shard_whose_database_is_down(self):
+        # shard 1 on a PostgreSQL server of its own, stopped while the node runs
+        from harness import pgcluster_module
+        other = pgcluster_module().start_primary(name="shard1", fsync=False)
+        try:
+            db1 = PgDatabase(cluster=other)
+            with Server(shard_dbs=[db1]) as srv:
+                ranges = shard_map(srv.db)
+                on = {0: [], 1: []}
+                for i in range(64):
+                    on[shard_of(ranges, "r%d" % i)].append("r%d" % i)
+                self.assertEqual(srv.put(on[1][0], "u1", "like")[0], 200)
+                st, _, doc, _ = srv.json("GET", "/readyz")
+                self.assertEqual((st, doc), (200, {"status": "ok"}))
+                pgcluster_module().stop(other, mode="immediate")
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline:
+                    st, _, doc, _ = srv.json("GET", "/readyz")
+                    if doc and doc.get("unreachable_shards"):
+                        break
+                    srv.put(on[1][0], "u2", "like")  # a write notices the lost connection
+                    time.sleep(0.2)
+                self.assertEqual((st, doc), (200, {"status": "ok", "unreachable_shards": [1]}))
+                # the other shard's items are read and written as before
+                self.assertEqual(srv.put(on[0][0], "u1", "like")[0], 200)
+                self.assertEqual(srv.wait_counts(on[0][0], {"like": 1, "dislike": 0}), {"like": 1, "dislike": 0})
+                self.assertProblem(srv.put(on[1][0], "u3", "like"), 503, "unavailable")
+                st, _, text = srv.request("GET", "/metrics")
+                self.assertIn(b'tally_db_connected{shard="0"} 1', text)
+                self.assertIn(b'tally_db_connected{shard="1"} 0', text)
+                # back: its items recover by themselves, nothing acknowledged lost
+                other.start()
+                other.wait_ready()
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and srv.put(on[1][0], "u4", "like")[0] != 200:
+                    time.sleep(0.3)
+                self.assertEqual(srv.put(on[1][0], "u4", "like")[0], 200)
+                self.assertEqual(srv.reaction(on[1][0], "u1")["reaction"], "like")
+                # named failing while a write failed in the last 10 s, then served again
+                deadline = time.monotonic() + 15
+                while time.monotonic() < deadline:
+                    st, _, doc, _ = srv.json("GET", "/readyz")
+                    if doc == {"status": "ok"}:
+                        break
+                    self.assertEqual((st, doc), (200, {"status": "ok", "failing_shards": [1]}))
+                    time.sleep(0.5)
+                self.assertEqual((st, doc), (200, {"status": "ok"}))
+        finally:
+            pgcluster_module().destroy(other)
