@@ -7,16 +7,25 @@
 
 #include "core/log.h"
 
+/* What a store opened unreachable checks at its first connection: that it is shard k of s. */
+typedef struct {
+    struct shards *s;
+    uint32_t k;
+} later_check_t;
+
 struct shards {
     size_t n;
     store_t *stores[SHARD_MAX];
     shard_identity_t identity; /* the cluster's: its id and map (shard: 0) */
+    store_options_t opts[SHARD_MAX];
+    later_check_t later[SHARD_MAX];
 };
 
 /* What one database held when the node started. */
 typedef struct {
     bool found;    /* it holds an identity */
     bool has_data; /* it holds tally data (rows, counts, log, records of other modules) */
+    bool later;    /* it could not be reached: checked when it connects (shard_check_later) */
     shard_identity_t id;
 } found_t;
 
@@ -175,6 +184,36 @@ static int write_identity(store_t *store, const shard_identity_t *id, found_t *f
     return rc;
 }
 
+/* A shard that could not be reached at start, reached now (its writer's thread): served only when it
+ * holds the identity of its position. The cluster's identity is settled by then (writers start
+ * after shards_open). */
+static int shard_check_later(void *arg, const span_t *value, char *err, size_t errlen)
+{
+    later_check_t *c = arg;
+    shard_identity_t want, found;
+    char why[256];
+    identity_of(&c->s->identity, c->k, &want);
+    want.map.count = (uint32_t)c->s->n;
+    if (!value) {
+        snprintf(err, errlen,
+                 "database at position %u holds no cluster identity, where shard %u of cluster %s is expected; it "
+                 "is not served",
+                 c->k, c->k, want.cluster);
+        return -1;
+    }
+    if (shard_identity_parse(*value, &found, why, sizeof why) != 0) {
+        snprintf(err, errlen, "database at position %u: its record %s is not a cluster identity: %s; it is not served",
+                 c->k, SHARDS_IDENTITY_KEY, why);
+        return -1;
+    }
+    if (shard_identity_check(&want, c->k, &found, why, sizeof why) != 0) {
+        snprintf(err, errlen, "%s; it is not served", why);
+        return -1;
+    }
+    log_line("level=info event=cluster-identity-checked shard=%u cluster=%s", c->k, want.cluster);
+    return 0;
+}
+
 /* Settles the identities of the n open stores (see shards_open): 0, or -1 with err filled. */
 static int settle(shards_t *s, found_t *f, char *err, size_t errlen)
 {
@@ -188,6 +227,16 @@ static int settle(shards_t *s, found_t *f, char *err, size_t errlen)
             ref = &f[k];
     }
     bool fresh = ref == NULL;
+    size_t later = 0;
+    for (size_t k = 0; k < n; k++)
+        later += f[k].later;
+    if (fresh && later) {
+        snprintf(err, errlen,
+                 "no database reached holds a cluster identity, and %zu could not be reached: a first start needs "
+                 "every database",
+                 later);
+        return -1;
+    }
     if (ref) {
         s->identity = ref->id;
         s->identity.shard = 0;
@@ -201,6 +250,8 @@ static int settle(shards_t *s, found_t *f, char *err, size_t errlen)
     shard_identity_t want = s->identity;
     want.map.count = (uint32_t)n;
     for (size_t k = 0; k < n; k++) {
+        if (f[k].later)
+            continue;
         if (f[k].found) {
             if (shard_identity_check(&want, (uint32_t)k, &f[k].id, why, sizeof why) != 0) {
                 snprintf(err, errlen, "%s", why);
@@ -226,7 +277,7 @@ static int settle(shards_t *s, found_t *f, char *err, size_t errlen)
     /* Write what is missing, shard 0 first, so that nodes starting at once meet on shard 0's record. */
     size_t written = 0, deferred = 0;
     for (size_t k = 0; k < n; k++) {
-        if (f[k].found)
+        if (f[k].found || f[k].later)
             continue;
         shard_identity_t id;
         identity_of(&want, (uint32_t)k, &id);
@@ -263,8 +314,14 @@ static int settle(shards_t *s, found_t *f, char *err, size_t errlen)
         }
     }
     s->identity.map.count = (uint32_t)n;
-    log_line("level=info event=cluster-identity cluster=%s shards=%zu written=%zu checked=%zu deferred=%zu",
-             s->identity.cluster, n, written, n - written - deferred, deferred);
+    log_line("level=info event=cluster-identity cluster=%s shards=%zu written=%zu checked=%zu deferred=%zu "
+             "unreachable=%zu",
+             s->identity.cluster, n, written, n - written - deferred - later, deferred, later);
+    for (size_t k = 0; k < n; k++)
+        if (f[k].later)
+            log_line("level=warn event=shard-unreachable shard=%zu msg=\"started without it: its items answer 503 "
+                     "until it is reached and its identity checked\"",
+                     k);
     return 0;
 }
 
@@ -286,7 +343,17 @@ int shards_open(const char *const *locations, size_t n, const kinds_t *kinds, co
     char why[512];
     int rc = 0;
     for (size_t k = 0; k < n && rc == 0; k++) {
-        if (store_open(locations[k], kinds, opt, &s->stores[k], why, sizeof why) != STORE_OK) {
+        /* Shards past the first may be down at a later start: opened anyway, checked when reached
+         * (shard 0, which holds the cluster-wide records, must answer). */
+        s->opts[k] = *opt;
+        s->later[k] = (later_check_t){.s = s, .k = (uint32_t)k};
+        if (k > 0) {
+            s->opts[k].open_unreachable = true;
+            s->opts[k].check_key = SHARDS_IDENTITY_KEY;
+            s->opts[k].check_aux = shard_check_later;
+            s->opts[k].check_arg = &s->later[k];
+        }
+        if (store_open(locations[k], kinds, &s->opts[k], &s->stores[k], why, sizeof why) != STORE_OK) {
             /* one store: its own message, as before shards */
             if (n == 1)
                 snprintf(err, errlen, "%s", why);
@@ -296,6 +363,10 @@ int shards_open(const char *const *locations, size_t n, const kinds_t *kinds, co
             break;
         }
         s->n = k + 1;
+        if (!store_ready(s->stores[k])) {
+            f[k].later = true; /* opened unreachable */
+            continue;
+        }
         if (read_found(s->stores[k], &f[k], why, sizeof why) != STORE_OK) {
             snprintf(err, errlen, "database at position %zu: %s", k, why);
             rc = -1;

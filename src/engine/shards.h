@@ -35,8 +35,10 @@ typedef struct shards shards_t;
  *     interrupted) or, with n = 1, when it holds data from before identities existed (an upgrade);
  *     with n > 1 a database holding data but no identity is refused (moving data between shards is
  *     not built).
- * Every store must be reachable: a store that cannot be opened is an error, at the first start or
- * later. Returns 0 with *out set, or -1 with err naming the position and the difference (nothing is
+ * A first start needs every database. At a later start shard 0 (the cluster-wide records) must be
+ * reached, and a database past it that cannot be is opened anyway (store_options_t.open_unreachable):
+ * it serves nothing until it is reached and holds the identity of its position, and never if it holds
+ * another. Returns 0 with *out set, or -1 with err naming the position and the difference (nothing is
  * left open). Two nodes starting at once on the same fresh databases agree: each identity is written
  * under the store's lock on that record, shard 0 first, and a node that finds one written meanwhile
  * adopts it. Main thread, before any writer thread starts. */

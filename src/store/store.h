@@ -83,6 +83,16 @@ typedef struct {
     uint64_t idem_ttl_ms;
     uint64_t log_retention_ms;
     const char *reaction_mode;
+    /* A database that cannot be reached when it is opened (PostgreSQL; a shard other than the first):
+     * opened anyway when open_unreachable is set. Nothing is read or written through it until a
+     * connection of its writer has set its schema up and check_aux accepted its auxiliary record
+     * check_key (value NULL: it has none); until then, and for good when check_aux refuses, the store
+     * is down (store_ready false, reads and writes STORE_UNAVAILABLE). check_aux returns 0 to accept,
+     * or -1 with err said; it runs on the writer's thread. */
+    bool open_unreachable;
+    const char *check_key;
+    int (*check_aux)(void *arg, const span_t *value, char *err, size_t errlen);
+    void *check_arg;
 } store_options_t;
 
 typedef struct {

@@ -144,3 +144,67 @@ class TwoShardsTest(TallyTestCase):
                 self.assertEqual((st, doc), (200, {"status": "ok"}))
         finally:
             pgcluster_module().destroy(other)
+
+
+@pg_only("shards are PostgreSQL databases")
+class LaterStartTest(TallyTestCase):
+    def test_a_node_starts_with_a_shard_down_and_serves_it_once_reached_and_checked(self):
+        from harness import pgcluster_module
+        other = pgcluster_module().start_primary(name="later1", fsync=False)
+        try:
+            db1 = PgDatabase(cluster=other)
+            with Server(shard_dbs=[db1], args=["--rate-limit", "off"]) as srv:
+                ranges = shard_map(srv.db)
+                on = {0: [], 1: []}
+                for i in range(64):
+                    on[shard_of(ranges, "l%d" % i)].append("l%d" % i)
+                self.assertEqual(srv.put(on[1][0], "u1", "like")[0], 200)
+                srv.stop()
+                pgcluster_module().stop(other, mode="fast")
+                srv.start()  # shard 1 down: the node starts and serves shard 0
+                self.assertIn("event=shard-unreachable shard=1", srv.stderr())
+                st, _, doc, _ = srv.json("GET", "/readyz")
+                self.assertEqual((st, doc), (200, {"status": "ok", "unreachable_shards": [1]}))
+                self.assertEqual(srv.put(on[0][0], "u1", "like")[0], 200)
+                self.assertProblem(srv.json("GET", "/v1/items/" + on[1][0]), 503, "unavailable")
+                other.start()
+                other.wait_ready()
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline and srv.json("GET", "/readyz")[2] != {"status": "ok"}:
+                    time.sleep(0.3)
+                self.assertEqual(srv.json("GET", "/readyz")[2], {"status": "ok"})
+                self.assertIn("event=cluster-identity-checked shard=1", srv.stderr())
+                self.assertEqual(srv.reaction(on[1][0], "u1")["reaction"], "like")
+                self.assertEqual(srv.put(on[1][0], "u2", "like")[0], 200)
+                self.assertEqual(srv.wait_counts(on[1][0], {"like": 2, "dislike": 0}), {"like": 2, "dislike": 0})
+        finally:
+            pgcluster_module().destroy(other)
+
+    def test_a_shard_reached_later_holding_another_identity_is_never_served(self):
+        from harness import pgcluster_module
+        other = pgcluster_module().start_primary(name="later2", fsync=False)
+        try:
+            db1, stranger = PgDatabase(cluster=other), PgDatabase(cluster=other)
+            with Server(shard_dbs=[db1]) as srv:
+                with Server(store=stranger, shards=1):  # a cluster of its own in that database
+                    pass
+                ranges = shard_map(srv.db)
+                item1 = next("x%d" % i for i in range(64) if shard_of(ranges, "x%d" % i) == 1)
+                srv.stop()
+                pgcluster_module().stop(other, mode="fast")
+                srv.shard_dbs = [stranger]  # the wrong database in shard 1's place
+                srv.start()
+                other.start()
+                other.wait_ready()
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and "event=pg-open-refused" not in srv.stderr():
+                    srv.put(item1, "u1", "like")
+                    time.sleep(0.3)
+                self.assertIn("event=pg-open-refused", srv.stderr())
+                self.assertIn("is shard 0 of cluster", srv.stderr())
+                self.assertProblem(srv.put(item1, "u1", "like"), 503, "unavailable")
+                st, _, doc, _ = srv.json("GET", "/readyz")
+                self.assertEqual((st, doc), (200, {"status": "ok", "unreachable_shards": [1]}))
+                self.assertEqual(stranger.sql("SELECT count(*) FROM tally_rows"), "0")
+        finally:
+            pgcluster_module().destroy(other)

@@ -343,6 +343,8 @@ PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
     if (!pg_may_try(s) || (sess->failed_ms && now - sess->failed_ms < PG_RECONNECT_MS))
         return NULL;
     char err[320];
+    if (atomic_load(&s->pending) && (!writer || s->refused))
+        return NULL; /* only the writer's first connection sets a store opened unreachable up */
     if (!pg_session_connect(s, sess, err, sizeof err)) {
         sess->failed_ms = now; /* wait before this session's next try */
         /* The writer's failure says the server cannot be reached; the fold's alone (a connection
@@ -352,6 +354,11 @@ PGconn *pg_session_conn(pg_store_t *s, pg_session_t *sess)
             atomic_store(&s->down_since_ms, now); /* every connection waits before the next try */
         }
         log_line("level=warn event=pg-connect-failed session=%s error=\"%s\"", sess->name, err);
+        return NULL;
+    }
+    if (atomic_load(&s->pending) && pg_open_pending(s) != STORE_OK) {
+        pg_session_drop(sess);
+        sess->failed_ms = now;
         return NULL;
     }
     sess->failed_ms = 0;
@@ -388,7 +395,7 @@ PGconn *pg_pool_take(pg_store_t *s, uint64_t *made)
     if (conn && PQstatus(conn) == CONNECTION_OK && pg_drain(conn))
         return conn;
     PQfinish(conn);
-    if (!pg_may_try(s))
+    if (!pg_may_try(s) || atomic_load(&s->pending))
         return NULL;
     conn = pg_connect(s, NULL, 0);
     if (conn && !reader_prepare(conn)) {

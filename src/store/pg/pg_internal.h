@@ -149,7 +149,18 @@ struct pg_store {
     atomic_uint_fast64_t fold_round_trips;   /* of round_trips, on fsess's */
     histogram_t commit_seconds;
     atomic_uint_fast64_t down_since_ms; /* monotonic; 0 when up */
+    /* Opened while the server could not be reached (store_options_t.open_unreachable): the schema is
+     * set up and the check made at the writer session's first connection; until then nothing else
+     * connects. refused: the check failed, for good (the store stays down). */
+    atomic_bool pending;
+    bool refused;
+    kinds_t open_kinds;
+    store_options_t open_opt;
 };
+
+/* The setup a store opened while unreachable still owes, on the writer session's new connection:
+ * STORE_OK once done (the store then serves), else the connection is to be dropped. Writer thread. */
+int pg_open_pending(pg_store_t *s);
 
 /* Connects with tally's defaults (timeouts, keepalives) under the URI's own settings; sets the
  * session up. NULL with err filled when it fails. */

@@ -293,7 +293,21 @@ int pg_open(const char *uri, const kinds_t *kinds, const store_options_t *opt, s
     s->fold = (pg_write_t){.base.ops = &pg_store_ops, .store = s, .sess = &s->fsess};
     s->fsess.async_commit = true; /* pg_fold_begin says why that keeps every guarantee */
     /* at start a failure is the caller's message: no throttling, no marking the node down */
-    if (!pg_session_connect(s, &s->wsess, err, errlen) || schema_setup(s, kinds, opt, err, errlen) != STORE_OK)
+    if (!pg_session_connect(s, &s->wsess, err, errlen)) {
+        if (!opt->open_unreachable || !kinds)
+            goto fail;
+        /* served once its writer connects and the setup owed is done (pg_open_pending) */
+        s->open_kinds = *kinds;
+        s->open_opt = *opt;
+        s->kinds = *kinds;
+        atomic_store(&s->pending, true);
+        atomic_store(&s->down_since_ms, clock_ms(CLOCK_MONOTONIC));
+        log_line("level=warn event=pg-open-deferred error=\"%s\" msg=\"served once it can be reached and checked\"",
+                 err);
+        *out = &s->base;
+        return STORE_OK;
+    }
+    if (schema_setup(s, kinds, opt, err, errlen) != STORE_OK)
         goto fail;
     pg_mark_up(s);
     *out = &s->base;
@@ -304,6 +318,41 @@ fail:
     free(s->conninfo);
     free(s);
     return STORE_ERROR;
+}
+
+int pg_open_pending(pg_store_t *s)
+{
+    char err[512];
+    int rc = schema_setup(s, &s->open_kinds, &s->open_opt, err, sizeof err);
+    if (rc == STORE_OK && s->open_opt.check_aux) {
+        const char *p[] = {s->open_opt.check_key};
+        PGresult *res =
+            pg_exec(s, s->wsess.conn, "open-check", "SELECT value FROM tally_aux WHERE key = $1", 1, p, &rc);
+        if (res) {
+            size_t len = 0;
+            unsigned char *raw =
+                PQntuples(res) ? PQunescapeBytea((const unsigned char *)PQgetvalue(res, 0, 0), &len) : NULL;
+            span_t value = {(const char *)raw, len};
+            if (PQntuples(res) && !raw) {
+                snprintf(err, sizeof err, "out of memory");
+                rc = STORE_ERROR;
+            } else if (s->open_opt.check_aux(s->open_opt.check_arg, raw ? &value : NULL, err, sizeof err) != 0) {
+                s->refused = true; /* what the database holds does not change by waiting */
+                rc = STORE_ERROR;
+            }
+            PQfreemem(raw);
+            PQclear(res);
+        } else {
+            snprintf(err, sizeof err, "cannot read it: %s", PQerrorMessage(s->wsess.conn));
+        }
+    }
+    if (rc != STORE_OK) {
+        log_line("level=error event=pg-open-%s error=\"%s\"", s->refused ? "refused" : "setup-failed", err);
+        return rc;
+    }
+    atomic_store(&s->pending, false);
+    log_line("level=info event=pg-open-checked msg=\"reached and checked: served from now on\"");
+    return STORE_OK;
 }
 
 static void write_free(pg_write_t *w)
@@ -346,7 +395,8 @@ bool pg_shared(const store_t *s_)
 
 bool pg_ready(store_t *s_)
 {
-    return atomic_load(&((pg_store_t *)s_)->up);
+    pg_store_t *s = (pg_store_t *)s_;
+    return atomic_load(&s->up) && !atomic_load(&s->pending);
 }
 
 bool pg_writes_refused(store_t *s_, char *why, size_t len)
