@@ -57,6 +57,13 @@ void itemjson_append_policy(textbuf_t *b, const kinds_t *kinds, span_t item, con
     textbuf_lit(b, "}");
 }
 
+void itemjson_unavailable_append(textbuf_t *b, span_t item)
+{
+    textbuf_lit(b, "{\"item\":");
+    textbuf_safe(b, item);
+    textbuf_lit(b, ",\"unavailable\":true}");
+}
+
 void itemjson_viewer_append(textbuf_t *b, const kinds_t *kinds, span_t item, const reaction_row_t *row)
 {
     textbuf_lit(b, "{\"item\":");

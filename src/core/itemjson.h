@@ -16,6 +16,9 @@
 void itemjson_append(textbuf_t *b, const kinds_t *kinds, span_t item, const int64_t counts[KINDS_MAX + 1],
                      const reaction_row_t *viewer);
 
+/* Appends an item whose shard cannot be reached, in a batch answer: {"item":"v1","unavailable":true}. */
+void itemjson_unavailable_append(textbuf_t *b, span_t item);
+
 /* Appends the viewer's own part of one item, as GET …/reaction answers it:
  * {"item":"v1","reaction":"like","version":3} ("reactions":[…] in many mode). */
 void itemjson_viewer_append(textbuf_t *b, const kinds_t *kinds, span_t item, const reaction_row_t *row);

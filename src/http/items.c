@@ -108,10 +108,12 @@ static void cache_headers(item_read_t *rd)
 
 /* Reads the items (and the user's rows), each shard's from one snapshot of that shard (one snapshot
  * in all with one shard), into counts and rows at the items' own positions. Returns STORE_OK or the
- * first error. */
+ * first error; with unavailable given, a shard that cannot be reached marks its items there instead
+ * (and STORE_UNAVAILABLE is returned only when that is every item). */
 static int read_by_shard(app_t *app, const span_t *items, size_t n, span_t user, int64_t (*counts)[KINDS_MAX + 1],
-                         reaction_row_t *rows)
+                         reaction_row_t *rows, bool *unavailable)
 {
+    size_t missing = 0;
     size_t left = n;
     bool done[BATCH_IDS_MAX] = {false};
     while (left) {
@@ -136,6 +138,12 @@ static int read_by_shard(app_t *app, const span_t *items, size_t n, span_t user,
             rc = store_read_many(snap, some, m, user, some_counts, some_rows);
             store_read_end(snap);
         }
+        if ((rc == STORE_UNAVAILABLE || rc == STORE_RETRY) && unavailable) {
+            for (size_t j = 0; j < m; j++)
+                unavailable[at[j]] = true;
+            missing += m;
+            continue;
+        }
         if (rc != STORE_OK)
             return rc;
         for (size_t j = 0; j < m; j++) {
@@ -143,7 +151,7 @@ static int read_by_shard(app_t *app, const span_t *items, size_t n, span_t user,
             rows[at[j]] = some_rows[j];
         }
     }
-    return STORE_OK;
+    return missing == n ? STORE_UNAVAILABLE : STORE_OK;
 }
 
 /* Reads the items (and the user's rows) and fills rd->answer. */
@@ -154,7 +162,9 @@ static void item_read_answer(item_read_t *rd)
     reaction_row_t rows[BATCH_IDS_MAX];
     for (size_t i = 0; i < rd->n; i++)
         items[i] = (span_t){rd->ids[i], rd->id_lens[i]};
-    int rc = read_by_shard(rd->app, items, rd->n, user, counts, rows);
+    /* a batch shows a shard that cannot be reached on its items; one item read is 503 */
+    bool unavailable[BATCH_IDS_MAX] = {false};
+    int rc = read_by_shard(rd->app, items, rd->n, user, counts, rows, rd->many ? unavailable : NULL);
     if (rc != STORE_OK) {
         if (rc == STORE_UNAVAILABLE || rc == STORE_RETRY)
             read_problem(rd, 503, "unavailable", "the store cannot be read");
@@ -172,11 +182,17 @@ static void item_read_answer(item_read_t *rd)
         for (size_t i = 0; i < rd->n; i++)
             reaction_deltas_add(KINDSET_EMPTY, rows[i].set, counts[i]);
     textbuf_t out = {0};
+    bool partial = false;
     if (rd->many)
         textbuf_lit(&out, "{\"items\":[");
     for (size_t i = 0; i < rd->n; i++) {
         if (i)
             textbuf_lit(&out, ",");
+        if (unavailable[i]) {
+            itemjson_unavailable_append(&out, items[i]);
+            partial = true;
+            continue;
+        }
         if (rd->viewer) {
             itemjson_viewer_append(&out, rd->app->kinds, items[i], &rows[i]);
             continue;
@@ -194,7 +210,10 @@ static void item_read_answer(item_read_t *rd)
         return;
     }
     answer_set_body(&rd->answer, 200, ANSWER_JSON, out.buf, out.len);
-    cache_headers(rd);
+    if (partial)
+        rd->answer.cache = ANSWER_CACHE_PRIVATE; /* not kept by any cache, nor revalidated */
+    else
+        cache_headers(rd);
 }
 
 static void read_release(void *arg)

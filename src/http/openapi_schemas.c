@@ -247,15 +247,21 @@ static json_t *schemas_of(const openapi_config_t *cfg)
                                       true, "description", "kinds in the configured order"));
     json_object_set_new(s, "Counts", counts_schema(k));
     json_object_set_new(s, "Item", item_schema(cfg->many));
+    /* with several shards, an item whose shard cannot be reached is {"item":…,"unavailable":true} */
+    json_object_set_new(s, "UnavailableItem",
+                        object(json_pack("{s:o,s:{s:s,s:[b]}}", "item", schema_ref("Id"), "unavailable", "type",
+                                         "boolean", "enum", true),
+                               REQUIRED("item", "unavailable"), true));
     json_object_set_new(s, "Items",
-                        object(json_pack("{s:{s:s,s:o}}", "items", "type", "array", "items", schema_ref("Item")),
+                        object(json_pack("{s:{s:s,s:{s:[o,o]}}}", "items", "type", "array", "items", "oneOf",
+                                         schema_ref("Item"), schema_ref("UnavailableItem")),
                                REQUIRED("items"), true));
     json_object_set_new(s, "ReactionState",
                         object(state_props(cfg->many, json_pack("{s:o}", "item", schema_ref("Id"))),
                                REQUIRED("item", cfg->many ? "reactions" : "reaction", "version"), true));
     json_object_set_new(s, "ViewerItems",
-                        object(json_pack("{s:{s:s,s:o,s:s}}", "items", "type", "array", "items",
-                                         schema_ref("ReactionState"), "description",
+                        object(json_pack("{s:{s:s,s:{s:[o,o]},s:s}}", "items", "type", "array", "items", "oneOf",
+                                         schema_ref("ReactionState"), schema_ref("UnavailableItem"), "description",
                                          "one per id, in request order; an item the user never reacted to has "
                                          "no reaction and version 0"),
                                REQUIRED("items"), true));

@@ -122,6 +122,15 @@ class TwoShardsTest(TallyTestCase):
                 self.assertEqual(srv.put(on[0][0], "u1", "like")[0], 200)
                 self.assertEqual(srv.wait_counts(on[0][0], {"like": 1, "dislike": 0}), {"like": 1, "dislike": 0})
                 self.assertProblem(srv.put(on[1][0], "u3", "like"), 503, "unavailable")
+                self.assertProblem(srv.json("GET", "/v1/items/" + on[1][0]), 503, "unavailable")
+                # a batch shows the down shard on its items, and is kept by no cache
+                st, hdrs, doc, raw = srv.json("GET", "/v1/items?ids=%s,%s" % (on[0][0], on[1][0]))
+                self.assertEqual(st, 200, raw[:300])
+                self.assertEqual(doc["items"][0]["counts"], {"like": 1, "dislike": 0})
+                self.assertEqual(doc["items"][1], {"item": on[1][0], "unavailable": True})
+                self.assertIn("no-store", hdrs.get("cache-control", ""))
+                self.assertProblem(srv.json("GET", "/v1/items?ids=%s,%s" % (on[1][0], on[1][1])), 503,
+                                   "unavailable")
                 st, _, text = srv.request("GET", "/metrics")
                 self.assertIn(b'tally_db_connected{shard="0"} 1', text)
                 self.assertIn(b'tally_db_connected{shard="1"} 0', text)
