@@ -134,7 +134,11 @@ struct lmdb_store {
     store_t base;
     MDB_env *env;
     MDB_dbi rows, log, counts, meta, idem, idem_exp, aux;
-    MDB_dbi litem;                /* the item index (lmdb_lists.c); the user index is in idem */
+    MDB_dbi litem; /* the item index (lmdb_lists.c); the user index is in idem */
+    /* the idempotency claims (lmdb_claims.c) and their expiry index; claims_open false only for a
+     * visitor on a store made before them (it never writes them) */
+    MDB_dbi claims, claims_exp;
+    bool claims_open;
     bool lists_stale;             /* opening found lists of the other mode: built anew */
     kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
