@@ -54,8 +54,7 @@ static int claim_submit(writer_t *w, bool release, span_t user, span_t key, cons
     return 0;
 }
 
-int claims_take(writer_t *w, span_t user, span_t key, const uint8_t fp[FINGERPRINT_LEN], claims_done_fn done,
-                void *arg)
+int claims_take(writer_t *w, span_t user, span_t key, const uint8_t fp[FINGERPRINT_LEN], claims_done_fn done, void *arg)
 {
     return claim_submit(w, false, user, key, fp, done, arg);
 }

@@ -156,10 +156,11 @@ int pg_claims_flush(pg_write_t *w)
                          " WHERE c.\"user\" = t.u AND c.key = t.k",
                          2, p);
         else if (rc == STORE_OK && n && part == 1)
-            rc = pg_wrun(w, "replace-claims",
-                         "UPDATE tally_claims c SET expires_ms = t.e, fingerprint = t.f FROM unnest($1::text[],"
-                         " $2::text[], $3::int8[], $4::bytea[]) AS t(u, k, e, f) WHERE c.\"user\" = t.u AND c.key = t.k",
-                         NCOL, p);
+            rc =
+                pg_wrun(w, "replace-claims",
+                        "UPDATE tally_claims c SET expires_ms = t.e, fingerprint = t.f FROM unnest($1::text[],"
+                        " $2::text[], $3::int8[], $4::bytea[]) AS t(u, k, e, f) WHERE c.\"user\" = t.u AND c.key = t.k",
+                        NCOL, p);
         else if (rc == STORE_OK && n)
             rc = pg_wrun(w, "insert-claims",
                          "INSERT INTO tally_claims (\"user\", key, expires_ms, fingerprint)"
