@@ -120,9 +120,9 @@ static void test_rules(void)
         return;
     writer_t *w = b.writer;
     CHECK(take(w, "u1", "k1", 0xa) == CLAIM_TAKEN);
-    CHECK(take(w, "u1", "k1", 0xa) == CLAIM_TAKEN);   /* the retry proceeds */
+    CHECK(take(w, "u1", "k1", 0xa) == CLAIM_TAKEN);    /* the retry proceeds */
     CHECK(take(w, "u1", "k1", 0xb) == CLAIM_MISMATCH); /* another request */
-    CHECK(take(w, "u2", "k1", 0xb) == CLAIM_TAKEN);   /* keys are per user */
+    CHECK(take(w, "u2", "k1", 0xb) == CLAIM_TAKEN);    /* keys are per user */
     CHECK(take(w, "u1", "k2", 0xb) == CLAIM_TAKEN);
     /* a release by another fingerprint does nothing; by its own, frees the key */
     CHECK(release(w, "u1", "k1", 0xb) == 0);
