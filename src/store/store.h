@@ -418,7 +418,8 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
     /* Deletes up to limit records whose expiry is at or before now_ms; *deleted says how many. w's thread. */         \
     X(int, idem_sweep, w, (store_write_t * w, uint64_t now_ms, size_t limit, size_t * deleted),                        \
       (w, now_ms, limit, deleted))                                                                                     \
-    /* Deletes up to limit idempotency records of user; *deleted says how many. w's thread. */                         \
+    /* Deletes up to limit idempotency records and claims (store_claims_apply) of user, records first;                 \
+     * *deleted says how many. w's thread. */                                                                          \
     X(int, idem_delete_user, w, (store_write_t * w, span_t user, size_t limit, size_t * deleted),                      \
       (w, user, limit, deleted))                                                                                       \
                                                                                                                        \

@@ -796,6 +796,25 @@ static void case_claims(seam_t *t, store_t *s)
     CHECK(store_claims_sweep(w, 10000, 10, &deleted) == STORE_OK && deleted == 2); /* u2/k1, u3/k1 */
     CHECK(store_write_commit(w) == STORE_OK);
 
+    /* erasing a user takes their claims with their records, records first, within the limit */
+    const claim_spec_t user5[] = {{"u5", "k1", 0xa, false}, {"u5", "k2", 0xa, false}, {"u50", "k1", 0xa, false}};
+    store_idem_t rec = {.expires_ms = 9000, .status = 200, .body = SPAN_LIT("{}")};
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, user5, 3, 1, 9000, h) == STORE_OK && h[0] && h[1] && h[2]);
+    CHECK(store_idem_put(w, SPAN_LIT("u5"), SPAN_LIT("k1"), &rec) == STORE_OK);
+    CHECK(store_write_commit(w) == STORE_OK);
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_idem_delete_user(w, SPAN_LIT("u5"), 2, &deleted) == STORE_OK && deleted == 2);
+    store_idem_t got;
+    CHECK(store_idem_get(w, SPAN_LIT("u5"), SPAN_LIT("k1"), &got) == STORE_NOTFOUND);
+    CHECK(store_idem_delete_user(w, SPAN_LIT("u5"), 2, &deleted) == STORE_OK && deleted == 1);
+    CHECK(store_idem_delete_user(w, SPAN_LIT("u5"), 2, &deleted) == STORE_OK && deleted == 0);
+    CHECK(store_write_commit(w) == STORE_OK);
+    const claim_spec_t after[] = {{"u5", "k1", 0xb, false}, {"u5", "k2", 0xb, false}, {"u50", "k1", 0xb, false}};
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, after, 3, 1, 9000, h) == STORE_OK && h[0] && h[1] && !h[2]); /* u50's kept */
+    CHECK(store_write_commit(w) == STORE_OK);
+
     if (!store_shared(s))
         return;
     /* two nodes claim one key at once: the one that commits second finds the other's claim on retry */

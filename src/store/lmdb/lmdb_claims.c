@@ -75,6 +75,43 @@ int lmdb_claims_apply(store_write_t *w_, store_claim_t *claims, size_t n, uint64
     return STORE_OK;
 }
 
+/* Erasing a user (lmdb_idem_delete_user): up to limit of the user's claims, which are one range of
+ * claims' keys, [len][user]…. */
+int lmdb_claims_delete_user(lmdb_write_t *w, span_t user, size_t limit, size_t *deleted)
+{
+    const lmdb_store_t *s = w->store;
+    *deleted = 0;
+    if (!s->claims_open)
+        return STORE_ERROR;
+    char pbuf[KEY_BUF_LEN];
+    size_t plen = lmdb_pair_key(pbuf, user, (span_t){"", 0});
+    MDB_cursor *cur;
+    int rc = mdb_cursor_open(w->txn, s->claims, &cur);
+    if (rc != MDB_SUCCESS)
+        return lmdb_rc(rc);
+    while (*deleted < limit) {
+        MDB_val key = {plen, pbuf}, val;
+        if ((rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE)) != MDB_SUCCESS)
+            break;
+        if (key.mv_size <= plen || memcmp(key.mv_data, pbuf, plen) != 0)
+            break;
+        if (val.mv_size != CLAIM_VALUE_LEN || key.mv_size > KEY_BUF_LEN) {
+            rc = MDB_CORRUPTED;
+            break;
+        }
+        uint8_t ebuf[8 + KEY_BUF_LEN];
+        MDB_val ekey = {claim_exp_key(ebuf, lmdb_get_u64(val.mv_data), &key), ebuf};
+        if ((rc = lmdb_cursor_del(cur)) != MDB_SUCCESS)
+            break;
+        if ((rc = lmdb_del(w->txn, s->claims_exp, &ekey)) != MDB_SUCCESS && rc != MDB_NOTFOUND)
+            break;
+        rc = MDB_SUCCESS;
+        (*deleted)++;
+    }
+    mdb_cursor_close(cur);
+    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+}
+
 int lmdb_claims_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *deleted)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
