@@ -293,6 +293,11 @@ int answer_policy_refusal(answer_t *a, const kinds_t *kinds, policy_verdict_t v,
     return answer_from_json(a, 403, ANSWER_PROBLEM, obj);
 }
 
+int answer_idem_mismatch(answer_t *a)
+{
+    return answer_problem(a, 409, "idempotency-key-mismatch", "this Idempotency-Key was used with a different request");
+}
+
 int answer_version_mismatch(answer_t *a, const kinds_t *kinds, kindset_t reaction, uint64_t version)
 {
     char detail[96];

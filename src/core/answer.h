@@ -93,6 +93,10 @@ int answer_json(answer_t *a, int status, json_t *body);
 /* RFC 9457 problem: {"type":"urn:tally:error:<code>","title":…,"status":…,"detail":…}. */
 int answer_problem(answer_t *a, int status, const char *code, const char *detail);
 
+/* 409 idempotency-key-mismatch: the key is bound to another request's fingerprint (its record on the
+ * item's shard, or its claim on the user's: engine/claims.h). */
+int answer_idem_mismatch(answer_t *a);
+
 /* 412 version-mismatch, with the row's current reaction and version as members. */
 int answer_version_mismatch(answer_t *a, const kinds_t *kinds, kindset_t reaction, uint64_t version);
 

@@ -84,6 +84,9 @@ struct writer {
     uint32_t tx_appends_after_fold;
     store_counts_ask_t *asks; /* batch_max */
     size_t nasks;
+    store_claim_t *claims; /* batch_max: the batch's WRITE_CLAIM commands, in order (writer_prepare) */
+    size_t nclaims;
+    bool tx_commit_sent; /* the attempt's commit was sent: a STORE_UNAVAILABLE leaves its outcome unknown */
     writer_stats_t stats;
 };
 
@@ -135,8 +138,7 @@ static int idem_lookup(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
     if (rc != STORE_OK)
         return rc;
     if (memcmp(rec.fingerprint, r->fingerprint, FINGERPRINT_LEN) != 0) {
-        answer_problem(&cmd->answer, 409, "idempotency-key-mismatch",
-                       "this Idempotency-Key was used with a different request");
+        answer_idem_mismatch(&cmd->answer);
         return 1;
     }
     char *body = malloc(rec.body.len ? rec.body.len : 1);
@@ -614,6 +616,15 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
     return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
 }
 
+/* WRITE_CLAIM: decided with the batch's other claims (writer_prepare); its answer. */
+static int writer_claim(write_cmd_t *cmd)
+{
+    if (!cmd->claim.held && !cmd->claim.release)
+        return answer_idem_mismatch(&cmd->answer) == 0 ? STORE_OK : STORE_ERROR;
+    answer_set_body(&cmd->answer, 200, ANSWER_JSON, NULL, 0);
+    return STORE_OK;
+}
+
 /* Decides and applies one command. Returns a STORE_ code; anything but STORE_OK voids the batch.
  * No default: -Wswitch names a new type that is not handled here. */
 static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_t now_ms)
@@ -630,6 +641,8 @@ static int writer_apply(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         return writer_aux(tx, cmd);
     case WRITE_VOID:
         return writer_void(w, tx, cmd, now_ms);
+    case WRITE_CLAIM:
+        return writer_claim(cmd);
     }
     assert(!"unknown write command type"); /* a type outside the enum: the submitter's bug */
     return STORE_ERROR;
@@ -686,9 +699,11 @@ static void fold_publish(writer_t *w, bool committed)
 static int writer_sweep(writer_t *w, store_write_t *tx, uint64_t now_ms, uint64_t mono_now)
 {
     WRITER_THREAD_ONLY(w);
-    size_t swept = 0, pruned = 0;
+    size_t swept = 0, claims = 0, pruned = 0;
     uint64_t checkpoint;
     int rc = store_idem_sweep(tx, now_ms, w->opt.sweep_max, &swept);
+    if (rc == STORE_OK)
+        rc = store_claims_sweep(tx, now_ms, w->opt.sweep_max, &claims);
     if (rc == STORE_OK)
         rc = store_checkpoint_get(tx, &checkpoint);
     if (rc == STORE_OK) {
@@ -700,9 +715,9 @@ static int writer_sweep(writer_t *w, store_write_t *tx, uint64_t now_ms, uint64_
                                                                 : 0;
         rc = store_log_prune(tx, checkpoint, before_ms, WRITER_PRUNE_MAX, &pruned);
     }
-    atomic_fetch_add_explicit(&w->stats.swept, swept, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->stats.swept, swept + claims, memory_order_relaxed);
     atomic_fetch_add_explicit(&w->stats.pruned, pruned, memory_order_relaxed);
-    if (swept < w->opt.sweep_max && pruned < WRITER_PRUNE_MAX)
+    if (swept < w->opt.sweep_max && claims < w->opt.sweep_max && pruned < WRITER_PRUNE_MAX)
         w->last_sweep_ms = mono_now; /* else more are due: sweep again with the next commit */
     return rc;
 }
@@ -720,27 +735,54 @@ static const char *store_error_detail(int rc)
     }
 }
 
+/* One claim of the batch, for store_claims_apply: it expires with the TTL of the records. */
+static void writer_claim_add(writer_t *w, const write_claim_t *cl, uint64_t now_ms)
+{
+    assert(w->nclaims < w->opt.batch_max);
+    w->claims[w->nclaims++] = (store_claim_t){
+        .release = cl->release,
+        .user = {cl->user, cl->user_len},
+        .key = {cl->key, cl->key_len},
+        .fingerprint = cl->fingerprint,
+        .expires_ms = now_ms + w->opt.idem_ttl_ms,
+    };
+}
+
 /* Names the batch's rows and idempotency records to the store before any is read, and whether the
- * transaction will fold (fold_scan: the log entries the fold will scan; 0: no fold). */
-static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch, size_t fold_scan)
+ * transaction will fold (fold_scan: the log entries the fold will scan; 0: no fold); then applies the
+ * batch's claims, all in one call (a shared store reads them in one round trip). */
+static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch, size_t fold_scan, uint64_t now_ms)
 {
     size_t nrows = 0, nkeys = 0;
+    w->nclaims = 0;
     for (write_cmd_t *c = batch; c; c = c->next) {
-        if (c->type != WRITE_REACT)
+        if (c->type != WRITE_REACT) {
+            if (c->type == WRITE_CLAIM)
+                writer_claim_add(w, &c->claim, now_ms);
             continue;
+        }
         const write_react_t *r = &c->react;
         w->prep_rows[nrows++] = (store_pair_t){{r->item, r->item_len}, {r->user, r->user_len}};
         if (r->key_len)
             w->prep_keys[nkeys++] = (store_pair_t){{r->user, r->user_len}, {r->key, r->key_len}};
     }
-    return store_write_prepare(tx, w->prep_rows, nrows, w->prep_keys, nkeys, fold_scan);
+    int rc = store_write_prepare(tx, w->prep_rows, nrows, w->prep_keys, nkeys, fold_scan);
+    if (rc != STORE_OK || !w->nclaims)
+        return rc;
+    if ((rc = store_claims_apply(tx, w->claims, w->nclaims, now_ms)) != STORE_OK)
+        return rc;
+    size_t i = 0;
+    for (write_cmd_t *c = batch; c; c = c->next)
+        if (c->type == WRITE_CLAIM)
+            c->claim.held = w->claims[i++].held;
+    return STORE_OK;
 }
 
-/* Whether the batch is reactions only. */
+/* Whether the batch is reactions (and claims, which only write transactions read) only. */
 static bool only_reactions(const write_cmd_t *batch)
 {
     for (const write_cmd_t *c = batch; c; c = c->next)
-        if (c->type != WRITE_REACT)
+        if (c->type != WRITE_REACT && c->type != WRITE_CLAIM)
             return false;
     return batch != NULL;
 }
@@ -785,7 +827,7 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
     bool fold = rc == STORE_OK && !w->apart && (force_fold || fold_due(w, mono_now));
     bool may_fold = fold && store_write_may_fold(tx);
     if (rc == STORE_OK)
-        rc = writer_prepare(w, tx, batch, may_fold ? pipeline_fold_scan(w->opt.fold_max) : 0);
+        rc = writer_prepare(w, tx, batch, may_fold ? pipeline_fold_scan(w->opt.fold_max) : 0, now_ms);
     if (rc == STORE_OK && !w->counts_at_commit)
         rc = writer_counts_base(w, tx, batch);
     for (write_cmd_t *c = batch; rc == STORE_OK && c; c = c->next)
@@ -800,6 +842,7 @@ static int writer_attempt(writer_t *w, write_cmd_t *batch, bool force_fold, uint
         rc = writer_sweep(w, tx, now_ms, mono_now);
     if (rc == STORE_OK && reactions) /* their rows are seen at once; the rest with the next batches' */
         store_write_defer(tx, more_waiting, w);
+    w->tx_commit_sent = tx && rc == STORE_OK;
     if (tx)
         rc = rc == STORE_OK ? store_write_commit_at(tx, log_base) : (store_write_abort(tx), rc);
     return rc;
@@ -842,6 +885,9 @@ static void writer_reset(writer_t *w, write_cmd_t *batch)
         case WRITE_VOID:
             c->void_user.rows = 0;
             c->void_user.version = 0;
+            break;
+        case WRITE_CLAIM:
+            c->claim.held = false;
             break;
         case WRITE_COUNTS_ADJUST:
         case WRITE_AUX:
@@ -943,6 +989,7 @@ static void writer_run_batch(writer_t *w, write_cmd_t *batch, size_t n, bool for
         w->opt.release_begin(w->opt.release_arg);
     for (write_cmd_t *c = batch, *next; c; c = next) {
         next = c->next; /* done may free c */
+        c->maybe_applied = rc == STORE_UNAVAILABLE && w->tx_commit_sent;
         if (rc != STORE_OK) {
             answer_problem(&c->answer, 503, "unavailable", store_error_detail(rc));
             c->answer.retry_after_s = 1;
@@ -1126,6 +1173,7 @@ static void writer_free_buffers(writer_t *w)
     free(w->resume_saved);
     free(w->resume_saved_len);
     free(w->asks);
+    free(w->claims);
     itemmap_free(&w->own);
     itemmap_free(&w->base);
     itemmap_free(&w->unfolded);
@@ -1147,9 +1195,10 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     w->resume_saved = calloc(opt->batch_max, sizeof *w->resume_saved);
     w->resume_saved_len = calloc(opt->batch_max, sizeof *w->resume_saved_len);
     w->asks = calloc(opt->batch_max, sizeof *w->asks);
+    w->claims = calloc(opt->batch_max, sizeof *w->claims);
     /* a store that takes log positions at commit (one that folds apart) learns the counts there */
     w->counts_at_commit = w->apart;
-    if (!w->prep_rows || !w->prep_keys || !w->resume_saved || !w->resume_saved_len || !w->asks) {
+    if (!w->prep_rows || !w->prep_keys || !w->resume_saved || !w->resume_saved_len || !w->asks || !w->claims) {
         writer_free_buffers(w);
         free(w);
         return -1;

@@ -29,6 +29,7 @@ typedef enum {
     WRITE_CLEAR_USER,    /* every reaction of user becomes none, and their idempotency records go */
     WRITE_AUX,           /* auxiliary records: puts and a range deletion (trending's summaries) */
     WRITE_VOID,          /* a user's reactions stop counting, or count again (restore) */
+    WRITE_CLAIM,         /* an Idempotency-Key's claim taken or released (engine/claims.h) */
 } write_type_t;
 
 #define WRITE_AUX_MAX 1024
@@ -103,6 +104,18 @@ typedef struct {
     uint64_t version; /* result: the voided users' version after the change; 0: nothing changed */
 } write_void_t;
 
+/* WRITE_CLAIM: (user, key) bound to fingerprint, or that binding released (engine/claims.h). The
+ * batch's claims are applied together (store_claims_apply), before its other commands. */
+typedef struct {
+    bool release;
+    char user[ID_MAX_LEN];
+    size_t user_len;
+    char key[IDEM_KEY_MAX];
+    size_t key_len;
+    uint8_t fingerprint[FINGERPRINT_LEN];
+    bool held; /* result: taken (the claim holds fingerprint); a release: deleted */
+} write_claim_t;
+
 /* One command: a common header, then the payload that type names. Owned by the submitter; the
  * writer fills answer (and the payload's results) and calls done (on the writer thread) once the
  * answer is final: after the commit that holds its effect is durable, or after that commit failed. */
@@ -116,12 +129,16 @@ struct write_cmd {
     writer_group_t *group; /* set by writer_group_submit: the group waiting for this command; else NULL */
     uint64_t submitted_ns; /* monotonic, set by writer_submit */
     write_cmd_t *next;     /* queue link, the writer's */
+    /* Set with a 503 whose commit was sent but whose outcome is unknown (the store could not be reached
+     * during it): the command may have been applied. */
+    bool maybe_applied;
     union {
         write_react_t react;                 /* WRITE_REACT */
         write_counts_adjust_t counts_adjust; /* WRITE_COUNTS_ADJUST */
         write_clear_t clear;                 /* WRITE_CLEAR_ITEM, WRITE_CLEAR_USER */
         write_aux_t *aux;                    /* WRITE_AUX */
         write_void_t void_user;              /* WRITE_VOID */
+        write_claim_t claim;                 /* WRITE_CLAIM */
     };
 };
 
@@ -130,8 +147,8 @@ typedef struct {
     size_t batch_max;             /* commands per transaction at most */
     size_t fold_max;              /* log entries per fold at most */
     uint64_t fold_window_ms;      /* minimum interval between folds; 0 = fold with every batch */
-    uint64_t idem_ttl_ms;         /* how long an idempotency record is kept */
-    size_t sweep_max;             /* expired idempotency records deleted per transaction at most */
+    uint64_t idem_ttl_ms;         /* how long an idempotency record (and a claim) is kept */
+    size_t sweep_max;             /* expired idempotency records (and claims) deleted per transaction at most */
     uint64_t log_retention_ms;    /* folded log entries older than this are pruned */
     uint64_t log_max_bytes;       /* past this size the oldest folded entries are pruned, whatever their age */
     void (*on_commit)(void *arg); /* after each durable commit that appended transitions (writer thread) */

@@ -119,6 +119,19 @@ typedef struct {
     uint32_t counts_ask;
 } store_idem_t;
 
+/* An Idempotency-Key's claim (engine/claims.h): on the user's shard, (user, key) bound to one request
+ * fingerprint until it expires, so that one key sent for items of two shards is told apart. Given to
+ * store_claims_apply, which applies a batch's claims in their order. */
+typedef struct {
+    bool release;               /* delete the claim if it holds fingerprint; else take it */
+    span_t user, key;           /* key: 1..IDEM_KEY_MAX bytes */
+    const uint8_t *fingerprint; /* FINGERPRINT_LEN bytes */
+    uint64_t expires_ms;        /* a take: the claim's expiry, when it is written */
+    /* result: a take: the claim holds fingerprint now (written, or held already); false: another
+     * fingerprint's claim holds the key. A release: the claim was deleted. */
+    bool held;
+} store_claim_t;
+
 /* A write answer's counts, asked of a store that takes log positions at commit (store_counts_at_commit).
  * Filled at commit: out = the counts of item as folding the log up to the position just before the
  * transaction's first appended entry gives (the folded counts plus the item's entries not folded
@@ -415,9 +428,24 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
     /* Deletes up to limit records whose expiry is at or before now_ms; *deleted says how many. w's thread. */         \
     X(int, idem_sweep, w, (store_write_t * w, uint64_t now_ms, size_t limit, size_t * deleted),                        \
       (w, now_ms, limit, deleted))                                                                                     \
-    /* Deletes up to limit idempotency records of user; *deleted says how many. w's thread. */                         \
+    /* Deletes up to limit idempotency records and claims (store_claims_apply) of user, records first;                 \
+     * *deleted says how many. w's thread. */                                                                          \
     X(int, idem_delete_user, w, (store_write_t * w, span_t user, size_t limit, size_t * deleted),                      \
       (w, user, limit, deleted))                                                                                       \
+                                                                                                                       \
+    /* --- idempotency claims, keyed (user, key) (engine/claims.h) --- */                                              \
+    /* Applies claims[0..n) in order, each seeing the ones before it: a take writes the claim (its                     \
+     * fingerprint, expiring at expires_ms) when there is none or only an expired one (expiry at or                    \
+     * before now_ms), leaves a claim of the same fingerprint as it is (held either way), and leaves                   \
+     * another fingerprint's (held false); a release deletes the claim only when it holds that                         \
+     * fingerprint. A shared store locks the claims named in one round trip (in key order, after the                   \
+     * batch's rows and records) and writes them at commit; a claim another node inserted meanwhile                    \
+     * fails the commit (STORE_RETRY), and the batch then runs again and finds it. w's thread. */                      \
+    X(int, claims_apply, w, (store_write_t * w, store_claim_t * claims, size_t n, uint64_t now_ms),                    \
+      (w, claims, n, now_ms))                                                                                          \
+    /* Deletes up to limit claims whose expiry is at or before now_ms; *deleted says how many. w's thread. */          \
+    X(int, claims_sweep, w, (store_write_t * w, uint64_t now_ms, size_t limit, size_t * deleted),                      \
+      (w, now_ms, limit, deleted))                                                                                     \
                                                                                                                        \
     /* --- the lists, and the walks that erase a user or an item --- */                                                \
     /* Applies the net change of one pair (core/listchange.h) to both indexes, in place of what they                   \

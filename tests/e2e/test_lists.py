@@ -411,7 +411,7 @@ class NodesTest(TallyTestCase):
                 self.assertEqual(s.put(item, "u%d" % k, "like")[0], 200)
             self.assertTrue(wait_for(lambda: len(walk(s, "/v1/items/%s/reactions" % item)) == 5))
             s.stop()
-            s.db.sql("DROP TABLE tally_lists; UPDATE tally_meta SET value = '1' WHERE name IN "
+            s.db.sql("DROP TABLE tally_lists, tally_claims; UPDATE tally_meta SET value = '1' WHERE name IN "
                      "('schema_version', 'schema_compatible_from')")
             s.start()
             self.assertIn("event=pg-schema-upgraded from=1", s.stderr())

@@ -6,7 +6,7 @@ on one database (a rolling upgrade). Runs only with TALLY_STORE=pg.
   cursors and goes on after the last one, and a recount finds no drift;
 - a database that is not empty is refused, and nothing in it changes;
 - a database whose schema is newer starts an older node only when its schema_compatible_from
-  allows it.
+  allows it; a version-2 database gets tally_claims, and version-2 nodes may still run beside it.
 """
 
 import json
@@ -151,8 +151,8 @@ class RollingUpgradeTest(TallyTestCase):
     def test_an_older_node_runs_beside_a_newer_schema_only_when_allowed(self):
         with Server(args=["--rate-limit", "off"]) as srv:
             self.assertOk(srv.json("PUT", "/v1/items/ru/reaction", {"reaction": "like"}, user="u1"))
-            # a newer tallyd upgraded the schema and says version-2 nodes may still run beside it
-            srv.db.sql("UPDATE tally_meta SET value = '3' WHERE name = 'schema_version'")
+            # a newer tallyd upgraded the schema and says this version's nodes may still run beside it
+            srv.db.sql("UPDATE tally_meta SET value = '4' WHERE name = 'schema_version'")
             node = srv.node()
             try:
                 self.assertOk(node.json("PUT", "/v1/items/ru/reaction", {"reaction": "like"}, user="u2"))
@@ -160,10 +160,23 @@ class RollingUpgradeTest(TallyTestCase):
             finally:
                 node.close()
             # a change the old nodes cannot live with: they refuse to start
-            srv.db.sql("UPDATE tally_meta SET value = '3' WHERE name = 'schema_compatible_from'")
+            srv.db.sql("UPDATE tally_meta SET value = '4' WHERE name = 'schema_compatible_from'")
             rc, _, err = run_tallyd(["--listen", "127.0.0.1:0"] + srv.store_args())
             self.assertEqual(rc, 1, err)
             self.assertIn("newer than this tallyd", err)
+
+    def test_schema_2_gets_its_claims_table_and_version_2_nodes_run_beside(self):
+        with Server(args=["--rate-limit", "off"]) as srv:
+            self.assertOk(srv.json("PUT", "/v1/items/c2/reaction", {"reaction": "like"}, user="u1"))
+            srv.stop()
+            srv.db.sql("DROP TABLE tally_claims; UPDATE tally_meta SET value = '2' WHERE name IN "
+                       "('schema_version', 'schema_compatible_from')")
+            srv.start()
+            self.assertIn("event=pg-schema-upgraded from=2 to=3 claims=created", srv.stderr())
+            self.assertEqual(srv.db.sql("SELECT count(*) FROM tally_claims"), "0")
+            self.assertEqual(srv.db.sql("SELECT value FROM tally_meta WHERE name IN ('schema_version',"
+                                        " 'schema_compatible_from') ORDER BY name"), "2\n3")
+            self.assertOk(srv.json("PUT", "/v1/items/c2/reaction", {"reaction": "like"}, user="u2"))
 
 
 if __name__ == "__main__":

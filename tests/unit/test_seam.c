@@ -709,6 +709,134 @@ static void case_errors(seam_t *t, store_t *s)
     CHECK(store_open(where, &t->kinds, &opt, &bad, err, sizeof err) == STORE_ERROR && bad == NULL && err[0]);
 }
 
+/* One store_claims_apply call: claims[i] of (user, key, fingerprint byte, release), applied at now_ms
+ * with expiry expires_ms; held gets each result. */
+typedef struct {
+    const char *user, *key;
+    uint8_t fp;
+    bool release;
+} claim_spec_t;
+
+static int claims_run(store_write_t *w, const claim_spec_t *spec, size_t n, uint64_t now_ms, uint64_t expires_ms,
+                      bool *held)
+{
+    store_claim_t c[8];
+    uint8_t fps[8][FINGERPRINT_LEN];
+    for (size_t i = 0; i < n; i++) {
+        memset(fps[i], spec[i].fp, FINGERPRINT_LEN);
+        c[i] = (store_claim_t){.release = spec[i].release,
+                               .user = span_of(spec[i].user),
+                               .key = span_of(spec[i].key),
+                               .fingerprint = fps[i],
+                               .expires_ms = expires_ms};
+    }
+    int rc = store_claims_apply(w, c, n, now_ms);
+    for (size_t i = 0; i < n; i++)
+        held[i] = c[i].held;
+    return rc;
+}
+
+/* Idempotency claims: taken, held, refused, released only by their own fingerprint, replaced once
+ * expired, swept, kept across a reopen; on a shared store, a claim another node inserted meanwhile. */
+static void case_claims(seam_t *t, store_t *s)
+{
+    store_write_t *w;
+    bool h[8];
+    /* in one call, each claim sees the ones before it */
+    const claim_spec_t first[] = {{"u1", "k1", 0xa, false}, {"u1", "k1", 0xa, false}, {"u1", "k1", 0xb, false},
+                                  {"u2", "k1", 0xb, false}, {"u1", "k1", 0xb, true},  {"u1", "k2", 0xc, false},
+                                  {"u1", "k2", 0xc, true}};
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, first, 7, 1000, 5000, h) == STORE_OK);
+    CHECK(h[0] && h[1] && !h[2] && h[3] && !h[4] && h[5] && h[6]);
+    CHECK(store_write_commit(w) == STORE_OK);
+
+    /* committed: still held by 0xa; released by it, then 0xb takes the key (in one transaction) */
+    const claim_spec_t second[] = {
+        {"u1", "k1", 0xb, false}, {"u1", "k1", 0xa, true}, {"u1", "k1", 0xb, false}, {"u1", "k2", 0xd, false}};
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, second, 4, 2000, 6000, h) == STORE_OK);
+    CHECK(!h[0] && h[1] && h[2] && h[3]); /* u1/k2: taken and released before, so free */
+    CHECK(store_write_commit(w) == STORE_OK);
+
+    /* an aborted transaction leaves nothing */
+    const claim_spec_t lost[] = {{"u3", "k1", 0xa, false}};
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, lost, 1, 2000, 6000, h) == STORE_OK && h[0]);
+    store_write_abort(w);
+
+    /* reopened: what was committed is there; expiry at or before now frees the key for another */
+    store_close(s);
+    s = t->store = seam_open(t);
+    CHECK(s != NULL);
+    if (!s)
+        return;
+    const claim_spec_t third[] = {{"u1", "k1", 0xa, false}, {"u3", "k1", 0xb, false}, {"u1", "k2", 0xe, false}};
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, third, 3, 5999, 9000, h) == STORE_OK);
+    CHECK(!h[0] && h[1] && !h[2]);
+    const claim_spec_t fourth[] = {{"u1", "k1", 0xa, false}};
+    CHECK(claims_run(w, fourth, 1, 6000, 9000, h) == STORE_OK && h[0]); /* expired: replaced */
+    CHECK(store_write_commit(w) == STORE_OK);
+
+    /* the sweep: claims whose expiry is at or before now, a limit at a time; u2/k1 expires at 5000,
+     * u1/k2 at 6000, u1/k1 (replaced) and u3/k1 at 9000 */
+    size_t deleted = 99;
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_claims_sweep(w, 4999, 10, &deleted) == STORE_OK && deleted == 0);
+    CHECK(store_claims_sweep(w, 6000, 1, &deleted) == STORE_OK && deleted == 1);
+    CHECK(store_claims_sweep(w, 6000, 10, &deleted) == STORE_OK && deleted == 1);
+    CHECK(store_claims_sweep(w, 6000, 10, &deleted) == STORE_OK && deleted == 0);
+    CHECK(store_write_commit(w) == STORE_OK);
+    const claim_spec_t fifth[] = {{"u2", "k1", 0xc, false}, {"u1", "k1", 0xb, false}, {"u1", "k1", 0xa, true}};
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, fifth, 3, 1, 9000, h) == STORE_OK && h[0] && !h[1] && h[2]);
+    CHECK(store_write_commit(w) == STORE_OK);
+    CHECK(store_write_begin(s, &w) == STORE_OK); /* released: nothing left to sweep of it */
+    CHECK(store_claims_sweep(w, 10000, 10, &deleted) == STORE_OK && deleted == 2); /* u2/k1, u3/k1 */
+    CHECK(store_write_commit(w) == STORE_OK);
+
+    /* erasing a user takes their claims with their records, records first, within the limit */
+    const claim_spec_t user5[] = {{"u5", "k1", 0xa, false}, {"u5", "k2", 0xa, false}, {"u50", "k1", 0xa, false}};
+    store_idem_t rec = {.expires_ms = 9000, .status = 200, .body = SPAN_LIT("{}")};
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, user5, 3, 1, 9000, h) == STORE_OK && h[0] && h[1] && h[2]);
+    CHECK(store_idem_put(w, SPAN_LIT("u5"), SPAN_LIT("k1"), &rec) == STORE_OK);
+    CHECK(store_write_commit(w) == STORE_OK);
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(store_idem_delete_user(w, SPAN_LIT("u5"), 2, &deleted) == STORE_OK && deleted == 2);
+    store_idem_t got;
+    CHECK(store_idem_get(w, SPAN_LIT("u5"), SPAN_LIT("k1"), &got) == STORE_NOTFOUND);
+    CHECK(store_idem_delete_user(w, SPAN_LIT("u5"), 2, &deleted) == STORE_OK && deleted == 1);
+    CHECK(store_idem_delete_user(w, SPAN_LIT("u5"), 2, &deleted) == STORE_OK && deleted == 0);
+    CHECK(store_write_commit(w) == STORE_OK);
+    const claim_spec_t after[] = {{"u5", "k1", 0xb, false}, {"u5", "k2", 0xb, false}, {"u50", "k1", 0xb, false}};
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, after, 3, 1, 9000, h) == STORE_OK && h[0] && h[1] && !h[2]); /* u50's kept */
+    CHECK(store_write_commit(w) == STORE_OK);
+
+    if (!store_shared(s))
+        return;
+    /* two nodes claim one key at once: the one that commits second finds the other's claim on retry */
+    char err[256] = "";
+    store_t *other = seam_open_kinds(t, "like,dislike", err);
+    CHECK(other != NULL);
+    if (!other)
+        return;
+    store_write_t *w2;
+    const claim_spec_t mine[] = {{"u9", "k", 0x1, false}}, theirs[] = {{"u9", "k", 0x2, false}};
+    bool h2[1];
+    CHECK(store_write_begin(s, &w) == STORE_OK && store_write_begin(other, &w2) == STORE_OK);
+    CHECK(claims_run(w, mine, 1, 1, 9000, h) == STORE_OK && h[0]);
+    CHECK(claims_run(w2, theirs, 1, 1, 9000, h2) == STORE_OK && h2[0]);
+    CHECK(store_write_commit(w2) == STORE_OK);
+    CHECK(store_write_commit(w) == STORE_RETRY);
+    CHECK(store_write_begin(s, &w) == STORE_OK);
+    CHECK(claims_run(w, mine, 1, 1, 9000, h) == STORE_OK && !h[0]);
+    CHECK(store_write_commit(w) == STORE_OK);
+    store_close(other);
+}
+
 typedef struct {
     const char *name;
     void (*run)(seam_t *t, store_t *s);
@@ -717,7 +845,7 @@ typedef struct {
 static const seam_case_t cases[] = {
     {"open", case_open},     {"write", case_write}, {"counts", case_counts}, {"snapshots", case_snapshots},
     {"idem", case_idem},     {"aux", case_aux},     {"log", case_log},       {"lists", case_lists},
-    {"export", case_export}, {"defer", case_defer}, {"errors", case_errors},
+    {"export", case_export}, {"defer", case_defer}, {"errors", case_errors}, {"claims", case_claims},
 };
 
 static void run_cases(seam_t *t)

@@ -1027,7 +1027,8 @@ static void damage_like_power_loss(const char *dir)
 /* The journal: a copy of the files of a store that is still open (what a crash leaves), damaged as a
  * power loss may leave it, opens as the same store, byte for byte: every kind of change the store
  * makes (rows, the log and its pruning, counts, the checkpoint, idempotency records and their sweep
- * and erasure, the lists and their rebuild, aux and its range deletion), an aborted transaction
+ * and erasure, idempotency claims, their release, sweep and erasure, the lists and their rebuild, aux
+ * and its range deletion), an aborted transaction
  * (not replayed), and one that changed nothing. Then a record cut short is not replayed, and a
  * journal with a transaction missing refuses to open. */
 static void test_journal(const char *base)
@@ -1058,6 +1059,14 @@ static void test_journal(const char *base)
           store_idem_put(w, SPAN_LIT("u3"), SPAN_LIT("k3"), &rec) == STORE_OK);
     CHECK(store_aux_put(w, SPAN_LIT("t/1"), SPAN_LIT("one")) == STORE_OK &&
           store_aux_put(w, SPAN_LIT("t/2"), SPAN_LIT("two")) == STORE_OK);
+    uint8_t fa[FINGERPRINT_LEN], fb[FINGERPRINT_LEN];
+    memset(fa, 0xa, sizeof fa);
+    memset(fb, 0xb, sizeof fb);
+    store_claim_t claims[] = {{.user = SPAN_LIT("u1"), .key = SPAN_LIT("c1"), .fingerprint = fa, .expires_ms = 50},
+                              {.user = SPAN_LIT("u1"), .key = SPAN_LIT("c2"), .fingerprint = fa, .expires_ms = 5000},
+                              {.user = SPAN_LIT("u2"), .key = SPAN_LIT("c1"), .fingerprint = fb, .expires_ms = 5000},
+                              {.user = SPAN_LIT("u3"), .key = SPAN_LIT("c1"), .fingerprint = fb, .expires_ms = 5000}};
+    CHECK(store_claims_apply(w, claims, 4, 1) == STORE_OK);
     CHECK(store_write_commit(w) == STORE_OK);
     CHECK(store_write_begin(s, &w) == STORE_OK);
     CHECK(pipeline_fold(w, 1u << 20, &res) == STORE_OK && res.folded > 0);
@@ -1070,7 +1079,10 @@ static void test_journal(const char *base)
     CHECK(store_write_commit(w) == STORE_OK);
     CHECK(store_write_begin(s, &w) == STORE_OK);
     CHECK(store_idem_sweep(w, 100, 10, &deleted) == STORE_OK && deleted == 1);
-    CHECK(store_idem_delete_user(w, SPAN_LIT("u3"), 10, &deleted) == STORE_OK && deleted == 1);
+    CHECK(store_claims_sweep(w, 100, 10, &deleted) == STORE_OK && deleted == 1);
+    CHECK(store_idem_delete_user(w, SPAN_LIT("u3"), 10, &deleted) == STORE_OK && deleted == 2);
+    store_claim_t release = {.release = true, .user = SPAN_LIT("u2"), .key = SPAN_LIT("c1"), .fingerprint = fb};
+    CHECK(store_claims_apply(w, &release, 1, 100) == STORE_OK && release.held);
     CHECK(store_aux_delete_range(w, SPAN_LIT("t/1"), SPAN_LIT("t/2")) == STORE_OK);
     CHECK(store_log_prune(w, 5, 1010, 100, &deleted) == STORE_OK && deleted == 5);
     CHECK(apply_set(w, "i1", "u1", KINDSET_EMPTY, 2000) == STORE_OK && apply(w, "i9", "u9", 2, 2001) == STORE_OK);

@@ -144,8 +144,8 @@ int lmdb_idem_sweep(store_write_t *w_, uint64_t now_ms, size_t limit, size_t *de
     return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
 }
 
-/* Deletes the user's records and their expiry entries; the user's list entries (which sort before the
- * records) are the lists' to keep. */
+/* Deletes the user's records and their expiry entries, then the user's claims; the user's list entries
+ * (which sort before the records) are the lists' to keep. */
 int lmdb_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *deleted)
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
@@ -178,7 +178,12 @@ int lmdb_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *
         (*deleted)++;
     }
     mdb_cursor_close(cur);
-    return rc == MDB_SUCCESS || rc == MDB_NOTFOUND ? STORE_OK : lmdb_rc(rc);
+    if (rc != MDB_SUCCESS && rc != MDB_NOTFOUND)
+        return lmdb_rc(rc);
+    size_t claims = 0;
+    int crc = *deleted < limit ? lmdb_claims_delete_user(w, user, limit - *deleted, &claims) : STORE_OK;
+    *deleted += claims;
+    return crc;
 }
 
 int lmdb_idem_records(const lmdb_store_t *s, MDB_txn *txn, uint64_t *n)

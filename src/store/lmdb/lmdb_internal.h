@@ -134,7 +134,11 @@ struct lmdb_store {
     store_t base;
     MDB_env *env;
     MDB_dbi rows, log, counts, meta, idem, idem_exp, aux;
-    MDB_dbi litem;                /* the item index (lmdb_lists.c); the user index is in idem */
+    MDB_dbi litem; /* the item index (lmdb_lists.c); the user index is in idem */
+    /* the idempotency claims (lmdb_claims.c) and their expiry index; claims_open false only for a
+     * visitor on a store made before them (it never writes them) */
+    MDB_dbi claims, claims_exp;
+    bool claims_open;
     bool lists_stale;             /* opening found lists of the other mode: built anew */
     kinds_t kinds;                /* the configured kinds (codes used above the seam) */
     int db_kinds;                 /* kinds known on disk */
@@ -266,6 +270,8 @@ int lmdb_idem_list_entries(const lmdb_store_t *s, MDB_txn *txn, uint64_t *n);
  * go on). One walk from the first record; returns a STORE_ code. */
 typedef int (*lmdb_match_fn)(void *arg, const MDB_val *key, const MDB_val *val, bool *del);
 int lmdb_delete_matching(MDB_txn *txn, MDB_dbi db, lmdb_match_fn match, void *arg);
+/* Deletes up to limit of user's idempotency claims (lmdb_claims.c; erasing a user). */
+int lmdb_claims_delete_user(lmdb_write_t *w, span_t user, size_t limit, size_t *deleted);
 /* Removes every list entry from idem (the lists are rebuilt). */
 int lmdb_idem_drop_lists(const lmdb_store_t *s, MDB_txn *txn);
 /* Drops expiry entries without their record (stores before schema 4 left an erased user's). */

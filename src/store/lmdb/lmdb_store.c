@@ -395,9 +395,22 @@ int lmdb_open(const char *dir, const kinds_t *kinds, const store_options_t *opt,
         snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
         goto fail;
     }
-    MDB_dbi journalled[] = {s->meta, s->rows, s->log, s->counts, s->idem, s->idem_exp, s->aux, s->litem};
+    /* Made after the others (a store of an earlier build gets them here): a visitor, which may not
+     * create them, goes without (claims are only read by write transactions). */
+    unsigned claims_flags = s->visitor ? 0 : MDB_CREATE;
+    if ((rc = mdb_dbi_open(txn, "claims", claims_flags, &s->claims)) == MDB_SUCCESS &&
+        (rc = mdb_dbi_open(txn, "claims_exp", claims_flags, &s->claims_exp)) == MDB_SUCCESS)
+        s->claims_open = true;
+    else if (!(s->visitor && rc == MDB_NOTFOUND)) {
+        snprintf(err, errlen, "cannot open store databases: %s", mdb_strerror(rc));
+        goto fail;
+    }
+    /* A change names its database by its place here (the journal's records): new ones go last, so
+     * that records of earlier builds replay as they were written. */
+    MDB_dbi journalled[] = {s->meta,     s->rows, s->log,   s->counts, s->idem,
+                            s->idem_exp, s->aux,  s->litem, s->claims, s->claims_exp};
     memcpy(s->journal.dbs, journalled, sizeof journalled);
-    s->journal.ndbs = (int)(sizeof journalled / sizeof journalled[0]);
+    s->journal.ndbs = (int)(sizeof journalled / sizeof journalled[0]) - (s->claims_open ? 0 : 2);
     if (!s->visitor) { /* the journal's records, each its own transaction, before anything else */
         rc = mdb_txn_commit(txn);
         txn = NULL;

@@ -73,10 +73,14 @@ int pg_idem_delete_user(store_write_t *w_, span_t user, size_t limit, size_t *de
     pg_cstr(u, user);
     pg_num(l, limit);
     const char *p[] = {u, l};
+    /* the records, then the user's claims up to what is left of the limit, in one statement */
     return pg_count_deleted(
         (pg_write_t *)w_, "delete-user-keys",
         "WITH d AS (DELETE FROM tally_idem WHERE \"user\" = $1 AND key IN (SELECT key FROM tally_idem"
-        " WHERE \"user\" = $1 ORDER BY key LIMIT $2) RETURNING 1) SELECT count(*) FROM d",
+        " WHERE \"user\" = $1 ORDER BY key LIMIT $2) RETURNING 1),"
+        " c AS (DELETE FROM tally_claims WHERE \"user\" = $1 AND key IN (SELECT key FROM tally_claims"
+        " WHERE \"user\" = $1 ORDER BY key LIMIT greatest($2::bigint - (SELECT count(*) FROM d), 0)) RETURNING 1)"
+        " SELECT (SELECT count(*) FROM d) + (SELECT count(*) FROM c)",
         2, p, deleted);
 }
 

@@ -16,8 +16,10 @@
 #include "store/store_impl.h"
 
 /* 1: before the lists (tally_lists; a node of 2 builds them when it finds a 1, and 1 nodes cannot run
- * beside it: they would fold without keeping the lists) */
-#define PG_SCHEMA_VERSION 2
+ * beside it: they would fold without keeping the lists); 2: before the idempotency claims
+ * (tally_claims, made by a node of 3 that finds a 1 or a 2; 2 nodes run beside it, never claiming) */
+#define PG_SCHEMA_VERSION 3
+#define PG_SCHEMA_COMPATIBLE_FROM 2        /* the oldest version whose nodes may run beside this schema */
 #define PG_LOCK_SCHEMA_SQL "7374616379001" /* advisory lock keys: creating the schema, */
 #define PG_LOCK_FOLD_SQL "7374616379002"   /* and the fold leader */
 #define PG_VOID_KEY_FROM "8"               /* substr's start of the user in a STORE_VOID_PREFIX key */
@@ -96,6 +98,7 @@ struct pg_write {
     size_t piped_count;
     size_t log_result; /* the log statement's place among the pipeline's results (from 1); 0: none */
     pg_cache_t rows, idem;
+    pg_cache_t claims; /* idempotency claims (pg_claims.c): present = a claim holds the key (rec.fingerprint) */
     pg_cache_t voided; /* users whose voided flag was read (under the lock): (user, ""), present = voided */
     pg_logged_t *log;
     size_t log_count, log_cap;
@@ -315,11 +318,17 @@ static inline uint64_t pg_log_range_end(uint64_t after, uint64_t limit)
     return limit > (uint64_t)INT64_MAX - after ? (uint64_t)INT64_MAX : after + limit;
 }
 
+/* The claims the transaction changed into the commit's pipeline (pg_claims.c). */
+int pg_claims_flush(pg_write_t *w);
 /* The lists' changes of the transaction into the commit's pipeline. */
 int pg_lists_flush(pg_write_t *w);
 /* The statements that build the lists from tally_rows and tally_log (a rebuild, the upgrade from 1). */
 #define PG_LISTS_BUILD_STEPS 5
 extern const char *const PG_LISTS_BUILD_SQL[PG_LISTS_BUILD_STEPS];
+#define PG_CLAIMS_SCHEMA_SQL                                                                                           \
+    "CREATE TABLE tally_claims (\"user\" text COLLATE \"C\" NOT NULL, key text COLLATE \"C\" NOT NULL,"                \
+    "  expires_ms bigint NOT NULL, fingerprint bytea NOT NULL, PRIMARY KEY (\"user\", key));"                          \
+    "CREATE INDEX tally_claims_by_expiry ON tally_claims (expires_ms);"
 #define PG_LISTS_SCHEMA_SQL                                                                                            \
     "CREATE TABLE tally_lists (item text COLLATE \"C\" NOT NULL, \"user\" text COLLATE \"C\" NOT NULL,"                \
     "  kind integer NOT NULL, seq bigint NOT NULL, at_ms bigint NOT NULL, kinds integer NOT NULL,"                     \

@@ -31,7 +31,8 @@ static const char SCHEMA_SQL[] =
     "  expires_ms bigint NOT NULL, fingerprint text NOT NULL, status int NOT NULL, type int NOT NULL,"
     "  has_etag boolean NOT NULL, etag_version bigint NOT NULL, body text NOT NULL, PRIMARY KEY (\"user\", key));"
     "CREATE INDEX tally_idem_by_expiry ON tally_idem (expires_ms);"
-    "CREATE TABLE tally_aux (key text COLLATE \"C\" PRIMARY KEY, value bytea NOT NULL);" PG_LISTS_SCHEMA_SQL;
+    "CREATE TABLE tally_aux (key text COLLATE \"C\" PRIMARY KEY, value bytea NOT NULL);" PG_LISTS_SCHEMA_SQL
+        PG_CLAIMS_SCHEMA_SQL;
 
 typedef struct {
     const char *name; /* in tally_meta */
@@ -171,23 +172,46 @@ static int kinds_check(pg_store_t *s, const kinds_t *cfg, char *err, size_t errl
 
 /* Version 1 had no lists: the table is made and built from the rows and the log, under the schema
  * lock and in the opening transaction (so every node finds them whole), and version 1 nodes, which
- * would fold without keeping them, can no longer run beside this one. */
-static int schema_upgrade_from_1(pg_store_t *s, const char *version)
+ * would fold without keeping them, can no longer run beside this one (schema_upgraded). */
+static int schema_upgrade_from_1(pg_store_t *s)
 {
     uint64_t t0 = clock_ms(CLOCK_MONOTONIC);
-    const char *p[] = {version};
     PGresult *res = PQexec(s->wsess.conn, PG_LISTS_SCHEMA_SQL);
     bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
     PQclear(res);
     for (int i = 0; ok && i < PG_LISTS_BUILD_STEPS; i++)
         ok = pg_run(s, s->wsess.conn, "lists-build", PG_LISTS_BUILD_SQL[i], 0, NULL) == STORE_OK;
-    if (!ok || pg_run(s, s->wsess.conn, "schema",
-                      "UPDATE tally_meta SET value = $1 WHERE name IN ('schema_version', 'schema_compatible_from')", 1,
-                      p) != STORE_OK)
+    if (!ok)
         return STORE_ERROR;
     log_line("level=info event=pg-schema-upgraded from=1 to=%d lists_built_ms=%llu", PG_SCHEMA_VERSION,
              (unsigned long long)(clock_ms(CLOCK_MONOTONIC) - t0));
     return STORE_OK;
+}
+
+/* Versions 1 and 2 had no idempotency claims: the table is made, empty. Version 2 nodes may run beside
+ * it (they never claim: a cluster of one shard needs no claims). */
+static int schema_upgrade_from_2(pg_store_t *s, long stored)
+{
+    PGresult *res = PQexec(s->wsess.conn, PG_CLAIMS_SCHEMA_SQL);
+    bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
+    PQclear(res);
+    if (!ok)
+        return STORE_ERROR;
+    log_line("level=info event=pg-schema-upgraded from=%ld to=%d claims=created", stored, PG_SCHEMA_VERSION);
+    return STORE_OK;
+}
+
+/* After an upgrade: this version, and the oldest whose nodes may run beside it (never lowered). */
+static int schema_upgraded(pg_store_t *s, const char *version)
+{
+    char compatible[16];
+    snprintf(compatible, sizeof compatible, "%d", PG_SCHEMA_COMPATIBLE_FROM);
+    const char *p[] = {version, compatible};
+    return pg_run(s, s->wsess.conn, "schema",
+                  "INSERT INTO tally_meta VALUES ('schema_version', $1), ('schema_compatible_from', $2)"
+                  " ON CONFLICT (name) DO UPDATE SET value = CASE WHEN tally_meta.name = 'schema_version'"
+                  " THEN excluded.value ELSE greatest(tally_meta.value::int, excluded.value::int)::text END",
+                  2, p);
 }
 
 /* Creates the schema in an empty database, or checks the one there, under a lock so that nodes
@@ -213,13 +237,10 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
             snprintf(err, errlen, "the database holds no tally store");
             goto fail_quiet;
         }
-        const char *p[] = {version};
         res = PQexec(s->wsess.conn, SCHEMA_SQL);
         bool ok = res && PQresultStatus(res) == PGRES_COMMAND_OK;
         PQclear(res);
-        if (!ok || pg_run(s, s->wsess.conn, "schema",
-                          "INSERT INTO tally_meta VALUES ('schema_version', $1), ('schema_compatible_from', $1)", 1,
-                          p) != STORE_OK)
+        if (!ok || schema_upgraded(s, version) != STORE_OK)
             goto fail;
         log_line("level=info event=pg-schema-created version=%d", PG_SCHEMA_VERSION);
     } else {
@@ -246,7 +267,11 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
             snprintf(err, errlen, "the database's tally_meta has no schema version");
             goto fail_quiet;
         }
-        if (stored == 1 && schema_upgrade_from_1(s, version) != STORE_OK)
+        if (stored == 1 && schema_upgrade_from_1(s) != STORE_OK)
+            goto fail;
+        if (stored <= 2 && schema_upgrade_from_2(s, stored) != STORE_OK)
+            goto fail;
+        if (stored < PG_SCHEMA_VERSION && schema_upgraded(s, version) != STORE_OK)
             goto fail;
     }
     pg_setting_t set[] = {
@@ -360,6 +385,7 @@ static void write_free(pg_write_t *w)
     pg_cache_free(&w->rows);
     pg_cache_free(&w->idem);
     pg_cache_free(&w->voided);
+    pg_cache_free(&w->claims);
     itemmap_free(&w->counts);
     itemmap_free(&w->ask_items);
     listmap_free(&w->lists);

@@ -37,6 +37,7 @@ static int write_begin(pg_write_t *w, store_write_t **out)
     pg_cache_clear(&w->rows);
     pg_cache_clear(&w->idem);
     pg_cache_clear(&w->voided);
+    pg_cache_clear(&w->claims);
     w->asks = NULL;
     w->nasks = 0;
     w->counts.count = 0;
@@ -1153,6 +1154,8 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
         dirty = w->rows.entries[i].dirty;
     for (size_t i = 0; !dirty && i < w->idem.count; i++)
         dirty = w->idem.entries[i].dirty;
+    for (size_t i = 0; !dirty && i < w->claims.count; i++)
+        dirty = w->claims.entries[i].dirty;
     if (!dirty && !w->began) { /* nothing was read or written */
         w->active = false;
         return STORE_OK;
@@ -1168,6 +1171,8 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     rc = flush_rows(w);
     if (rc == STORE_OK)
         rc = flush_idem(w);
+    if (rc == STORE_OK && w->claims.count)
+        rc = pg_claims_flush(w);
     if (rc == STORE_OK)
         rc = flush_counts(w);
     if (rc == STORE_OK)
