@@ -236,6 +236,8 @@ int lmdb_list_apply(store_write_t *w_, span_t item, span_t user, const list_chan
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
     LMDB_WRITE_CHECK(w);
+    if (c->set && c->seq == 0)
+        return STORE_ERROR; /* a position taken at commit comes from another shard's log: never here (one shard) */
     return txn_list_apply(w->store, w->txn, item, user, c);
 }
 
