@@ -288,6 +288,8 @@ static const char *shard_engines_start(app_t *app, writer_options_t *wopt)
 {
     if (userfold_new(app->shards, &user_fold) != 0)
         return "the fold of the users' lists";
+    if (user_fold)
+        recount_use_shards(app->shards);
     for (size_t k = 0; k < app->nshards; k++) {
         app_shard_t *shard = &app->shard[k];
         wopt->on_commit_arg = shard;

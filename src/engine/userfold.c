@@ -237,3 +237,159 @@ int userfold_fold(void *arg, store_write_t *tx, bool *more)
     }
     return rc;
 }
+
+/* --- the recount's check of the copies --- */
+
+enum { HAVE = 1, ROW = 2, UNFOLDED = 4 };
+
+typedef struct {
+    kindset_t have_set, have_entries, row_set, from_set;
+    unsigned flags;
+} pairinfo_t;
+
+typedef struct {
+    shards_t *shards;
+    size_t k;
+    const itemmap_t *items;
+    listmap_t pairs;
+    pairinfo_t *info; /* by entry of pairs */
+    size_t info_cap;
+    span_t item; /* copy_one's, row_one's */
+    size_t rows_seen;
+    char last_user[ID_MAX_LEN];
+    size_t last_user_len;
+    bool item_done;
+    int rc;
+} check_t;
+
+static pairinfo_t *pair_info(check_t *c, span_t item, span_t user)
+{
+    listmap_entry_t *e = listmap_get(&c->pairs, item, user);
+    if (!e)
+        return NULL;
+    size_t i = (size_t)(e - c->pairs.entries);
+    if (i >= c->info_cap) {
+        size_t cap = c->info_cap ? c->info_cap * 2 : 64;
+        while (cap <= i)
+            cap *= 2;
+        pairinfo_t *info = realloc(c->info, cap * sizeof *info);
+        if (!info)
+            return NULL;
+        memset(info + c->info_cap, 0, (cap - c->info_cap) * sizeof *info);
+        c->info = info;
+        c->info_cap = cap;
+    }
+    return &c->info[i];
+}
+
+static int copy_one(void *arg, span_t user, kindset_t set, kindset_t entries)
+{
+    check_t *c = arg;
+    pairinfo_t *p = pair_info(c, c->item, user);
+    if (!p) {
+        c->rc = STORE_ERROR;
+        return 1;
+    }
+    p->have_set = set;
+    p->have_entries = entries;
+    p->flags |= HAVE;
+    return 0;
+}
+
+static int unfolded_one(void *arg, uint64_t seq, const transition_t *t)
+{
+    (void)seq;
+    check_t *c = arg;
+    if (t->from == t->to || !itemmap_find(c->items, t->item) || shards_of_user(c->shards, t->user) != c->k)
+        return 0;
+    pairinfo_t *p = pair_info(c, t->item, t->user);
+    if (!p) {
+        c->rc = STORE_ERROR;
+        return 1;
+    }
+    if (!(p->flags & UNFOLDED)) { /* the first change after the checkpoint: its from is the folded set */
+        p->flags |= UNFOLDED;
+        p->from_set = t->from;
+    }
+    return 0;
+}
+
+static int row_one(void *arg, span_t item, span_t user, const reaction_row_t *row)
+{
+    check_t *c = arg;
+    if (!span_eq(item, c->item)) {
+        c->item_done = true;
+        return 1;
+    }
+    c->rows_seen++;
+    memcpy(c->last_user, user.ptr, user.len);
+    c->last_user_len = user.len;
+    if (row->set == KINDSET_EMPTY || shards_of_user(c->shards, user) != c->k)
+        return 0;
+    pairinfo_t *p = pair_info(c, item, user);
+    if (!p) {
+        c->rc = STORE_ERROR;
+        return 1;
+    }
+    p->row_set = row->set;
+    p->flags |= ROW;
+    return 0;
+}
+
+/* The copies on k of j's items' pairs against j's rows. */
+static int check_target(check_t *c, store_t *source, store_t *target, size_t j)
+{
+    store_read_t *snap;
+    uint64_t checkpoint = 0;
+    int rc = store_read_begin(target, &snap);
+    if (rc != STORE_OK)
+        return rc;
+    rc = userfold_checkpoint_read(snap, j, &checkpoint);
+    for (size_t i = 0; rc == STORE_OK && i < c->items->count; i++) {
+        const itemmap_entry_t *e = &c->items->entries[i];
+        c->item = (span_t){e->item, e->item_len};
+        if (shards_of_item(c->shards, c->item) == j) /* k's own items' pairs are k's */
+            rc = store_read_list_pairs(snap, c->item, copy_one, c);
+    }
+    store_read_end(snap);
+    if (rc != STORE_OK || (rc = store_read_begin(source, &snap)) != STORE_OK)
+        return rc;
+    rc = store_read_log(snap, checkpoint, SIZE_MAX, unfolded_one, c);
+    for (size_t i = 0; rc == STORE_OK && c->rc == STORE_OK && i < c->items->count; i++) {
+        const itemmap_entry_t *e = &c->items->entries[i];
+        c->item = (span_t){e->item, e->item_len};
+        c->last_user_len = 0;
+        c->item_done = false;
+        for (;;) { /* the item's rows, a page at a time */
+            size_t visited = 0;
+            c->rows_seen = 0;
+            rc = store_export_page(snap, c->item, (span_t){c->last_user, c->last_user_len}, 1024, row_one, c, &visited);
+            if (rc != STORE_OK || c->rc != STORE_OK || c->item_done || visited < 1024)
+                break;
+        }
+    }
+    store_read_end(snap);
+    return rc == STORE_OK ? c->rc : rc;
+}
+
+int userfold_check(shards_t *shards, size_t j, const itemmap_t *items, uint64_t *mismatches)
+{
+    *mismatches = 0;
+    int rc = STORE_OK;
+    for (size_t k = 0; rc == STORE_OK && k < shards_count(shards); k++) {
+        if (k == j)
+            continue;
+        check_t c = {.shards = shards, .k = k, .items = items, .rc = STORE_OK};
+        rc = check_target(&c, shards_store(shards, j), shards_store(shards, k), j);
+        for (size_t i = 0; rc == STORE_OK && i < c.pairs.count; i++) {
+            const pairinfo_t *p = &c.info[i];
+            kindset_t want = p->flags & UNFOLDED ? p->from_set : p->flags & ROW ? p->row_set : KINDSET_EMPTY;
+            kindset_t want_entries = want ? want | 1u : 0, have = p->flags & HAVE ? p->have_entries : 0;
+            *mismatches += (uint64_t)__builtin_popcount(want_entries ^ have) +
+                           (want && want_entries == have && p->have_set != want);
+        }
+        listmap_free(&c.pairs);
+        free(c.info);
+    }
+    return rc;
+}

@@ -38,6 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/itemmap.h"
 #include "core/span.h"
 #include "engine/shards.h"
 #include "store/store.h"
@@ -66,6 +67,13 @@ uint64_t userfold_prune_floor(void *arg);
 /* The checkpoint of the fold of shard k's log into shard target as target's record holds it, read
  * from a snapshot of target (0: none yet). For the recount's check. */
 int userfold_checkpoint_read(store_read_t *target, size_t k, uint64_t *seq);
+
+/* The recount's check of the copies: for shard j's items in items (others are skipped), every pair
+ * of a user of another shard k as k's list holds it, against j's rows (as of k's checkpoint of j:
+ * a pair changed in j's log after it has its set before that change). k is read first, then j, so
+ * that the rows are never older than the checkpoint. *mismatches counts what disagrees, as
+ * store_read_lists_check does. A shard that cannot be read: its error. Any thread. */
+int userfold_check(shards_t *shards, size_t j, const itemmap_t *items, uint64_t *mismatches);
 
 /* --- pure parts --- */
 

@@ -177,6 +177,7 @@ typedef struct {
     size_t limit;
 } store_list_query_t;
 typedef kindset_t (*store_list_expect_fn)(void *arg, span_t user, kindset_t row_set);
+typedef int (*store_pair_fn)(void *arg, span_t user, kindset_t set, kindset_t entries);
 
 /* --- above both stores (store_open.c) --- */
 
@@ -307,6 +308,10 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
     X(int, read_lists_check, r,                                                                                        \
       (store_read_t * r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches),                   \
       (r, item, expect, arg, mismatches))                                                                              \
+    /* Every pair of item's index, in user order: the pair's set and the kinds it has entries under (bit               \
+     * 0: "any kind"), for the check of a user's list kept on another shard than its items                             \
+     * (engine/userfold.h). The embedded store (always one shard): STORE_ERROR. r's thread. */                         \
+    X(int, read_list_pairs, r, (store_read_t * r, span_t item, store_pair_fn fn, void *arg), (r, item, fn, arg))       \
                                                                                                                        \
     /* --- the write transaction --- */                                                                                \
     /* Begins the write transaction (*out until commit or abort). Writer thread; one at a time                         \

@@ -120,6 +120,24 @@ class UserListAcrossShardsTest(TallyTestCase):
                                               % (1 - home)) == "1")
             recount_ok(self, srv)
 
+    def test_the_recount_finds_a_damaged_copy(self):
+        with Server(shards=2, args=FAST) as srv:
+            dbs = [srv.db] + srv.shard_dbs
+            ranges = shard_map(srv.db)
+            items = split(ranges, "di", 2)
+            users = split(ranges, "du", 1)
+            user = users[0][0]
+            for item in items[0] + items[1]:
+                self.assertEqual(srv.put(item, user, "like")[0], 200)
+            want = [(i, "like") for i in reversed(items[0] + items[1])]
+            self.assertEqual(wait_list(srv, user, want, key=sorted), want)
+            recount_ok(self, srv)
+            # one copy gone on the user's shard, another with the wrong set
+            dbs[0].sql("DELETE FROM tally_lists WHERE item = '%s' AND \"user\" = '%s'" % (items[1][0], user))
+            dbs[0].sql("UPDATE tally_lists SET kinds = 2 WHERE item = '%s' AND \"user\" = '%s'" % (items[1][1], user))
+            doc = self.assertOk(srv.json("POST", "/v1/admin/recount", {}, user="admin"))
+            self.assertEqual(doc["list_mismatches"], 3, doc)  # two entries missing (any kind, like), one set
+
     def test_an_erased_user_leaves_their_list_on_every_shard(self):
         with Server(shards=2, args=FAST) as srv:
             ranges = shard_map(srv.db)

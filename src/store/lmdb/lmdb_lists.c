@@ -636,3 +636,9 @@ int lmdb_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, 
     LMDB_WRITE_CHECK(w);
     return prefix_walk(w->txn, w->store->rows, item, after, limit, fn, arg, visited);
 }
+
+int lmdb_read_list_pairs(store_read_t *r, span_t item, store_pair_fn fn, void *arg)
+{
+    (void)r, (void)item, (void)fn, (void)arg;
+    return STORE_ERROR; /* a user's list and its items are on one shard, always, here */
+}

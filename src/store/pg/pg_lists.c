@@ -240,6 +240,43 @@ int pg_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expe
     return STORE_OK;
 }
 
+/* One item's entries, gathered per user (the kind 0 entry holds the pair's set). */
+int pg_read_list_pairs(store_read_t *r_, span_t item, store_pair_fn fn, void *arg)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    const pg_store_t *s = r->store;
+    char it[ID_MAX_LEN + 1];
+    pg_cstr(it, item);
+    const char *p[] = {it};
+    int rc;
+    PGresult *res =
+        pg_rexec(r, "list-pairs",
+                 "SELECT \"user\", kind, kinds FROM tally_lists WHERE item = $1 ORDER BY \"user\", kind", 1, p, &rc);
+    if (!res)
+        return rc;
+    int n = PQntuples(res);
+    for (int i = 0; i < n;) {
+        span_t user = {PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)};
+        kindset_t set = 0, entries = 0;
+        for (; i < n && (size_t)PQgetlength(res, i, 0) == user.len &&
+               memcmp(PQgetvalue(res, i, 0), user.ptr, user.len) == 0;
+             i++) {
+            long d = strtol(PQgetvalue(res, i, 1), NULL, 10);
+            int code = d == 0 ? KIND_NONE : d <= s->db_kinds ? s->db_to_cfg[d] : -1;
+            if (code < 0)
+                entries |= (kindset_t)1 << 31; /* no kind of this store: never what a check expects */
+            else
+                entries |= (kindset_t)1 << code;
+            if (d == 0)
+                set = pg_cfg_set(s, strtol(PQgetvalue(res, i, 2), NULL, 10));
+        }
+        if (fn(arg, user, set, entries) != 0)
+            break;
+    }
+    PQclear(res);
+    return STORE_OK;
+}
+
 /* --- the walks that erase an item or a user (the writer's) --- */
 
 /* Rows of one walk, locked and cached for the row reads that follow, then handed to fn. */
