@@ -38,7 +38,7 @@ static void test_changes_at_commit(void)
 {
     list_change_t c;
     list_change_init(&c);
-    list_change_add(&c, KINDSET_EMPTY, 1u << 1, 0, 1000);          /* none → {1} */
+    list_change_add(&c, KINDSET_EMPTY, 1u << 1, 0, 1000);         /* none → {1} */
     list_change_add(&c, 1u << 1, (1u << 1) | (1u << 2), 0, 2000); /* {1} → {1,2} */
     CHECK(c.set == ((1u << 1) | (1u << 2)) && c.seq == 0 && c.at_ms == 2000);
     CHECK(c.joined == ((1u << 1) | (1u << 2)) && c.kind_seq[1] == 0 && c.kind_seq[2] == 0);
