@@ -21,6 +21,7 @@
 #include "core/parse.h"
 #include "engine/recount.h"
 #include "engine/shards.h"
+#include "engine/userfold.h"
 #include "engine/webhooks.h"
 #include "engine/writer.h"
 #include "http/app.h"
@@ -280,11 +281,23 @@ static int app_setup(app_t *app, const options_t *o, const kinds_t *kinds, store
 
 /* Each shard's change feed and writer; shard 0's are also the cluster-wide records' (app->feed,
  * app->writer). Returns NULL, or what could not be started. */
+/* A user's list across shards (engine/userfold.h): NULL with one shard. Freed once the writers stop. */
+static userfold_t *user_fold;
+
 static const char *shard_engines_start(app_t *app, writer_options_t *wopt)
 {
+    if (userfold_new(app->shards, &user_fold) != 0)
+        return "the fold of the users' lists";
+    if (user_fold)
+        recount_use_shards(app->shards);
     for (size_t k = 0; k < app->nshards; k++) {
         app_shard_t *shard = &app->shard[k];
         wopt->on_commit_arg = shard;
+        if (user_fold) {
+            wopt->fold_more = userfold_fold;
+            wopt->prune_floor = userfold_prune_floor;
+            wopt->fold_more_arg = userfold_arg(user_fold, k);
+        }
         if (feed_start(shard->store, &shard->feed) != 0)
             return "the change feed thread";
         if (writer_start(shard->store, app->kinds, wopt, &shard->writer) != 0)
@@ -432,6 +445,8 @@ static void shut_down(app_t *app, recount_sampler_t **samplers)
     features_close(app->features); /* its heartbeat goes through the writer */
     for (size_t k = 0; k < app->nshards; k++)
         writer_stop(app->shard[k].writer);
+    userfold_free(user_fold);
+    user_fold = NULL;
     policies_close(app->policies);
     voids_close(app->voids);
     for (size_t k = 0; k < app->nshards; k++)

@@ -10,8 +10,25 @@
 #include "core/listchange.h"
 #include "core/log.h"
 #include "engine/thread.h"
+#include "engine/userfold.h"
 
 recount_stats_t recount_stats;
+
+static shards_t *recount_shards; /* several: the users' lists on the other shards are checked too */
+
+void recount_use_shards(shards_t *shards)
+{
+    recount_shards = shards;
+}
+
+/* store's shard in recount_shards, or -1 (one shard, or a store of no shard: a tool's) */
+static long shard_of_store(const store_t *store)
+{
+    for (size_t k = 0; recount_shards && k < shards_count(recount_shards); k++)
+        if (shards_store(recount_shards, k) == store)
+            return (long)k;
+    return -1;
+}
 
 /* One recount at a time: two running together could both correct the same drift. */
 static pthread_mutex_t recount_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -40,6 +57,7 @@ typedef struct {
     const itemmap_t *unfolded;
     const listmap_t *unfolded_pairs;
     itemmap_t *fixes;
+    itemmap_t *checked; /* the chunk's items, for the check of the users' lists on other shards */
     recount_report_t *report;
     int kinds;
     bool many;
@@ -107,6 +125,10 @@ static int check_item(void *arg, span_t item)
         return 1;
     const itemmap_entry_t *pending = itemmap_find(c->unfolded, item);
     c->report->checked++;
+    if (c->checked && !itemmap_get(c->checked, item)) {
+        c->rc = STORE_ERROR;
+        return 1;
+    }
     expect_t x = {c->unfolded_pairs, item};
     uint64_t mismatches = 0;
     if ((c->rc = store_read_lists_check(c->snap, item, expect_folded, &x, &mismatches)) != STORE_OK)
@@ -168,6 +190,14 @@ static int recount_chunk(store_t *store, const span_t *items, size_t nitems, chu
     store_read_end(snap);
     itemmap_free(&unfolded.map);
     listmap_free(&unfolded.pairs);
+    long k = shard_of_store(store);
+    if (rc == STORE_OK && k >= 0 && c->checked->count) {
+        uint64_t copies = 0;
+        rc = userfold_check(recount_shards, (size_t)k, c->checked, &copies);
+        c->report->list_mismatches += copies;
+    }
+    if (c->checked)
+        itemmap_clear(c->checked);
     return rc;
 }
 
@@ -217,8 +247,9 @@ static int recount_locked(store_t *store, writer_t *writer, const span_t *items,
                           recount_report_t *report)
 {
     *report = (recount_report_t){0};
-    itemmap_t fixes = {0};
+    itemmap_t fixes = {0}, checked = {0};
     chunk_t c = {.fixes = &fixes,
+                 .checked = shard_of_store(store) >= 0 ? &checked : NULL,
                  .report = report,
                  .kinds = store_kinds(store)->count,
                  .many = store_kinds(store)->mode == REACTION_MODE_MANY};
@@ -235,6 +266,7 @@ static int recount_locked(store_t *store, writer_t *writer, const span_t *items,
     if (rc == STORE_OK && writer && fixes.count)
         rc = corrections_apply(writer, &fixes, report);
     itemmap_free(&fixes);
+    itemmap_free(&checked);
     if (rc == STORE_OK) {
         atomic_fetch_add(&recount_stats.runs, 1);
         atomic_store(&recount_stats.last_drift, report->ndrift);

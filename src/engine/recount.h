@@ -34,6 +34,12 @@ typedef struct {
  * Returns a STORE_ code (STORE_ERROR also when the writer would not take a correction). */
 int recount_run(store_t *store, writer_t *writer, const span_t *items, size_t nitems, recount_report_t *report);
 
+/* The node's shards, when there are several (set once, before any recount): a recount of a shard's
+ * store then also checks its items' pairs in the users' lists kept on the other shards
+ * (userfold_check), and counts what disagrees in list_mismatches. */
+struct shards;
+void recount_use_shards(struct shards *shards);
+
 void recount_report_free(recount_report_t *report);
 
 /* Every interval_ms, recounts the (at most sample) items written most recently, corrects any

@@ -668,13 +668,16 @@ static int writer_fold(writer_t *w, store_write_t *tx, uint64_t mono_now_ms, boo
     }
     atomic_store_explicit(&w->stats.fold_leader, true, memory_order_relaxed);
     int rc = pipeline_fold(tx, w->opt.fold_max, &res);
+    bool more = false;
+    if (rc == STORE_OK && w->opt.fold_more)
+        rc = w->opt.fold_more(w->opt.fold_more_arg, tx, &more);
     if (rc != STORE_OK)
         return rc;
     w->tx_folded = true;
     w->tx_fold_complete = !res.more;
     w->tx_appends_after_fold = 0;
     w->last_fold_ms = mono_now_ms;
-    w->fold_backlog = res.more;
+    w->fold_backlog = res.more || more;
     atomic_store_explicit(&w->stats.oldest_unfolded_ms, res.more ? res.oldest_unfolded_ms : 0, memory_order_relaxed);
     w->pending_folded += res.folded;
     w->pending_items += res.items;
@@ -706,6 +709,10 @@ static int writer_sweep(writer_t *w, store_write_t *tx, uint64_t now_ms, uint64_
         rc = store_claims_sweep(tx, now_ms, w->opt.sweep_max, &claims);
     if (rc == STORE_OK)
         rc = store_checkpoint_get(tx, &checkpoint);
+    if (rc == STORE_OK && w->opt.prune_floor) { /* other folds read this log too */
+        uint64_t floor = w->opt.prune_floor(w->opt.fold_more_arg);
+        checkpoint = floor < checkpoint ? floor : checkpoint;
+    }
     if (rc == STORE_OK) {
         store_stats_t st;
         bool too_big =

@@ -164,6 +164,14 @@ typedef struct {
     /* The voided users known on this node (optional): a committed void or restore is put in force
      * there before its command's done is called. */
     struct voids *voids;
+    /* More folding in the fold's transaction, after the log's own (optional; only where this process
+     * may fold): a user's list from the other shards' logs (engine/userfold.h). Returns a STORE_ code
+     * (an error voids the fold); *more says that it left work behind. The thread that folds. */
+    int (*fold_more)(void *arg, store_write_t *tx, bool *more);
+    /* The highest log position the other folds of this log allow pruning to (optional; none: the
+     * checkpoint alone bounds it). Writer thread; must not wait. */
+    uint64_t (*prune_floor)(void *arg);
+    void *fold_more_arg; /* of both */
 } writer_options_t;
 
 #define WRITER_QUEUE_MAX_DEFAULT 8192

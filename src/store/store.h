@@ -190,6 +190,7 @@ typedef struct {
     size_t limit;
 } store_list_query_t;
 typedef kindset_t (*store_list_expect_fn)(void *arg, span_t user, kindset_t row_set);
+typedef int (*store_pair_fn)(void *arg, span_t user, kindset_t set, kindset_t entries);
 
 /* --- above both stores (store_open.c) --- */
 
@@ -320,6 +321,10 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
     X(int, read_lists_check, r,                                                                                        \
       (store_read_t * r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches),                   \
       (r, item, expect, arg, mismatches))                                                                              \
+    /* Every pair of item's index, in user order: the pair's set and the kinds it has entries under (bit               \
+     * 0: "any kind"), for the check of a user's list kept on another shard than its items                             \
+     * (engine/userfold.h). The embedded store (always one shard): STORE_ERROR. r's thread. */                         \
+    X(int, read_list_pairs, r, (store_read_t * r, span_t item, store_pair_fn fn, void *arg), (r, item, fn, arg))       \
                                                                                                                        \
     /* --- the write transaction --- */                                                                                \
     /* Begins the write transaction (*out until commit or abort). Writer thread; one at a time                         \
@@ -403,7 +408,8 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
     X(int, log_prune, w, (store_write_t * w, uint64_t upto_seq, uint64_t before_ms, size_t limit, size_t * deleted),   \
       (w, upto_seq, before_ms, limit, deleted))                                                                        \
     /* Auxiliary records of other modules (trending's summaries), keyed by text: put, and delete every                 \
-     * key with from <= key < to. w's thread. */                                                                       \
+     * key with from <= key < to. A fold transaction (store_fold_begin) that puts one commits durably,                 \
+     * as a writer's does (another database may act on the record). w's thread. */                                     \
     X(int, aux_put, w, (store_write_t * w, span_t key, span_t value), (w, key, value))                                 \
     X(int, aux_delete_range, w, (store_write_t * w, span_t from, span_t to), (w, from, to))                            \
     /* The records whose key starts with prefix as the write transaction sees them now (its own puts                   \
@@ -449,7 +455,10 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
                                                                                                                        \
     /* --- the lists, and the walks that erase a user or an item --- */                                                \
     /* Applies the net change of one pair (core/listchange.h) to both indexes, in place of what they                   \
-     * held for it. Each pair at most once per fold; changes follow the log's order. w's thread. */                    \
+     * held for it. Each pair at most once per fold; changes follow the log's order. A change whose                    \
+     * positions are 0 (a pair of another shard's item, engine/userfold.h) takes at commit one position                \
+     * of this store's log, later than every entry committed before it, that the log itself skips; the                 \
+     * embedded store (always one shard) refuses it. w's thread. */                                                    \
     X(int, list_apply, w, (store_write_t * w, span_t item, span_t user, const list_change_t *c), (w, item, user, c))   \
     /* Builds both indexes anew from the rows and the retained log, in this transaction: every pair                    \
      * whose set is not empty, at the positions of its transitions in the retained log; a pair (or a                   \

@@ -55,6 +55,7 @@ int main(int argc, char **argv)
         {"policy", test_policy},
         {"features", test_features},
         {"shardmap", test_shardmap},
+        {"userfold", test_userfold},
         {"shards", test_shards},
         {"claims", test_key_claims},
     };

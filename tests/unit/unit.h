@@ -50,6 +50,7 @@ void test_etag(void);
 void test_policy(void);
 void test_features(void);
 void test_shardmap(void);
+void test_userfold(void);
 void test_shards(void);
 void test_key_claims(void);
 

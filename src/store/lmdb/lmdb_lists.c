@@ -236,6 +236,8 @@ int lmdb_list_apply(store_write_t *w_, span_t item, span_t user, const list_chan
 {
     lmdb_write_t *w = (lmdb_write_t *)w_;
     LMDB_WRITE_CHECK(w);
+    if (c->set && c->seq == 0)
+        return STORE_ERROR; /* a position taken at commit comes from another shard's log: never here (one shard) */
     return txn_list_apply(w->store, w->txn, item, user, c);
 }
 
@@ -633,4 +635,10 @@ int lmdb_item_users(store_write_t *w_, span_t item, span_t after, size_t limit, 
     lmdb_write_t *w = (lmdb_write_t *)w_;
     LMDB_WRITE_CHECK(w);
     return prefix_walk(w->txn, w->store->rows, item, after, limit, fn, arg, visited);
+}
+
+int lmdb_read_list_pairs(store_read_t *r, span_t item, store_pair_fn fn, void *arg)
+{
+    (void)r, (void)item, (void)fn, (void)arg;
+    return STORE_ERROR; /* a user's list and its items are on one shard, always, here */
 }

@@ -105,6 +105,7 @@ struct pg_write {
     itemmap_t counts; /* deltas by configured code, flushed at commit */
     listmap_t lists;  /* the fold's changes of the lists, by pair, flushed at commit (pg_lists.c) */
     bool checkpoint_dirty;
+    bool aux_dirty;         /* an auxiliary record was put: a fold's transaction then commits durably */
     bool checkpoint_locked; /* the leader holds the checkpoint's row lock: checkpoint is its value */
     uint64_t checkpoint;
     PGresult *fold_log;       /* the log entries after the checkpoint, read with the batch's rows (prepare) */

@@ -34,7 +34,12 @@ int pg_list_apply(store_write_t *w_, span_t item, span_t user, const list_change
 }
 
 /* Two statements into the commit's pipeline: every entry of a changed pair whose kind is no longer
- * listed goes; the pair's "any kind" entry and the kinds that joined are put (in key order). */
+ * listed goes; the pair's "any kind" entry and the kinds that joined are put (in key order). Entries
+ * at position 0 (pairs of another shard's items, engine/userfold.h) take one position of the log
+ * here: the head moves by one under its row lock, held to the commit as a batch's is, so the position
+ * is later than every entry committed before and earlier than every one committed after; the log
+ * has no entry there (its readers allow gaps). Without such entries the statement is the one-shard
+ * one, and the head is not touched. */
 int pg_lists_flush(pg_write_t *w)
 {
     if (!w->lists.count)
@@ -42,6 +47,7 @@ int pg_lists_flush(pg_write_t *w)
     const pg_store_t *s = w->store;
     enum { ITEM, USER, KIND, SEQ, AT, SET, NCOL };
     pg_buf_t del[3] = {0}, put[NCOL] = {0};
+    bool at_commit = false;
     for (int c = 0; c < 3; c++)
         pg_buf_open(&del[c]);
     for (int c = 0; c < NCOL; c++)
@@ -56,6 +62,7 @@ int pg_lists_flush(pg_write_t *w)
         if (!c->set)
             continue;
         long set = pg_db_set(s, c->set);
+        at_commit |= c->seq == 0;
         for (int k = KIND_NONE; k <= KINDS_MAX; k++) { /* KIND_NONE: the "any kind" entry */
             bool any = k == KIND_NONE;
             if (!any && !kindset_has(c->joined & c->set, k))
@@ -84,7 +91,17 @@ int pg_lists_flush(pg_write_t *w)
                      " WHERE t.item = c.item AND t.\"user\" = c.u AND (c.keep >> t.kind) & 1 = 0",
                      3, p);
     }
-    if (rc == STORE_OK && strcmp(put[ITEM].buf, "{}") != 0) {
+    if (rc == STORE_OK && at_commit) {
+        const char *p[] = {put[ITEM].buf, put[USER].buf, put[KIND].buf, put[SEQ].buf, put[AT].buf, put[SET].buf};
+        rc = pg_wrun(w, "lists-put",
+                     "WITH h AS (UPDATE tally_log_head SET seq = seq + 1 WHERE id = 1 RETURNING seq)"
+                     " INSERT INTO tally_lists SELECT c.item, c.u, c.kind, CASE WHEN c.seq = 0 THEN h.seq ELSE c.seq"
+                     " END, c.at, c.kinds FROM unnest($1::text[], $2::text[], $3::int4[], $4::int8[], $5::int8[],"
+                     " $6::int4[]) AS c(item, u, kind, seq, at, kinds) CROSS JOIN h ORDER BY c.item COLLATE \"C\","
+                     " c.u COLLATE \"C\", c.kind ON CONFLICT (item, \"user\", kind) DO UPDATE SET seq = excluded.seq,"
+                     " at_ms = excluded.at_ms, kinds = excluded.kinds",
+                     NCOL, p);
+    } else if (rc == STORE_OK && strcmp(put[ITEM].buf, "{}") != 0) {
         const char *p[] = {put[ITEM].buf, put[USER].buf, put[KIND].buf, put[SEQ].buf, put[AT].buf, put[SET].buf};
         rc = pg_wrun(w, "lists-put",
                      "INSERT INTO tally_lists SELECT * FROM unnest($1::text[], $2::text[], $3::int4[], $4::int8[],"
@@ -220,6 +237,43 @@ int pg_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expe
     *mismatches += (uint64_t)(nl - j);
     PQclear(rows);
     PQclear(lists);
+    return STORE_OK;
+}
+
+/* One item's entries, gathered per user (the kind 0 entry holds the pair's set). */
+int pg_read_list_pairs(store_read_t *r_, span_t item, store_pair_fn fn, void *arg)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    const pg_store_t *s = r->store;
+    char it[ID_MAX_LEN + 1];
+    pg_cstr(it, item);
+    const char *p[] = {it};
+    int rc;
+    PGresult *res =
+        pg_rexec(r, "list-pairs",
+                 "SELECT \"user\", kind, kinds FROM tally_lists WHERE item = $1 ORDER BY \"user\", kind", 1, p, &rc);
+    if (!res)
+        return rc;
+    int n = PQntuples(res);
+    for (int i = 0; i < n;) {
+        span_t user = {PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)};
+        kindset_t set = 0, entries = 0;
+        for (; i < n && (size_t)PQgetlength(res, i, 0) == user.len &&
+               memcmp(PQgetvalue(res, i, 0), user.ptr, user.len) == 0;
+             i++) {
+            long d = strtol(PQgetvalue(res, i, 1), NULL, 10);
+            int code = d == 0 ? KIND_NONE : d <= s->db_kinds ? s->db_to_cfg[d] : -1;
+            if (code < 0)
+                entries |= (kindset_t)1 << 31; /* no kind of this store: never what a check expects */
+            else
+                entries |= (kindset_t)1 << code;
+            if (d == 0)
+                set = pg_cfg_set(s, strtol(PQgetvalue(res, i, 2), NULL, 10));
+        }
+        if (fn(arg, user, set, entries) != 0)
+            break;
+    }
+    PQclear(res);
     return STORE_OK;
 }
 

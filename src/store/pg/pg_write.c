@@ -31,7 +31,7 @@ static int write_begin(pg_write_t *w, store_write_t **out)
     w->thread = pthread_self();
     w->began = false;
     w->log_count = 0;
-    w->checkpoint_dirty = w->checkpoint_locked = false;
+    w->checkpoint_dirty = w->checkpoint_locked = w->aux_dirty = false;
     PQclear(w->fold_log);
     w->fold_log = NULL;
     pg_cache_clear(&w->rows);
@@ -651,6 +651,7 @@ int pg_aux_put(store_write_t *w_, span_t key, span_t value)
     PQclear(pg_wexec(w, "aux", "SELECT 1", 0, NULL, &rc)); /* begins the transaction */
     if (rc != STORE_OK)
         return rc;
+    w->aux_dirty = true;
     PGresult *res = PQexecParams(w->sess->conn,
                                  "INSERT INTO tally_aux VALUES ($1, $2) ON CONFLICT (key) DO UPDATE SET value = "
                                  "excluded.value",
@@ -1187,6 +1188,12 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
         rc = flush_log(w);
     if (rc == STORE_OK)
         rc = flush_asks(w);
+    /* A fold's commit does not wait for the WAL (pg_fold_begin), but a record it puts may be acted on
+     * by another database (the checkpoints of a user's list, which let another shard prune its log):
+     * such a commit waits, as a writer's does. */
+    bool durable = !w->sess->async_commit || w->aux_dirty;
+    if (rc == STORE_OK && w->sess->async_commit && w->aux_dirty)
+        rc = pg_wrun(w, "durable", "SET LOCAL synchronous_commit TO on", 0, NULL);
     w->piped = false;
     uint64_t started = mono_ns();
     bool committing = rc == STORE_OK;
@@ -1230,7 +1237,7 @@ int pg_write_commit_at(store_write_t *w_, uint64_t *log_base)
     if (rc == STORE_OK)
         rc = left;
     if (rc == STORE_OK && sent == STORE_OK) {
-        if (!w->sess->async_commit) /* the durable syncs: the fold's commits do not wait for one */
+        if (durable) /* the durable syncs: the fold's commits do not wait for one */
             histogram_observe(&s->commit_seconds, (double)(mono_ns() - started) / 1e9);
         atomic_fetch_add_explicit(&s->transactions, 1, memory_order_relaxed);
         pg_mark_up(s);
