@@ -340,7 +340,8 @@ static int cmd_import(int argc, char **argv)
                             OFFLINE_QUEUE_MAX / 2};
     import_source_t source = {file_next, file_rewind, &src};
     import_report_t rep;
-    int rc = import_run(writer, store_kinds(store), &source, &opt, &rep);
+    import_route_t route = {&writer, 1, NULL, NULL};
+    int rc = import_run(&route, store_kinds(store), &source, &opt, &rep);
     features_close(tool_features);
     tool_features = NULL;
     writer_stop(writer);
