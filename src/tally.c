@@ -449,7 +449,8 @@ static int export_user(store_t *store, store_read_t *snap, span_t user)
 static int export_all(store_t *store)
 {
     export_t *x;
-    int rc = export_open(store, EXPORT_ALL, (span_t){0}, UINT64_MAX, &x);
+    export_stores_t from = {&store, 1, NULL, NULL};
+    int rc = export_open(&from, EXPORT_ALL, (span_t){0}, UINT64_MAX, &x);
     if (rc != STORE_OK)
         return rc;
     textbuf_t page = {0};

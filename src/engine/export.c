@@ -1,6 +1,7 @@
 /* export.c — exports, page after page from one held snapshot (export.h). The admin export walks the
  * rows in key order (store_export_page, keyset: each page starts after the last row of the one
- * before); a user's export walks the user's list, newest first (store_read_list with its cursor). */
+ * before); a user's export walks the user's list, newest first (store_read_list with its cursor). With
+ * several shards each is read in turn, shard 0 first. */
 #include "engine/export.h"
 
 #include <stdlib.h>
@@ -10,16 +11,19 @@
 #include "core/clock.h"
 #include "core/kindsjson.h"
 
-/* The admin export's parts, in order. Voided users (not in this build) would be a part of their own
- * between the rows and the closing line: one {"user":"…","voided":true} line each, from the same
- * snapshot, counted in the closing line's N like the rows. */
+/* The admin export's parts, in order: every shard's rows (shard 0's voided users after its rows,
+ * from the same snapshot, counted in the closing line's N like the rows), then the closing line. */
 typedef enum { PART_ROWS, PART_CLOSING, PART_DONE } part_t;
 
 struct export
 {
-    store_t *store;
+    store_t *stores[SHARD_MAX];
+    size_t n, k; /* the shards, and the one being read */
+    uint32_t (*shard_of)(void *arg, span_t item);
+    void *shard_arg;
     const kinds_t *kinds;
-    store_read_t *snap; /* NULL once released */
+    store_read_t *snap; /* shard k's; NULL between two shards and once released */
+    bool released;      /* export_release: no snapshot is taken again */
     export_kind_t kind;
     part_t part;
     uint64_t deadline_ms, lines;
@@ -32,13 +36,18 @@ struct export
     bool has_cursor;
 };
 
-int export_open(store_t *store, export_kind_t kind, span_t user, uint64_t deadline_ms, export_t **out)
+int export_open(const export_stores_t *from, export_kind_t kind, span_t user, uint64_t deadline_ms, export_t **out)
 {
+    if (from->n == 0 || from->n > SHARD_MAX || (from->n > 1 && !from->shard_of))
+        return STORE_ERROR;
     export_t *x = calloc(1, sizeof *x);
     if (!x)
         return STORE_ERROR;
-    x->store = store;
-    x->kinds = store_kinds(store);
+    memcpy(x->stores, from->stores, from->n * sizeof *x->stores);
+    x->n = from->n;
+    x->shard_of = from->shard_of;
+    x->shard_arg = from->arg;
+    x->kinds = store_kinds(x->stores[0]);
     x->kind = kind;
     x->deadline_ms = deadline_ms;
     if (kind == EXPORT_USER) {
@@ -49,13 +58,24 @@ int export_open(store_t *store, export_kind_t kind, span_t user, uint64_t deadli
         memcpy(x->user, user.ptr, user.len);
         x->user_len = user.len;
     }
-    int rc = store_read_begin(store, &x->snap);
+    int rc = store_read_begin(x->stores[0], &x->snap);
     if (rc != STORE_OK) {
         free(x);
         return rc;
     }
     *out = x;
     return STORE_OK;
+}
+
+/* Shard k is read whole: its snapshot goes now, and the next shard's is taken at the next page. */
+static void shard_done(export_t *x)
+{
+    store_read_end(x->snap);
+    x->snap = NULL;
+    x->k++;
+    x->after_item_len = x->after_user_len = 0;
+    x->after_seq = 0;
+    x->has_cursor = false;
 }
 
 typedef struct {
@@ -100,6 +120,8 @@ static int list_line(void *arg, span_t item, uint64_t seq, uint64_t at_ms, kinds
     p->visited++;
     if (set == KINDSET_EMPTY) /* the lists hold only pairs whose set is not empty */
         return 0;
+    if (x->n > 1 && x->shard_of(x->shard_arg, item) != x->k)
+        return 0; /* another shard's item (a user's list gathers them): that shard says it */
     x->lines++;
     char at[32];
     changejson_iso_time(at_ms, at);
@@ -138,8 +160,12 @@ static int rows_page(export_t *x, textbuf_t *out)
     int rc = store_export_page(x->snap, (span_t){x->after_item, x->after_item_len},
                                (span_t){x->after_user, x->after_user_len}, EXPORT_PAGE_ROWS, row_line, &p, &visited);
     if (rc == STORE_OK && visited < EXPORT_PAGE_ROWS) {
-        rc = store_read_aux(x->snap, SPAN_LIT(STORE_VOID_PREFIX), voided_line, &p);
-        x->part = PART_CLOSING;
+        if (x->k == 0)
+            rc = store_read_aux(x->snap, SPAN_LIT(STORE_VOID_PREFIX), voided_line, &p);
+        if (x->k + 1 == x->n)
+            x->part = PART_CLOSING;
+        else if (rc == STORE_OK)
+            shard_done(x);
     }
     if (rc == STORE_OK && out->failed)
         rc = STORE_ERROR;
@@ -160,8 +186,12 @@ static int user_page(export_t *x, textbuf_t *out)
     x->has_cursor = true;
     if (rc == STORE_OK && out->failed)
         rc = STORE_ERROR;
-    if (rc == STORE_OK && p.visited < EXPORT_PAGE_ROWS)
-        x->part = PART_DONE;
+    if (rc == STORE_OK && p.visited < EXPORT_PAGE_ROWS) {
+        if (x->k + 1 == x->n)
+            x->part = PART_DONE;
+        else
+            shard_done(x);
+    }
     return rc;
 }
 
@@ -169,9 +199,17 @@ int export_next(export_t *x, textbuf_t *out)
 {
     if (x->part == PART_DONE)
         return EXPORT_DONE;
-    if (!x->snap || mono_ms() >= x->deadline_ms) {
+    if (x->released || mono_ms() >= x->deadline_ms) {
         export_release(x);
         return EXPORT_CUT;
+    }
+    if (!x->snap) { /* the next shard */
+        int rc = store_read_begin(x->stores[x->k], &x->snap);
+        if (rc != STORE_OK) {
+            x->snap = NULL;
+            export_release(x);
+            return rc < 0 ? rc : STORE_ERROR;
+        }
     }
     int rc = x->kind == EXPORT_USER ? user_page(x, out) : rows_page(x, out);
     if (rc != STORE_OK) {
@@ -191,6 +229,7 @@ int export_next(export_t *x, textbuf_t *out)
 
 void export_release(export_t *x)
 {
+    x->released = true;
     if (x->snap) {
         store_read_end(x->snap);
         x->snap = NULL;
