@@ -39,14 +39,14 @@ typedef struct {
     void *arg;
 } export_stores_t;
 
-/* Opens an export of the whole store (kind EXPORT_ALL) or of user's reactions. The shards are read
- * one after the other, each from one snapshot (store_read_begin): shard 0's taken now, each next one's
- * as the one before is let go; each held until its shard is read, export_close, export_release, or
- * deadline_ms (on mono_ms's clock) at the latest. The admin export's voided-user lines are shard 0's
- * (the flag is on every shard, and shard 0's is voided and restored first), after its rows; a user's
- * reactions are each shard's own items' from its list of the user, newest first within a shard.
- * Returns STORE_OK, or an error (nothing open). Any thread; the export is then used by one thread at a
- * time. */
+/* Opens an export of the whole store (kind EXPORT_ALL) or of user's reactions, each shard read from
+ * one snapshot (store_read_begin), every shard's taken now and held until export_close,
+ * export_release, the end of the export, or deadline_ms (on mono_ms's clock) at the latest. With
+ * several shards their parts are merged: the admin export's rows into one key order, as one store
+ * gives them, its voided-user lines after them shard 0's (the flag is on every shard, and shard 0's is
+ * voided and restored first); a user's reactions, each shard's own items from its list of the user,
+ * newest first by their time. Returns STORE_OK, or an error (nothing open). Any thread; the export is
+ * then used by one thread at a time. */
 int export_open(const export_stores_t *from, export_kind_t kind, span_t user, uint64_t deadline_ms, export_t **out);
 
 /* Appends the next page's lines to out. */

@@ -199,6 +199,10 @@ class ImportExportAcrossShardsTest(TallyTestCase):
             no_drift(self, a)
             exported = export_lines(a)[2]
             self.assertEqual(exported[-1], {"export": "complete", "lines": len(rows) + 1})
+            key = [(x["item"], x["user"]) for x in exported if "item" in x]
+            self.assertEqual(key, sorted(key, key=lambda t: (t[0].encode(), t[1].encode())),
+                             "the shards' rows merged in key order")
+            self.assertEqual(exported[-2], {"user": "u1", "voided": True}, "the voided users after the rows")
             self.assertEqual(sum(1 for x in exported if x.get("voided")), 1, "one line per voided user")
             source = self.state(a, items)
             self.assertEqual(len(source[0]), len(rows))
@@ -220,8 +224,10 @@ class ImportExportAcrossShardsTest(TallyTestCase):
                 self.settle(c, items, want)
                 self.assertEqual(self.state(c, items), source)
                 no_drift(self, c)
-                # and a one-shard export into two shards
+                # the same lines in the same order (key order, the voided users after the rows)
                 one = export_lines(c)[2]
+                self.assertEqual(one, exported, "an export does not depend on how many shards wrote it")
+                # and a one-shard export into two shards
                 with Server(shards=2, args=FAST) as d:
                     import_rows(d, one)
                     self.settle(d, items, want)
@@ -247,6 +253,8 @@ class ImportExportAcrossShardsTest(TallyTestCase):
                 time.sleep(0.2)
             self.assertEqual(got, want)
             self.assertEqual(len(lines), len(want), "each item once")
+            ats = [x["at"] for x in lines]
+            self.assertEqual(ats, sorted(ats, reverse=True), "newest first, the shards merged")
             self.assertTrue(all(set(x) == {"item", "reaction", "at"} for x in lines), lines[:2])
             self.assertEqual(hdrs["content-type"], "application/x-ndjson")
             self.assertProblem(srv.json("GET", "/v1/users/me/export", user="other"), 403, "forbidden")
