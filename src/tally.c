@@ -340,7 +340,8 @@ static int cmd_import(int argc, char **argv)
                             OFFLINE_QUEUE_MAX / 2};
     import_source_t source = {file_next, file_rewind, &src};
     import_report_t rep;
-    int rc = import_run(writer, store_kinds(store), &source, &opt, &rep);
+    import_route_t route = {&writer, 1, NULL, NULL};
+    int rc = import_run(&route, store_kinds(store), &source, &opt, &rep);
     features_close(tool_features);
     tool_features = NULL;
     writer_stop(writer);
@@ -448,7 +449,8 @@ static int export_user(store_t *store, store_read_t *snap, span_t user)
 static int export_all(store_t *store)
 {
     export_t *x;
-    int rc = export_open(store, EXPORT_ALL, (span_t){0}, UINT64_MAX, &x);
+    export_stores_t from = {&store, 1, NULL, NULL};
+    int rc = export_open(&from, EXPORT_ALL, (span_t){0}, UINT64_MAX, &x);
     if (rc != STORE_OK)
         return rc;
     textbuf_t page = {0};

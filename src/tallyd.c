@@ -293,6 +293,7 @@ static const char *shard_engines_start(app_t *app, writer_options_t *wopt)
     for (size_t k = 0; k < app->nshards; k++) {
         app_shard_t *shard = &app->shard[k];
         wopt->on_commit_arg = shard;
+        wopt->voids = shard->voids; /* the shard's own flags: its writer decides from them */
         if (user_fold) {
             wopt->fold_more = userfold_fold;
             wopt->prune_floor = userfold_prune_floor;
@@ -340,11 +341,14 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         return -1;
     }
     wopt.policies = app->policies;
-    if (voids_open(app->store, &app->voids, perr, sizeof perr) != 0) {
-        log_line("level=error event=start-failed msg=\"%s\"", perr);
-        return -1;
-    }
-    wopt.voids = app->voids;
+    /* The voided-user flag is on every shard: each shard's set is followed apart, and the reads of an
+     * item go by its shard's (shard 0's, app->voids, is the cluster's: the lists, the metrics). */
+    for (size_t k = 0; k < app->nshards; k++)
+        if (voids_open(app->shard[k].store, k > 0, &app->shard[k].voids, perr, sizeof perr) != 0) {
+            log_line("level=error event=start-failed msg=\"%s\"", perr);
+            return -1;
+        }
+    app->voids = app->shard[0].voids;
     if (store_shared(app->store) && readers_start(READERS_THREADS_DEFAULT, READERS_QUEUE_MAX, &app->readers) != 0)
         what = "the reader threads";
     else
@@ -448,7 +452,8 @@ static void shut_down(app_t *app, recount_sampler_t **samplers)
     userfold_free(user_fold);
     user_fold = NULL;
     policies_close(app->policies);
-    voids_close(app->voids);
+    for (size_t k = 0; k < app->nshards; k++)
+        voids_close(app->shard[k].voids);
     for (size_t k = 0; k < app->nshards; k++)
         feed_free(app->shard[k].feed);
     readers_free(app->readers);

@@ -10,6 +10,7 @@
 #ifndef TALLY_ENGINE_EXPORT_H
 #define TALLY_ENGINE_EXPORT_H
 
+#include "core/shardmap.h"
 #include "core/textbuf.h"
 #include "store/store.h"
 
@@ -29,11 +30,24 @@ enum {
 
 typedef struct export export_t;
 
-/* Opens an export of the whole store (kind EXPORT_ALL) or of user's reactions, its snapshot taken
- * now (store_read_begin) and held until export_close, export_release, or deadline_ms (on mono_ms's
- * clock) at the latest. Returns STORE_OK, or an error (nothing open). Any thread; the export is then
- * used by one thread at a time. */
-int export_open(store_t *store, export_kind_t kind, span_t user, uint64_t deadline_ms, export_t **out);
+/* The stores an export reads, one per shard, shard 0's first (kept by the caller while the export
+ * lives), and the shard of an item (NULL with one store). */
+typedef struct {
+    store_t *const *stores;
+    size_t n;
+    uint32_t (*shard_of)(void *arg, span_t item);
+    void *arg;
+} export_stores_t;
+
+/* Opens an export of the whole store (kind EXPORT_ALL) or of user's reactions, each shard read from
+ * one snapshot (store_read_begin), every shard's taken now and held until export_close,
+ * export_release, the end of the export, or deadline_ms (on mono_ms's clock) at the latest. With
+ * several shards their parts are merged: the admin export's rows into one key order, as one store
+ * gives them, its voided-user lines after them shard 0's (the flag is on every shard, and shard 0's is
+ * voided and restored first); a user's reactions, each shard's own items from its list of the user,
+ * newest first by their time. Returns STORE_OK, or an error (nothing open). Any thread; the export is
+ * then used by one thread at a time. */
+int export_open(const export_stores_t *from, export_kind_t kind, span_t user, uint64_t deadline_ms, export_t **out);
 
 /* Appends the next page's lines to out. */
 int export_next(export_t *x, textbuf_t *out);

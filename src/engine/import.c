@@ -5,8 +5,10 @@
 #include "core/kindsjson.h"
 
 #include <jansson.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
     span_t item, user;
@@ -149,27 +151,98 @@ static void csv_append(csv_reader_t *c, span_t line, bool sep)
     c->len += line.len;
 }
 
-/* Writer thread: one record's answer is final. */
+/* A voided-user line sent to several shards: one record of the report once every part is final. */
+typedef struct {
+    atomic_size_t left;  /* parts not final yet */
+    atomic_bool changed; /* some shard's flag changed */
+    atomic_bool failed;  /* some part was not answered 200 (the import fails) */
+} fanout_t;
+
+static void record_count(import_report_t *rep, bool ok, bool changed)
+{
+    if (ok && changed)
+        atomic_fetch_add(&rep->applied_live, 1);
+    else if (ok)
+        atomic_fetch_add(&rep->unchanged_live, 1);
+}
+
+/* Writer thread: one record's answer (or one part of a fanned-out one) is final. */
 static void record_done(write_cmd_t *cmd, void *arg)
 {
     import_report_t *rep = arg;
     bool changed = cmd->type == WRITE_VOID ? cmd->void_user.version != 0 : cmd->react.changed != 0;
-    if (cmd->answer.status == 200 && changed)
-        atomic_fetch_add(&rep->applied_live, 1);
-    else if (cmd->answer.status == 200)
-        atomic_fetch_add(&rep->unchanged_live, 1);
+    fanout_t *f = cmd->done_arg;
+    if (!f) {
+        record_count(rep, cmd->answer.status == 200, changed);
+        return;
+    }
+    if (cmd->answer.status != 200)
+        atomic_store(&f->failed, true);
+    else if (changed)
+        atomic_store(&f->changed, true);
+    if (atomic_fetch_sub(&f->left, 1) != 1)
+        return;
+    record_count(rep, !atomic_load(&f->failed), atomic_load(&f->changed));
+    free(f);
 }
 
-static int record_submit(writer_t *w, writer_group_t *g, const record_t *rec)
+static void void_fill(write_cmd_t *cmd, const record_t *rec)
 {
+    cmd->type = WRITE_VOID;
+    cmd->void_user.restore = !rec->voided;
+    memcpy(cmd->void_user.user, rec->user.ptr, rec->user.len);
+    cmd->void_user.user_len = rec->user.len;
+}
+
+/* A voided-user line on several shards: shard 0's part first, waited for (its transaction checks the
+ * feature version, kept on shard 0 only and never lowered), then the others' in the group. The
+ * writers take commands in order, so each shard sees it between the records before and after it. */
+static int void_fanout(const import_route_t *route, writer_group_t *g, const record_t *rec)
+{
+    write_cmd_t first = {0};
+    void_fill(&first, rec);
+    bool ok = writer_call(route->writers[0], &first) == 0 && first.answer.status == 200;
+    answer_free(&first.answer);
+    if (!ok) { /* one failed record of the group, as with one shard: the import fails, the pass goes on */
+        pthread_mutex_lock(&g->lock);
+        g->failed++;
+        pthread_mutex_unlock(&g->lock);
+        return 0;
+    }
+    fanout_t *f = malloc(sizeof *f);
+    if (!f)
+        return -1;
+    atomic_init(&f->left, route->n - 1);
+    atomic_init(&f->changed, first.void_user.version != 0);
+    atomic_init(&f->failed, false);
+    for (size_t k = 1; k < route->n; k++) {
+        write_cmd_t *cmd = calloc(1, sizeof *cmd);
+        if (cmd) {
+            void_fill(cmd, rec);
+            cmd->void_user.feature_checked = true;
+            cmd->done_arg = f;
+        }
+        if (!cmd || writer_group_submit(route->writers[k], g, cmd) != 0) {
+            free(cmd);
+            atomic_store(&f->failed, true); /* the parts not sent are final now */
+            if (atomic_fetch_sub(&f->left, route->n - k) == route->n - k)
+                free(f);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static int record_submit(const import_route_t *route, writer_group_t *g, const record_t *rec)
+{
+    if (rec->voided >= 0 && route->n > 1)
+        return void_fanout(route, g, rec);
+    writer_t *w = route->writers[route->n > 1 ? route->shard_of(route->arg, rec->item) : 0];
     write_cmd_t *cmd = calloc(1, sizeof *cmd);
     if (!cmd)
         return -1;
     if (rec->voided >= 0) { /* the user's flag: a void or a restore, as the line says */
-        cmd->type = WRITE_VOID;
-        cmd->void_user.restore = !rec->voided;
-        memcpy(cmd->void_user.user, rec->user.ptr, rec->user.len);
-        cmd->void_user.user_len = rec->user.len;
+        void_fill(cmd, rec);
         if (writer_group_submit(w, g, cmd) != 0) {
             free(cmd);
             return -1;
@@ -206,11 +279,11 @@ static bool export_closing(span_t line, uint64_t *n)
     return closing;
 }
 
-/* One record (text, from line lineno on): the header first, for CSV. Checked; applied when w is not
- * NULL. Returns 1 when the rest cannot be read right (a bad header), 0, or -1. */
-static int import_record(writer_t *w, const kinds_t *kinds, const import_options_t *opt, import_report_t *rep,
-                         writer_group_t *g, span_t text, uint64_t lineno, bool *header_pending, bool *csv_sets,
-                         char *out)
+/* One record (text, from line lineno on): the header first, for CSV. Checked; applied when route is
+ * not NULL. Returns 1 when the rest cannot be read right (a bad header), 0, or -1. */
+static int import_record(const import_route_t *route, const kinds_t *kinds, const import_options_t *opt,
+                         import_report_t *rep, writer_group_t *g, span_t text, uint64_t lineno, bool *header_pending,
+                         bool *csv_sets, char *out)
 {
     if (*header_pending) {
         *header_pending = false;
@@ -227,18 +300,18 @@ static int import_record(writer_t *w, const kinds_t *kinds, const import_options
     int rc = 0;
     if (error)
         rc = reject(rep, lineno, error);
-    else if (w) {
+    else if (route) {
         writer_group_wait(g, opt->batch);
-        rc = record_submit(w, g, &rec);
+        rc = record_submit(route, g, &rec);
     }
     json_decref(doc);
     return rc != 0 ? -1 : 0;
 }
 
-/* One pass over the source: checks every record; applies the good ones when w is not NULL. A CSV
+/* One pass over the source: checks every record; applies the good ones when route is not NULL. A CSV
  * record may span lines (a quoted field holding a line break): its lines are joined first. */
-static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t *src, const import_options_t *opt,
-                       import_report_t *rep, writer_group_t *g)
+static int import_pass(const import_route_t *route, const kinds_t *kinds, const import_source_t *src,
+                       const import_options_t *opt, import_report_t *rep, writer_group_t *g)
 {
     span_t line;
     uint64_t lineno = 0;
@@ -275,8 +348,8 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
                 rep->read++;
                 rc = reject(rep, c.line, "record longer than 65536 bytes");
             } else {
-                rc = import_record(w, kinds, opt, rep, g, (span_t){c.buf, c.len}, c.line, &header_pending, &csv_sets,
-                                   c.out);
+                rc = import_record(route, kinds, opt, rep, g, (span_t){c.buf, c.len}, c.line, &header_pending,
+                                   &csv_sets, c.out);
             }
             continue;
         }
@@ -302,19 +375,19 @@ static int import_pass(writer_t *w, const kinds_t *kinds, const import_source_t 
                 continue;
             }
         }
-        rc = import_record(w, kinds, opt, rep, g, bare, lineno, &header_pending, &csv_sets, c.out);
+        rc = import_record(route, kinds, opt, rep, g, bare, lineno, &header_pending, &csv_sets, c.out);
     }
     if (rc == 0 && c.open) /* the input ended inside a quoted field: refused as it is */
         rc = c.too_long ? (rep->read++, reject(rep, c.line, "record longer than 65536 bytes"))
-                        : import_record(w, kinds, opt, rep, g, (span_t){c.buf, c.len}, c.line, &header_pending,
+                        : import_record(route, kinds, opt, rep, g, (span_t){c.buf, c.len}, c.line, &header_pending,
                                         &csv_sets, c.out);
     free(c.buf);
     free(c.out);
     return rc < 0 ? -1 : 0;
 }
 
-int import_run(writer_t *w, const kinds_t *kinds, const import_source_t *src, const import_options_t *opt,
-               import_report_t *report)
+int import_run(const import_route_t *route, const kinds_t *kinds, const import_source_t *src,
+               const import_options_t *opt, import_report_t *report)
 {
     *report = (import_report_t){0};
     writer_group_t g;
@@ -327,12 +400,12 @@ int import_run(writer_t *w, const kinds_t *kinds, const import_source_t *src, co
         } else if (rc == 0) {
             uint64_t read = report->read;
             report->read = 0;
-            rc = src->rewind(src->arg) == 0 ? import_pass(w, kinds, src, opt, report, &g) : -1;
+            rc = src->rewind(src->arg) == 0 ? import_pass(route, kinds, src, opt, report, &g) : -1;
             if (rc == 0 && report->read != read)
                 rc = -1; /* the source changed between the passes */
         }
     } else {
-        rc = import_pass(w, kinds, src, opt, report, &g);
+        rc = import_pass(route, kinds, src, opt, report, &g);
     }
     writer_group_wait(&g, 0);
     if (g.failed)

@@ -43,10 +43,22 @@ typedef struct {
     void *arg;
 } import_source_t;
 
+/* Where the records go: the writers of the shards, shard 0's first, and the shard of an item (NULL
+ * with one writer). A reaction record goes to its item's shard's writer; a voided-user line to every
+ * shard's, shard 0's first (where the feature version is checked; then the others at once), and it is
+ * one record of the report however many shards it changed. */
+typedef struct {
+    writer_t *const *writers;
+    size_t n;
+    uint32_t (*shard_of)(void *arg, span_t item);
+    void *arg;
+} import_route_t;
+
 /* Runs the import. Blocks (a thread of its own, never an HTTP thread). Returns 0, or -1 when it
- * could not run to the end (report->failed; what was applied before stays applied). */
-int import_run(writer_t *w, const kinds_t *kinds, const import_source_t *src, const import_options_t *opt,
-               import_report_t *report);
+ * could not run to the end (report->failed; what was applied before stays applied: a run again
+ * finishes it, on every shard). */
+int import_run(const import_route_t *route, const kinds_t *kinds, const import_source_t *src,
+               const import_options_t *opt, import_report_t *report);
 
 void import_report_free(import_report_t *report);
 

@@ -16,8 +16,9 @@ struct voids {
     pthread_rwlock_t lock;     /* guards set */
     strmap_t set;              /* user → 1 */
     atomic_bool empty;         /* nobody voided: a read skips the lock */
-    pthread_mutex_t load_lock; /* one load at a time; guards version */
+    pthread_mutex_t load_lock; /* one load at a time; guards version and loaded */
     uint64_t version;
+    bool loaded; /* once: until then a refresh loads whatever the version says */
     voids_stats_t stats;
     bool follow;
     pthread_t thread;
@@ -114,6 +115,7 @@ static int load(voids_t *v)
     pthread_rwlock_unlock(&v->lock);
     strmap_free(&old);
     v->version = l.version;
+    v->loaded = true;
     atomic_store_explicit(&v->stats.count, l.set.count, memory_order_relaxed);
     atomic_fetch_add_explicit(&v->stats.loads, 1, memory_order_relaxed);
     return STORE_OK;
@@ -123,6 +125,7 @@ int voids_refresh(voids_t *v, bool force)
 {
     pthread_mutex_lock(&v->load_lock);
     uint64_t version = 0;
+    force |= !v->loaded;
     int rc = force ? STORE_OK : read_version(v, &version);
     if (rc == STORE_OK && (force || version != v->version))
         rc = load(v);
@@ -136,7 +139,7 @@ void voids_changed(voids_t *v, span_t user, bool voided, uint64_t version, size_
     atomic_fetch_add_explicit(voided ? &v->stats.voided_rows : &v->stats.restored_rows, rows, memory_order_relaxed);
     pthread_mutex_lock(&v->load_lock);
     bool applied = false;
-    if (v->version + 1 == version) { /* the set in force is the one just before this change */
+    if (v->loaded && v->version + 1 == version) { /* the set in force is the one just before this change */
         pthread_rwlock_wrlock(&v->lock);
         if (voided) {
             uint64_t *slot = strmap_get(&v->set, user);
@@ -177,7 +180,7 @@ static void *follow_main(void *arg)
     return NULL;
 }
 
-int voids_open(store_t *store, voids_t **out, char *err, size_t errlen)
+int voids_open(store_t *store, bool may_wait, voids_t **out, char *err, size_t errlen)
 {
     voids_t *v = calloc(1, sizeof *v);
     if (!v) {
@@ -190,7 +193,7 @@ int voids_open(store_t *store, voids_t **out, char *err, size_t errlen)
     pthread_mutex_init(&v->wait_lock, NULL);
     clock_cond_init_monotonic(&v->wake);
     atomic_store(&v->empty, true);
-    if (voids_refresh(v, true) != STORE_OK) {
+    if (voids_refresh(v, true) != STORE_OK && !(may_wait && store_shared(store))) {
         snprintf(err, errlen, "reading the voided users from the store failed");
         voids_close(v);
         return -1;

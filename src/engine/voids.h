@@ -27,8 +27,10 @@ typedef struct {
 } voids_stats_t;
 
 /* Loads the set from store and, on a shared store, starts the thread that follows the version.
- * Returns 0, or -1 with err filled. */
-int voids_open(store_t *store, voids_t **out, char *err, size_t errlen);
+ * may_wait: the store may not answer yet (a shard past 0, opened while down): the set starts empty
+ * and the thread loads it once the store answers (the shard serves nothing before). Returns 0, or -1
+ * with err filled. */
+int voids_open(store_t *store, bool may_wait, voids_t **out, char *err, size_t errlen);
 void voids_close(voids_t *v);
 
 /* Whether user is voided as this node knows it. Any thread; NULL v: false. */

@@ -375,9 +375,11 @@ static int writer_void(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64_
     end[klen] = '\x01'; /* past the key, before any longer user id (ids hold no byte below '-') */
     vu->rows = 0;
     vu->version = 0;
-    bool usable;
-    int rc = features_require(tx, FEATURE_VERSION_POLICIES_VOIDS, vu->restore ? "restoring users" : "voiding users",
-                              &cmd->answer, &usable);
+    bool usable = true;
+    int rc = vu->feature_checked
+                 ? STORE_OK
+                 : features_require(tx, FEATURE_VERSION_POLICIES_VOIDS,
+                                    vu->restore ? "restoring users" : "voiding users", &cmd->answer, &usable);
     if (rc != STORE_OK || !usable)
         return rc; /* refused: nothing written */
     /* every void and restore decides from the counter first, then the user's flag: one order */

@@ -95,11 +95,16 @@ typedef struct {
 
 /* WRITE_VOID: the voided flag of a user set (or cleared, restore) and, in the same transaction, one
  * log entry per row of the user whose reaction is not none, from == to at the row's version, counted
- * before and not after (a restore: the other way). Nothing when the flag already says so. */
+ * before and not after (a restore: the other way). Nothing when the flag already says so. With
+ * several shards it goes to every shard's writer (the flag is on every shard; each shard's rows are
+ * its items'), shard 0 first. */
 typedef struct {
     char user[ID_MAX_LEN];
     size_t user_len;
     bool restore;
+    /* The feature version was found in force on shard 0, where it is kept (it never falls): not looked
+     * for in this store, which does not keep it (a shard past 0). */
+    bool feature_checked;
     size_t rows;      /* result: rows that stopped (or started) counting */
     uint64_t version; /* result: the voided users' version after the change; 0: nothing changed */
 } write_void_t;

@@ -273,12 +273,22 @@ static json_t *rejected_array(const import_report_t *rep)
     return list;
 }
 
+static uint32_t import_shard_of(void *arg, span_t item)
+{
+    return app_item_shard(arg, item)->k;
+}
+
 static void import_job(admin_job_t *job)
 {
     import_buffer_t buf = {job->body, 0};
     import_source_t src = {import_buffer_next, import_buffer_rewind, &buf};
     import_report_t rep;
-    int rc = import_run(job->app->writer, job->app->kinds, &src, &job->import, &rep);
+    app_t *app = job->app;
+    writer_t *writers[SHARD_MAX];
+    for (size_t k = 0; k < app->nshards; k++)
+        writers[k] = app->shard[k].writer;
+    import_route_t route = {writers, app->nshards, import_shard_of, app};
+    int rc = import_run(&route, app->kinds, &src, &job->import, &rep);
     if (rep.aborted) {
         answer_problem(&job->answer, 400, "import-rejected", "the import has bad lines; nothing was applied");
         json_t *doc = json_loadb(job->answer.body, job->answer.body_len, 0, NULL);

@@ -58,6 +58,7 @@ typedef struct {
     store_t *store;
     writer_t *writer;
     feed_t *feed;
+    voids_t *voids; /* the voided users as this shard's flags say (app->voids: shard 0's) */
     /* When a reaction write on this shard last failed to commit (wall ms), seen as its answer comes
      * back: /readyz and tally_writes_failing say "writes failing" for a while after it. */
     atomic_uint_fast64_t last_write_failed_ms;

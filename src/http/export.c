@@ -222,6 +222,11 @@ static void job_log(job_t *j, int outcome, uint64_t lines)
              (unsigned long long)(mono_ms() - j->started_ms), (int)j->who_len, j->who);
 }
 
+static uint32_t export_shard_of(void *arg, span_t item)
+{
+    return app_item_shard(arg, item)->k;
+}
+
 static void *export_thread(void *arg)
 {
     job_t *j = arg;
@@ -229,7 +234,12 @@ static void *export_thread(void *arg)
     export_t *x = NULL;
     textbuf_t work = {0};
     int outcome;
-    int rc = export_open(j->app->store, j->kind, (span_t){j->user, j->user_len}, j->deadline_ms, &x);
+    app_t *app = j->app;
+    store_t *stores[SHARD_MAX];
+    for (size_t k = 0; k < app->nshards; k++)
+        stores[k] = app->shard[k].store;
+    export_stores_t from = {stores, app->nshards, export_shard_of, app};
+    int rc = export_open(&from, j->kind, (span_t){j->user, j->user_len}, j->deadline_ms, &x);
     if (rc != STORE_OK) {
         x = NULL;
         hand_over(j, NULL, rc, &work, &outcome);

@@ -177,9 +177,10 @@ static void item_read_answer(item_read_t *rd)
         return;
     }
     /* A voided viewer's reactions no longer count, but the counts they are shown include them: their
-     * own view does not change. */
-    if (rd->known && !rd->viewer && voids_has(rd->app->voids, user))
-        for (size_t i = 0; i < rd->n; i++)
+     * own view does not change. By the item's shard's flag, which its counts follow (a void reaches
+     * the shards one after the other). */
+    for (size_t i = 0; rd->known && !rd->viewer && i < rd->n; i++)
+        if (voids_has(app_item_shard(rd->app, items[i])->voids, user))
             reaction_deltas_add(KINDSET_EMPTY, rows[i].set, counts[i]);
     textbuf_t out = {0};
     bool partial = false;

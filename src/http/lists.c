@@ -46,7 +46,8 @@ static int page_add(void *arg, span_t name, uint64_t seq, uint64_t at_ms, kindse
         p->more = true;
         return 1;
     }
-    if (!rd->q.by_user && voids_has(rd->app->voids, name)) { /* their reactions do not count: not listed */
+    /* their reactions do not count (the item's shard's flag): not listed */
+    if (!rd->q.by_user && voids_has(app_item_shard(rd->app, rd->q.key)->voids, name)) {
         p->skipped++;
         p->last_seq = seq; /* the next page goes on after it */
         memcpy(p->last_name, name.ptr, name.len);

@@ -123,12 +123,23 @@ static void render_policies(textbuf_t *t, app_t *app)
                        (unsigned long long)atomic_load_explicit(&ps->refused[v], memory_order_relaxed));
 }
 
-/* Voided users: how many this node knows, voids and restores made through it and the rows they moved. */
+/* Voided users: how many this node knows, voids and restores made through it and the rows they moved.
+ * With several shards: the users and the voids as shard 0 (voided first) says, the rows and loads of
+ * every shard. */
 static void render_voids(textbuf_t *t, app_t *app)
 {
     if (!app->voids)
         return;
     const voids_stats_t *vs = voids_stats(app->voids);
+    uint64_t voided_rows = 0, restored_rows = 0, loads = 0;
+    for (size_t k = 0; k < app->nshards; k++) {
+        const voids_stats_t *one = app->shard[k].voids ? voids_stats(app->shard[k].voids) : NULL;
+        if (!one)
+            continue;
+        voided_rows += atomic_load_explicit(&one->voided_rows, memory_order_relaxed);
+        restored_rows += atomic_load_explicit(&one->restored_rows, memory_order_relaxed);
+        loads += atomic_load_explicit(&one->loads, memory_order_relaxed);
+    }
     gauge(t, "tally_voided_users", "Voided users known on this node.",
           (double)atomic_load_explicit(&vs->count, memory_order_relaxed));
     counter(t, "tally_voids_total", "Users voided through this node.",
@@ -136,11 +147,10 @@ static void render_voids(textbuf_t *t, app_t *app)
     counter(t, "tally_restores_total", "Voided users restored through this node.",
             atomic_load_explicit(&vs->restores, memory_order_relaxed));
     counter(t, "tally_voided_rows_total", "Reaction rows that stopped counting through this node's voids.",
-            atomic_load_explicit(&vs->voided_rows, memory_order_relaxed));
+            voided_rows);
     counter(t, "tally_restored_rows_total", "Reaction rows that counted again through this node's restores.",
-            atomic_load_explicit(&vs->restored_rows, memory_order_relaxed));
-    counter(t, "tally_void_loads_total", "Times this node loaded the voided users from the store.",
-            atomic_load_explicit(&vs->loads, memory_order_relaxed));
+            restored_rows);
+    counter(t, "tally_void_loads_total", "Times this node loaded the voided users from the store.", loads);
 }
 
 /* The feature version: the one in force (as this node last read it), the highest this build supports,
