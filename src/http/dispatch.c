@@ -311,14 +311,11 @@ static bool served_across_shards(route_id_t id)
     switch (id) {
     case ROUTE_USER_REACTIONS:
     case ROUTE_CHANGES:
-    case ROUTE_TRENDING:
-    case ROUTE_HOT:
     case ROUTE_IMPORT:
     case ROUTE_WEBHOOKS:
     case ROUTE_WEBHOOK:
     case ROUTE_WEBHOOK_RESUME:
     case ROUTE_WEBHOOK_SECRET:
-    case ROUTE_LIVE:
     case ROUTE_USER_VOID:
     case ROUTE_USER_RESTORE:
     case ROUTE_USER_EXPORT:
