@@ -60,8 +60,13 @@ typedef struct trend_part {
     uint64_t cursor; /* last log seq consumed */
     uint64_t newest; /* newest log seq seen */
     uint64_t last_persist_ms;
-    bool persist_all;            /* a persist failed: the next one writes every closed bucket again (under lock) */
-    bool follow_failing;         /* trending thread: the last read of the log failed (logged once per outage) */
+    bool persist_all;    /* a persist failed: the next one writes every closed bucket again (under lock) */
+    bool follow_failing; /* trending thread: the last read of the log failed (logged once per outage) */
+    /* The store could not be reached to restore (a shard down when the node started): nothing is
+     * followed or persisted until it is restored, so that its records are neither replaced by empty
+     * summaries nor stood in for by a replay of a log that may be pruned past them. Tried again at
+     * each wake-up of the thread. */
+    bool restore_pending;
     atomic_uint_fast64_t errors; /* failed store reads and persists, for the metrics */
 } trend_part_t;
 
@@ -274,6 +279,11 @@ static int restore_one(void *arg, span_t key, span_t value)
     ss_free(s);
     if (ss_decode(s, t->opt.capacity, (const uint8_t *)value.ptr, value.len) != 0)
         ss_init(s, t->opt.capacity);
+    /* A bucket that was open is persisted again, whether or not the log opens it again: written as
+     * open only when it is the open one, the next persist (which replaces every open bucket) would
+     * otherwise drop it, and a second restart without writes in between would find nothing. */
+    if (text[strlen(AUX_PREFIX)] == 'o')
+        b->dirty = true;
     return 0;
 }
 
@@ -292,6 +302,17 @@ static void restore(trend_part_t *t)
 {
     store_read_t *snap;
     int rc = store_read_begin(t->store, &snap);
+    if (rc == STORE_UNAVAILABLE) { /* not reached (yet): counted each time, logged once */
+        if (!t->restore_pending)
+            trending_error(t, "restore-failed", rc);
+        else
+            atomic_fetch_add_explicit(&t->errors, 1, memory_order_relaxed);
+        t->restore_pending = true;
+        return;
+    }
+    if (t->restore_pending)
+        log_line("level=info event=trending-restore-resumed");
+    t->restore_pending = false;
     if (rc != STORE_OK) {
         trending_error(t, "restore-failed", rc);
         return;
@@ -371,10 +392,15 @@ static void *trending_main(void *arg)
     trend_part_t *t = arg;
     thread_set_name("tally-trending");
     for (;;) {
-        while (follow(t))
+        if (t->restore_pending) {
+            pthread_mutex_lock(&t->lock); /* restoring fills the levels that queries read */
+            restore(t);
+            pthread_mutex_unlock(&t->lock);
+        }
+        while (!t->restore_pending && follow(t))
             ;
         uint64_t now = wall_ms();
-        if (now - t->last_persist_ms >= level_shape[LEVEL_1M].width_ms) {
+        if (!t->restore_pending && now - t->last_persist_ms >= level_shape[LEVEL_1M].width_ms) {
             pthread_mutex_lock(&t->lock);
             persist_t *p = persist_collect(t, now);
             pthread_mutex_unlock(&t->lock);
@@ -440,12 +466,15 @@ static void part_stop(trend_part_t *t)
     if (!t)
         return;
     thread_stop_join(&t->wake_lock, &t->wake, &t->stopping, t->thread);
-    /* The writer still runs: persist what is open so that a restart reads little log. */
+    /* The writer still runs: persist what is open so that a restart reads little log (unless nothing
+     * was restored: what the store holds stays as it is). */
     uint64_t now = wall_ms();
-    pthread_mutex_lock(&t->lock);
-    persist_t *p = persist_collect(t, now);
-    pthread_mutex_unlock(&t->lock);
-    persist_write(t, p, now);
+    if (!t->restore_pending) {
+        pthread_mutex_lock(&t->lock);
+        persist_t *p = persist_collect(t, now);
+        pthread_mutex_unlock(&t->lock);
+        persist_write(t, p, now);
+    }
     for (int l = 0; l < LEVELS; l++) {
         for (size_t i = 0; i < level_shape[l].nbuckets; i++) {
             bucket_reset(&t->levels[l].ring[i], 0);

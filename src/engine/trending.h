@@ -49,7 +49,7 @@ int trending_start_shards(store_t *const *stores, writer_t *const *writers, size
 /* One store (a cluster of one shard). */
 int trending_start(store_t *store, writer_t *writer, const kinds_t *kinds, const trending_options_t *opt,
                    trending_t **out);
-void trending_notify(void *t);                    /* any thread: new transitions committed (every shard) */
+void trending_notify(void *t);                       /* any thread: new transitions committed (every shard) */
 void trending_notify_shard(trending_t *t, size_t k); /* any thread: new transitions committed on shard k */
 /* Stops every follower, each persisting its open buckets through its writer (which must still run). */
 void trending_stop(trending_t *t);

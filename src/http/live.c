@@ -77,7 +77,7 @@ typedef struct {
 static struct {
     app_t *app;
     size_t nengines;
-    live_t *engine[SHARD_MAX]; /* shard k's follower */
+    live_t *engine[SHARD_MAX];         /* shard k's follower */
     uint32_t shard_of_sink[SHARD_MAX]; /* [k] = k: the sink's argument, which shard it hears from */
     live_http_options_t opt;
     atomic_size_t open;

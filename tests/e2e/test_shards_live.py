@@ -219,3 +219,51 @@ class TrendingAcrossShardsTest(TallyTestCase):
             while time.monotonic() < deadline and trending(srv)["items"] != want:
                 time.sleep(0.2)
             self.assertEqual(trending(srv)["items"], want)
+
+
+@pg_only("shards are PostgreSQL databases")
+class TrendingShardDownTest(TallyTestCase):
+    def test_a_shard_down_at_start_restores_its_summaries_once_reached(self):
+        # the log kept 1 s only: once pruned, shard 1's gains are in its persisted summaries alone
+        from harness import PgDatabase, pgcluster_module
+        other = pgcluster_module().start_primary(name="trend1", fsync=False)
+        try:
+            db1 = PgDatabase(cluster=other)
+            with Server(shard_dbs=[db1], args=NO_LIMIT + ["--log-retention", "1s"]) as srv:
+                ranges = shard_map(srv.db)
+                on = items_on(ranges, uid("td"), 1)
+                gains = {on[1][0]: 7, on[0][0]: 3}
+                for item, n in gains.items():
+                    for u in range(n):
+                        self.assertEqual(srv.put(item, "u%d" % u, "like")[0], 200)
+                want = [{"item": on[1][0], "gain": 7}, {"item": on[0][0], "gain": 3}]
+
+                def trending():
+                    st, _, doc, raw = srv.json("GET", "/v1/trending?window=1h")
+                    self.assertEqual(st, 200, raw[:300])
+                    return doc["items"]
+
+                def wait_trending(expected, timeout):
+                    deadline = time.monotonic() + timeout * SLOW
+                    while time.monotonic() < deadline and trending() != expected:
+                        time.sleep(0.2)
+                    self.assertEqual(trending(), expected)
+
+                wait_trending(want, 10)
+                deadline = time.monotonic() + 20 * SLOW
+                while time.monotonic() < deadline and db1.sql("SELECT count(*) FROM tally_log") != "0":
+                    time.sleep(0.3)
+                self.assertEqual(db1.sql("SELECT count(*) FROM tally_log"), "0", "shard 1's log pruned")
+                srv.stop()  # each shard's summaries persisted on it
+                pgcluster_module().stop(other, mode="fast")
+                srv.start()
+                wait_trending(want[1:], 10)  # shard 0's items meanwhile
+                self.assertIn("event=trending-restore-failed", srv.stderr())
+                other.start()
+                other.wait_ready()
+                wait_trending(want, 30)  # restored from shard 1's own records, not from its log
+                self.assertIn("event=trending-restore-resumed", srv.stderr())
+                srv.restart()  # and persisted again, whole
+                wait_trending(want, 10)
+        finally:
+            pgcluster_module().destroy(other)
