@@ -267,3 +267,52 @@ class TrendingShardDownTest(TallyTestCase):
                 wait_trending(want, 10)
         finally:
             pgcluster_module().destroy(other)
+
+
+@pg_only("shards are PostgreSQL databases")
+class LiveShardDownTest(TallyTestCase):
+    def test_a_shard_down_holds_back_only_its_own_items(self):
+        from harness import PgDatabase, pgcluster_module
+        other = pgcluster_module().start_primary(name="live1", fsync=False)
+        try:
+            db1 = PgDatabase(cluster=other)
+            with Server(shard_dbs=[db1], args=NO_LIMIT + ["--live-interval", "100ms"]) as srv:
+                ranges = shard_map(srv.db)
+                on = items_on(ranges, uid("ld"), 1)
+                up, down = on[0][0], on[1][0]
+                st, _, doc, raw = srv.put(down, "u0", "like")
+                self.assertEqual(st, 200, raw[:300])
+                p0 = write_cursor(doc, 1)
+                pgcluster_module().stop(other, mode="immediate")
+                s = SSEClient(srv, [up, down])
+                self.addCleanup(s.close)
+                self.assertEqual(s.status, 200)
+                ev = s.wait_for(lambda e: e.get("event") == "counts", 5)
+                self.assertIsNotNone(ev, "shard 0's item gets its first counts with shard 1 down")
+                self.assertEqual((ev["data"]["item"], entry_cursor(ev["id"])[0]), (up, 0))
+                st, _, doc, raw = srv.put(up, "u1", "like")
+                self.assertEqual(st, 200, raw[:300])
+                p = write_cursor(doc, 0)
+                ev = s.wait_for(lambda e: e["data"]["item"] == up and entry_cursor(e["id"])[1] >= p
+                                if e.get("event") == "counts" else False, 5)
+                self.assertIsNotNone(ev, "shard 0's writes stream while shard 1 is down")
+                self.assertEqual(ev["data"]["counts"], {"like": 1, "dislike": 0})
+                self.assertEqual(s.counts_events(down), [], "nothing of the down shard's item yet")
+                other.start()
+                other.wait_ready()
+                deadline = time.monotonic() + 30 * SLOW
+                while time.monotonic() < deadline and not s.counts_events(down):
+                    srv.put(down, "u1", "like")  # a write notices the server is back
+                    s.pump(0.3)
+                got = s.counts_events(down)
+                self.assertTrue(got, "shard 1's item gets its counts once its shard is back")
+                self.assertEqual(entry_cursor(got[0]["id"])[0], 1)
+                # its first counts are folded up to its P: the write made before the outage is in
+                # the first event whose P reaches the write's
+                ev = s.wait_for(lambda e: e.get("event") == "counts" and e["data"]["item"] == down and
+                                entry_cursor(e["id"])[1] >= p0, 10)
+                self.assertIsNotNone(ev, "no event of %s reaching its first write %d" % (down, p0))
+                self.assertGreaterEqual(ev["data"]["counts"]["like"], 1, ev)
+                self.assertGreater(metric(srv, "tally_live_errors_total"), 0)
+        finally:
+            pgcluster_module().destroy(other)
