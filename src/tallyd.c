@@ -213,7 +213,7 @@ static void on_commit(void *arg)
     app_t *app = shard->app;
     feed_notify(shard->feed);
     if (app->trending)
-        trending_notify(app->trending);
+        trending_notify_shard(app->trending, shard->k);
     webhooks_notify(app->webhooks);
 }
 
@@ -357,8 +357,14 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         log_line("level=error event=start-failed msg=\"%s\"", perr);
         return -1;
     }
-    if (!what && trending_start(app->store, app->writer, app->kinds, &topt, &app->trending) != 0)
-        what = "trending";
+    if (!what) { /* a follower per shard, its summaries on its shard */
+        store_t *stores[SHARD_MAX];
+        writer_t *writers[SHARD_MAX];
+        for (size_t k = 0; k < app->nshards; k++)
+            stores[k] = app->shard[k].store, writers[k] = app->shard[k].writer;
+        if (trending_start_shards(stores, writers, app->nshards, app->kinds, &topt, &app->trending) != 0)
+            what = "trending";
+    }
     for (size_t k = 0; k < app->nshards && !what; k++)
         if (recount_sampler_start(app->shard[k].store, app->shard[k].writer, o->recount_interval_ms,
                                   RECOUNT_SAMPLE_ITEMS, &samplers[k]) != 0)

@@ -21,5 +21,8 @@ void sse_counts_event_policy(textbuf_t *b, uint64_t cursor, const kinds_t *kinds
                              const int64_t counts[KINDS_MAX + 1], const policy_t *policy);
 void sse_counts_event(textbuf_t *b, uint64_t cursor, const kinds_t *kinds, span_t item,
                       const int64_t counts[KINDS_MAX + 1]);
+/* The same with the id given as text: an entry cursor of several shards ("S.P", core/shardmap.h). */
+void sse_counts_event_id(textbuf_t *b, span_t id, const kinds_t *kinds, span_t item,
+                         const int64_t counts[KINDS_MAX + 1], const policy_t *policy);
 
 #endif

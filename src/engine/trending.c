@@ -45,7 +45,8 @@ typedef struct {
     uint64_t current_start;
 } level_t;
 
-struct trending {
+/* One shard's follower: its log, its summaries, persisted on that shard. */
+typedef struct trend_part {
     store_t *store;
     writer_t *writer;
     const kinds_t *kinds;
@@ -59,20 +60,30 @@ struct trending {
     uint64_t cursor; /* last log seq consumed */
     uint64_t newest; /* newest log seq seen */
     uint64_t last_persist_ms;
-    bool persist_all;            /* a persist failed: the next one writes every closed bucket again (under lock) */
-    bool follow_failing;         /* trending thread: the last read of the log failed (logged once per outage) */
+    bool persist_all;    /* a persist failed: the next one writes every closed bucket again (under lock) */
+    bool follow_failing; /* trending thread: the last read of the log failed (logged once per outage) */
+    /* The store could not be reached to restore (a shard down when the node started): nothing is
+     * followed or persisted until it is restored, so that its records are neither replaced by empty
+     * summaries nor stood in for by a replay of a log that may be pruned past them. Tried again at
+     * each wake-up of the thread. */
+    bool restore_pending;
     atomic_uint_fast64_t errors; /* failed store reads and persists, for the metrics */
+} trend_part_t;
+
+struct trending {
+    size_t n;
+    trend_part_t *part[]; /* one per shard, in shard order */
 };
 
 /* A failed read or persist: counted, and logged (what names the step). */
-static void trending_error(trending_t *t, const char *what, int rc)
+static void trending_error(trend_part_t *t, const char *what, int rc)
 {
     atomic_fetch_add_explicit(&t->errors, 1, memory_order_relaxed);
     log_line("level=error event=trending-%s error=\"%s\"", what,
              rc == STORE_FULL ? "the store is out of space" : "the store failed");
 }
 
-static spacesaving_t *summary(trending_t *t, spacesaving_t *s)
+static spacesaving_t *summary(trend_part_t *t, spacesaving_t *s)
 {
     if (!s->slots && ss_init(s, t->opt.capacity) != 0)
         return NULL;
@@ -91,7 +102,7 @@ static void bucket_reset(bucket_t *b, uint64_t start_ms)
 }
 
 /* The bucket of at_ms at level l, recycled when its slot held an older bucket. */
-static bucket_t *bucket_for(trending_t *t, int l, uint64_t at_ms)
+static bucket_t *bucket_for(trend_part_t *t, int l, uint64_t at_ms)
 {
     uint64_t width = level_shape[l].width_ms, start = at_ms - at_ms % width;
     level_t *lv = &t->levels[l];
@@ -104,7 +115,7 @@ static bucket_t *bucket_for(trending_t *t, int l, uint64_t at_ms)
     return b;
 }
 
-static void add_event(trending_t *t, const transition_t *tr)
+static void add_event(trend_part_t *t, const transition_t *tr)
 {
     /* as the counts see it: a voided user's reactions neither gain nor lose, a void loses them and a
      * restore gains them back */
@@ -149,7 +160,7 @@ static void persist_add(persist_t *p, const char *key, uint8_t *value, size_t le
 }
 
 /* trend/b/<level>/<start, 16 hex>/<kind>/<g|l> */
-static void persist_bucket(trending_t *t, persist_t *p, int l, const bucket_t *b, const char *prefix)
+static void persist_bucket(trend_part_t *t, persist_t *p, int l, const bucket_t *b, const char *prefix)
 {
     for (int k = 1; k <= t->kinds->count; k++) {
         for (int side = 0; side < 2; side++) {
@@ -167,7 +178,7 @@ static void persist_bucket(trending_t *t, persist_t *p, int l, const bucket_t *b
 }
 
 /* Called with t->lock held: collects what to persist; the write happens after unlocking. */
-static persist_t *persist_collect(trending_t *t, uint64_t now)
+static persist_t *persist_collect(trend_part_t *t, uint64_t now)
 {
     persist_t *p = calloc(1, sizeof *p);
     if (!p)
@@ -200,7 +211,7 @@ static persist_t *persist_collect(trending_t *t, uint64_t now)
 }
 
 /* A command taken and committed: the writer answers 200 only after a durable commit. */
-static bool persist_call(trending_t *t, write_cmd_t *cmd)
+static bool persist_call(trend_part_t *t, write_cmd_t *cmd)
 {
     bool ok = writer_call(t->writer, cmd) == 0 && cmd->answer.status == 200;
     answer_free(&cmd->answer);
@@ -210,7 +221,7 @@ static bool persist_call(trending_t *t, write_cmd_t *cmd)
 /* Writes what persist_collect gathered (p may be NULL: it ran out of memory). A failure is counted
  * and logged, and the next persist writes every closed bucket again: the ones collected here were
  * marked clean and would otherwise be missing after a restart. */
-static void persist_write(trending_t *t, persist_t *p, uint64_t now)
+static void persist_write(trend_part_t *t, persist_t *p, uint64_t now)
 {
     bool ok = p != NULL;
     if (!p)
@@ -243,7 +254,7 @@ done:
 
 static int restore_one(void *arg, span_t key, span_t value)
 {
-    trending_t *t = arg;
+    trend_part_t *t = arg;
     if (span_eq_str(key, AUX_OPEN_KEY)) {
         if (value.len >= 8)
             memcpy(&t->cursor, value.ptr, 8);
@@ -268,10 +279,15 @@ static int restore_one(void *arg, span_t key, span_t value)
     ss_free(s);
     if (ss_decode(s, t->opt.capacity, (const uint8_t *)value.ptr, value.len) != 0)
         ss_init(s, t->opt.capacity);
+    /* A bucket that was open is persisted again, whether or not the log opens it again: written as
+     * open only when it is the open one, the next persist (which replaces every open bucket) would
+     * otherwise drop it, and a second restart without writes in between would find nothing. */
+    if (text[strlen(AUX_PREFIX)] == 'o')
+        b->dirty = true;
     return 0;
 }
 
-static void levels_clear(trending_t *t)
+static void levels_clear(trend_part_t *t)
 {
     for (int l = 0; l < LEVELS; l++)
         for (size_t i = 0; i < level_shape[l].nbuckets; i++)
@@ -282,10 +298,21 @@ static void levels_clear(trending_t *t)
  * goes: summaries without their cursor, replayed from an hour back, would count some entries twice.
  * Trending then starts as if nothing was persisted (and with no snapshot at all, reads the log
  * from its start). */
-static void restore(trending_t *t)
+static void restore(trend_part_t *t)
 {
     store_read_t *snap;
     int rc = store_read_begin(t->store, &snap);
+    if (rc == STORE_UNAVAILABLE) { /* not reached (yet): counted each time, logged once */
+        if (!t->restore_pending)
+            trending_error(t, "restore-failed", rc);
+        else
+            atomic_fetch_add_explicit(&t->errors, 1, memory_order_relaxed);
+        t->restore_pending = true;
+        return;
+    }
+    if (t->restore_pending)
+        log_line("level=info event=trending-restore-resumed");
+    t->restore_pending = false;
     if (rc != STORE_OK) {
         trending_error(t, "restore-failed", rc);
         return;
@@ -317,7 +344,7 @@ static void restore(trending_t *t)
 
 static int follow_one(void *arg, uint64_t seq, const transition_t *tr)
 {
-    trending_t *t = arg;
+    trend_part_t *t = arg;
     add_event(t, tr);
     t->cursor = seq;
     return 0;
@@ -325,7 +352,7 @@ static int follow_one(void *arg, uint64_t seq, const transition_t *tr)
 
 /* A failed read of the log is counted every time and logged once per outage; the cursor stays where
  * the last entry read left it, and the next wake-up tries again. */
-static bool follow_result(trending_t *t, int rc)
+static bool follow_result(trend_part_t *t, int rc)
 {
     if (rc != STORE_OK && !t->follow_failing)
         trending_error(t, "follow-failed", rc);
@@ -338,7 +365,7 @@ static bool follow_result(trending_t *t, int rc)
 }
 
 /* Reads what the log has after the cursor; returns true when more may be there. */
-static bool follow(trending_t *t)
+static bool follow(trend_part_t *t)
 {
     store_read_t *snap;
     uint64_t first = 0, last = 0;
@@ -362,13 +389,18 @@ static bool follow(trending_t *t)
 
 static void *trending_main(void *arg)
 {
-    trending_t *t = arg;
+    trend_part_t *t = arg;
     thread_set_name("tally-trending");
     for (;;) {
-        while (follow(t))
+        if (t->restore_pending) {
+            pthread_mutex_lock(&t->lock); /* restoring fills the levels that queries read */
+            restore(t);
+            pthread_mutex_unlock(&t->lock);
+        }
+        while (!t->restore_pending && follow(t))
             ;
         uint64_t now = wall_ms();
-        if (now - t->last_persist_ms >= level_shape[LEVEL_1M].width_ms) {
+        if (!t->restore_pending && now - t->last_persist_ms >= level_shape[LEVEL_1M].width_ms) {
             pthread_mutex_lock(&t->lock);
             persist_t *p = persist_collect(t, now);
             pthread_mutex_unlock(&t->lock);
@@ -389,19 +421,18 @@ static void *trending_main(void *arg)
     }
 }
 
-void trending_notify(void *arg)
+static void part_notify(trend_part_t *t)
 {
-    trending_t *t = arg;
     pthread_mutex_lock(&t->wake_lock);
     t->dirty = true;
     pthread_cond_signal(&t->wake);
     pthread_mutex_unlock(&t->wake_lock);
 }
 
-int trending_start(store_t *store, writer_t *writer, const kinds_t *kinds, const trending_options_t *opt,
-                   trending_t **out)
+static int part_start(store_t *store, writer_t *writer, const kinds_t *kinds, const trending_options_t *opt,
+                      trend_part_t **out)
 {
-    trending_t *t = calloc(1, sizeof *t);
+    trend_part_t *t = calloc(1, sizeof *t);
     if (!t)
         return -1;
     t->store = store;
@@ -430,17 +461,20 @@ int trending_start(store_t *store, writer_t *writer, const kinds_t *kinds, const
     return 0;
 }
 
-void trending_stop(trending_t *t)
+static void part_stop(trend_part_t *t)
 {
     if (!t)
         return;
     thread_stop_join(&t->wake_lock, &t->wake, &t->stopping, t->thread);
-    /* The writer still runs: persist what is open so that a restart reads little log. */
+    /* The writer still runs: persist what is open so that a restart reads little log (unless nothing
+     * was restored: what the store holds stays as it is). */
     uint64_t now = wall_ms();
-    pthread_mutex_lock(&t->lock);
-    persist_t *p = persist_collect(t, now);
-    pthread_mutex_unlock(&t->lock);
-    persist_write(t, p, now);
+    if (!t->restore_pending) {
+        pthread_mutex_lock(&t->lock);
+        persist_t *p = persist_collect(t, now);
+        pthread_mutex_unlock(&t->lock);
+        persist_write(t, p, now);
+    }
     for (int l = 0; l < LEVELS; l++) {
         for (size_t i = 0; i < level_shape[l].nbuckets; i++) {
             bucket_reset(&t->levels[l].ring[i], 0);
@@ -502,7 +536,7 @@ static size_t rank(const itemmap_t *sums, int64_t min, double seconds, size_t li
     return n;
 }
 
-size_t trending_top(trending_t *t, int kind, trend_window_t window, size_t limit, trend_entry_t *out)
+static size_t part_top(trend_part_t *t, int kind, trend_window_t window, size_t limit, trend_entry_t *out)
 {
     itemmap_t sums = {0};
     uint64_t now = wall_ms();
@@ -536,7 +570,7 @@ size_t trending_top(trending_t *t, int kind, trend_window_t window, size_t limit
     return n;
 }
 
-double trending_error_bound(trending_t *t, int kind, trend_window_t window)
+static double part_error_bound(trend_part_t *t, int kind, trend_window_t window)
 {
     uint64_t now = wall_ms(), events = 0;
     const level_t *lv = &t->levels[windows[window].level];
@@ -548,7 +582,7 @@ double trending_error_bound(trending_t *t, int kind, trend_window_t window)
     return (double)events / (double)t->opt.capacity;
 }
 
-size_t trending_hot(trending_t *t, size_t limit, trend_entry_t *out)
+static size_t part_hot(trend_part_t *t, size_t limit, trend_entry_t *out)
 {
     itemmap_t sums = {0};
     uint64_t now = wall_ms(), width = level_shape[LEVEL_5S].width_ms;
@@ -572,15 +606,127 @@ size_t trending_hot(trending_t *t, size_t limit, trend_entry_t *out)
     return n;
 }
 
+/* --- the shards together --- */
+
+int trending_start_shards(store_t *const *stores, writer_t *const *writers, size_t n, const kinds_t *kinds,
+                          const trending_options_t *opt, trending_t **out)
+{
+    trending_t *t = calloc(1, sizeof *t + n * sizeof t->part[0]);
+    if (!t)
+        return -1;
+    for (; t->n < n; t->n++)
+        if (part_start(stores[t->n], writers[t->n], kinds, opt, &t->part[t->n]) != 0)
+            return -1; /* start-up only: the process exits */
+    *out = t;
+    return 0;
+}
+
+int trending_start(store_t *store, writer_t *writer, const kinds_t *kinds, const trending_options_t *opt,
+                   trending_t **out)
+{
+    return trending_start_shards(&store, &writer, 1, kinds, opt, out);
+}
+
+void trending_notify(void *arg)
+{
+    trending_t *t = arg;
+    for (size_t k = 0; k < t->n; k++)
+        part_notify(t->part[k]);
+}
+
+void trending_notify_shard(trending_t *t, size_t k)
+{
+    if (k < t->n)
+        part_notify(t->part[k]);
+}
+
+void trending_stop(trending_t *t)
+{
+    if (!t)
+        return;
+    for (size_t k = 0; k < t->n; k++)
+        part_stop(t->part[k]);
+    free(t);
+}
+
+/* Each shard's first `limit` of one list (its items are its own: an item lives on one shard), merged
+ * largest first and cut to limit. */
+static size_t merge_parts(trending_t *t, size_t limit, trend_entry_t *out,
+                          size_t (*list)(trend_part_t *p, size_t limit, trend_entry_t *out, const void *arg),
+                          const void *arg)
+{
+    if (t->n == 1)
+        return list(t->part[0], limit, out, arg);
+    trend_entry_t *all = calloc(t->n * limit, sizeof *all);
+    if (!all)
+        return 0;
+    size_t n = 0;
+    for (size_t k = 0; k < t->n; k++)
+        n += list(t->part[k], limit, all + n, arg);
+    qsort(all, n, sizeof *all, entry_cmp);
+    if (n > limit)
+        n = limit;
+    memcpy(out, all, n * sizeof *all);
+    free(all);
+    return n;
+}
+
+typedef struct {
+    int kind;
+    trend_window_t window;
+} top_arg_t;
+
+static size_t list_top(trend_part_t *p, size_t limit, trend_entry_t *out, const void *arg)
+{
+    const top_arg_t *a = arg;
+    return part_top(p, a->kind, a->window, limit, out);
+}
+
+static size_t list_hot(trend_part_t *p, size_t limit, trend_entry_t *out, const void *arg)
+{
+    (void)arg;
+    return part_hot(p, limit, out);
+}
+
+size_t trending_top(trending_t *t, int kind, trend_window_t window, size_t limit, trend_entry_t *out)
+{
+    return merge_parts(t, limit, out, list_top, &(top_arg_t){kind, window});
+}
+
+size_t trending_hot(trending_t *t, size_t limit, trend_entry_t *out)
+{
+    return merge_parts(t, limit, out, list_hot, NULL);
+}
+
+/* An item is counted by its shard's summaries alone, so its error is within that shard's bound: the
+ * largest of them bounds every listed item. */
+double trending_error_bound(trending_t *t, int kind, trend_window_t window)
+{
+    double bound = 0;
+    for (size_t k = 0; k < t->n; k++) {
+        double b = part_error_bound(t->part[k], kind, window);
+        if (b > bound)
+            bound = b;
+    }
+    return bound;
+}
+
 uint64_t trending_errors(const trending_t *t)
 {
-    return atomic_load_explicit(&t->errors, memory_order_relaxed);
+    uint64_t errors = 0;
+    for (size_t k = 0; k < t->n; k++)
+        errors += atomic_load_explicit(&t->part[k]->errors, memory_order_relaxed);
+    return errors;
 }
 
 uint64_t trending_behind(trending_t *t)
 {
-    pthread_mutex_lock(&t->lock);
-    uint64_t behind = t->newest > t->cursor ? t->newest - t->cursor : 0;
-    pthread_mutex_unlock(&t->lock);
+    uint64_t behind = 0;
+    for (size_t k = 0; k < t->n; k++) {
+        trend_part_t *p = t->part[k];
+        pthread_mutex_lock(&p->lock);
+        behind += p->newest > p->cursor ? p->newest - p->cursor : 0;
+        pthread_mutex_unlock(&p->lock);
+    }
     return behind;
 }

@@ -309,13 +309,10 @@ static bool served_across_shards(route_id_t id)
 {
     switch (id) {
     case ROUTE_CHANGES:
-    case ROUTE_TRENDING:
-    case ROUTE_HOT:
     case ROUTE_WEBHOOKS:
     case ROUTE_WEBHOOK:
     case ROUTE_WEBHOOK_RESUME:
     case ROUTE_WEBHOOK_SECRET:
-    case ROUTE_LIVE:
         return false;
     default:
         return true;

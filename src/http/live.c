@@ -1,7 +1,16 @@
 /* live.c — the live streams: opening one (caps, ids), each HTTP thread's index of its streams by
  * item, and the sink of engine/live.c, which renders events on the live thread and posts them to
  * the HTTP threads. A stream's state is touched only on its own HTTP thread; the caps are atomics
- * and one short lock (per-client counts). */
+ * and one short lock (per-client counts).
+ *
+ * Across shards: one follower (engine/live.c) per shard, each on its shard's log, checkpoint and
+ * counts, and a stream subscribes its items to their shards' followers. An event's id is the entry
+ * cursor "S.P" (core/shardmap.h; with one shard the decimal position, as always) of the item's shard
+ * S and the checkpoint P its counts are folded up to, so "P at least the write's" includes the write
+ * exactly as with one store. What a stream's first counts already hold is kept per item (its shard's
+ * cursor), and each shard's first counts come as soon as that shard is read: a shard that is down
+ * holds back only its own items. A new stream (a reconnect with Last-Event-ID included) starts with
+ * the current counts of every item, as with one shard: no id is taken from the client. */
 #include "http/live.h"
 #include "http/auth.h"
 
@@ -23,15 +32,16 @@ typedef struct live_stream live_stream_t;
 typedef struct sub_node {
     live_stream_t *stream;
     struct sub_node *prev, *next;
+    uint32_t shard; /* the item's */
+    bool primed;    /* its first counts went out: changes may follow */
+    uint64_t since; /* the cursor (its shard's) of its first counts: changes up to it are in them */
 } sub_node_t;
 
 struct live_stream {
     uint64_t token;
     int thread;
     http_stream_t *http;
-    bool primed;     /* its initial counts went out: changes may follow */
-    bool subscribed; /* live_subscribe took its items */
-    uint64_t since;  /* the cursor of its initial counts: changes up to it are in them */
+    bool subscribed; /* live_subscribe took its items (each shard's follower its own) */
     size_t n;
     span_t items[LIVE_IDS_MAX]; /* into names */
     sub_node_t nodes[LIVE_IDS_MAX];
@@ -57,15 +67,18 @@ typedef struct {
     textbuf_t buf;
 } live_batch_t;
 
-/* A stream's initial counts, posted to its thread. */
+/* A stream's initial counts of one shard's items, posted to its thread. */
 typedef struct {
     uint64_t token, cursor;
+    uint32_t shard;
     textbuf_t text;
 } live_initial_t;
 
 static struct {
     app_t *app;
-    live_t *engine;
+    size_t nengines;
+    live_t *engine[SHARD_MAX];         /* shard k's follower */
+    uint32_t shard_of_sink[SHARD_MAX]; /* [k] = k: the sink's argument, which shard it hears from */
     live_http_options_t opt;
     atomic_size_t open;
     atomic_bool closing;
@@ -179,6 +192,56 @@ static bool caps_would_admit(span_t client)
     return ok;
 }
 
+/* --- a stream's subscriptions (its thread) --- */
+
+/* The stream's items on the first shard not done yet (in the stream's order), into out: how many,
+ * with *shard that shard, now done; 0 when every shard is done. */
+static size_t next_group(const live_stream_t *s, bool *done, uint32_t *shard, span_t *out)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        uint32_t k = s->nodes[i].shard;
+        if (done[k] || (n && k != *shard))
+            continue;
+        *shard = k;
+        out[n++] = s->items[i];
+    }
+    if (n)
+        done[*shard] = true;
+    return n;
+}
+
+/* Unsubscribes the stream's items from every shard's follower but those skip names. */
+static void stream_unsubscribe(live_stream_t *s, const bool *skip)
+{
+    bool done[SHARD_MAX];
+    span_t group[LIVE_IDS_MAX];
+    uint32_t k;
+    size_t n;
+    memcpy(done, skip, sizeof done);
+    while ((n = next_group(s, done, &k, group)) > 0)
+        live_unsubscribe(live.engine[k], s->token, group, n);
+}
+
+/* Subscribes the stream's items to their shards' followers: true, or false having undone it all. */
+static bool stream_subscribe(live_stream_t *s)
+{
+    bool done[SHARD_MAX] = {0};
+    span_t group[LIVE_IDS_MAX];
+    uint32_t k;
+    size_t n;
+    while ((n = next_group(s, done, &k, group)) > 0) {
+        if (live_subscribe(live.engine[k], s->token, group, n) != 0) { /* out of memory */
+            bool skip[SHARD_MAX];
+            for (size_t j = 0; j < SHARD_MAX; j++)
+                skip[j] = !done[j] || j == k; /* the shards subscribed are the others done */
+            stream_unsubscribe(s, skip);
+            return false;
+        }
+    }
+    return true;
+}
+
 /* --- a stream's writes (its thread) --- */
 
 /* Writes text; a stream that has too much unsent is dropped (and may be gone after this call). */
@@ -197,7 +260,7 @@ static void stream_on_end(void *arg)
     live_stream_t *s = arg;
     index_remove(&live.threads[s->thread], s);
     if (s->subscribed)
-        live_unsubscribe(live.engine, s->token, s->items, s->n);
+        stream_unsubscribe(s, (bool[SHARD_MAX]){0});
     client_release((span_t){s->client, s->client_len});
     atomic_fetch_sub(&live.open, 1);
     free(s);
@@ -223,24 +286,31 @@ static void on_batch(void *arg)
         uint64_t *head = strmap_find(&t->by_item, (span_t){b->buf.buf + b->name_at[i], b->name_len[i]});
         for (sub_node_t *node = head ? (sub_node_t *)(uintptr_t)*head : NULL, *next; node; node = next) {
             next = node->next; /* a dropped stream unlinks itself; another stream's node stays */
-            if (node->stream->primed && b->changed_at[i] > node->stream->since)
+            if (node->primed && b->changed_at[i] > node->since)
                 stream_send(node->stream, b->buf.buf + b->text_at[i], b->text_len[i], 1);
         }
     }
     batch_unref(b);
 }
 
-/* One item's event, under its policy in force (hidden counts are null: a stream is public). */
-static void counts_event(textbuf_t *b, uint64_t cursor, span_t item, const int64_t *counts)
+/* One item's event, under its policy in force (hidden counts are null: a stream is public); its id
+ * the entry cursor of its shard's position cursor. */
+static void counts_event(textbuf_t *b, uint32_t shard, uint64_t cursor, span_t item, const int64_t *counts)
 {
     policy_t p;
+    char id[SHARD_CURSOR_MAX];
+    int len = shard_cursor_format((uint32_t)live.nengines, shard, cursor, id, sizeof id);
+    if (len < 0) {
+        b->failed = true; /* a position past the cursor's range: no event rather than a wrong id */
+        return;
+    }
     bool has = policies_lookup(live.app->policies, item, &p);
-    sse_counts_event_policy(b, cursor, live.app->kinds, item, counts, has ? &p : NULL);
+    sse_counts_event_id(b, (span_t){id, (size_t)len}, live.app->kinds, item, counts, has ? &p : NULL);
 }
 
 static void sink_changes(void *arg, uint64_t cursor, const live_item_t *items, size_t n)
 {
-    (void)arg;
+    uint32_t shard = *(const uint32_t *)arg;
     if (atomic_load(&live.open) == 0 || n == 0)
         return;
     live_batch_t *b = calloc(1, sizeof *b);
@@ -260,7 +330,7 @@ static void sink_changes(void *arg, uint64_t cursor, const live_item_t *items, s
         b->name_len[i] = items[i].item.len;
         textbuf_append(&b->buf, items[i].item.ptr, items[i].item.len);
         b->text_at[i] = b->buf.len;
-        counts_event(&b->buf, cursor, items[i].item, items[i].counts);
+        counts_event(&b->buf, shard, cursor, items[i].item, items[i].counts);
         b->text_len[i] = b->buf.len - b->text_at[i];
     }
     int threads = http_thread_count();
@@ -277,25 +347,31 @@ static void on_initial(void *arg)
     live_thread_t *t = &live.threads[http_thread_index()];
     uint64_t *slot = strmap_find(&t->by_token, token_key(&m->token));
     live_stream_t *s = slot ? (live_stream_t *)(uintptr_t)*slot : NULL;
-    if (s && !s->primed) {
-        s->primed = true;
-        s->since = m->cursor;
-        stream_send(s, m->text.buf, m->text.len, s->n);
+    size_t events = 0;
+    for (size_t i = 0; s && i < s->n; i++) {
+        sub_node_t *node = &s->nodes[i];
+        if (node->shard != m->shard || node->primed)
+            continue;
+        node->primed = true;
+        node->since = m->cursor;
+        events++;
     }
+    if (events)
+        stream_send(s, m->text.buf, m->text.len, events);
     free(m->text.buf);
     free(m);
 }
 
 static void sink_initial(void *arg, uint64_t token, uint64_t cursor, const live_item_t *items, size_t n)
 {
-    (void)arg;
     live_initial_t *m = calloc(1, sizeof *m);
     if (!m)
         return; /* the stream stays without its first events; its client reconnects */
     m->token = token;
     m->cursor = cursor;
+    m->shard = *(const uint32_t *)arg;
     for (size_t i = 0; i < n; i++)
-        counts_event(&m->text, cursor, items[i].item, items[i].counts);
+        counts_event(&m->text, m->shard, cursor, items[i].item, items[i].counts);
     int thread = (int)(token & ((1u << TOKEN_THREAD_BITS) - 1));
     if (m->text.failed || http_thread_post(thread, on_initial, m) != 0) {
         free(m->text.buf);
@@ -315,9 +391,8 @@ static void on_keepalive(void *arg)
 
 static void sink_keepalive(void *arg)
 {
-    (void)arg;
-    if (atomic_load(&live.open) == 0)
-        return;
+    if (*(const uint32_t *)arg != 0 || atomic_load(&live.open) == 0)
+        return; /* one keep-alive per period: shard 0's follower's */
     for (int i = 0; i < http_thread_count(); i++)
         http_thread_post(i, on_keepalive, NULL);
 }
@@ -355,7 +430,7 @@ void live_http_get(app_t *app, http_request_t *req, span_t query)
     if (!auth_user_or_reply(app, req, false, &who) || !read_rate_or_reply(app, req, &who) ||
         !items_ids_or_reply(req, query, &ids))
         return;
-    if (!live.engine || atomic_load(&live.closing)) {
+    if (!live.nengines || atomic_load(&live.closing)) {
         reply_problem(req, 503, "unavailable", "the server is shutting down; reconnect shortly");
         return;
     }
@@ -390,7 +465,8 @@ void live_http_get(app_t *app, http_request_t *req, span_t query)
         if (repeat)
             continue; /* one event per item, whatever how often it was named */
         memcpy(s->names + at, id.ptr, id.len);
-        s->items[s->n++] = (span_t){s->names + at, id.len};
+        s->items[s->n] = (span_t){s->names + at, id.len};
+        s->nodes[s->n++].shard = app_item_shard(app, id)->k;
         at += id.len;
     }
     memcpy(s->client, client, client_len);
@@ -412,7 +488,7 @@ void live_http_get(app_t *app, http_request_t *req, span_t query)
     index_add(&live.threads[s->thread], s);
     textbuf_t retry = {0};
     sse_retry(&retry, SSE_RETRY_MS);
-    s->subscribed = !retry.failed && live_subscribe(live.engine, s->token, s->items, s->n) == 0;
+    s->subscribed = !retry.failed && stream_subscribe(s);
     if (s->subscribed)
         stream_send(s, retry.buf, retry.len, 0);
     else
@@ -434,13 +510,21 @@ int live_http_start(app_t *app, const live_http_options_t *opt)
     live_options_t follow = opt->follow;
     if (app->policies) /* a policy change sends every watched item again, under its new policy */
         follow.render_epoch = &policies_stats(app->policies)->epoch;
-    return live_start(app->store, app->kinds, &follow, &sink, &live.engine);
+    for (size_t k = 0; k < app->nshards; k++) {
+        live.shard_of_sink[k] = (uint32_t)k;
+        sink.arg = &live.shard_of_sink[k];
+        if (live_start(app->shard[k].store, app->kinds, &follow, &sink, &live.engine[k]) != 0)
+            return -1;
+        live.nengines = k + 1;
+    }
+    return 0;
 }
 
 void live_http_end_all(void)
 {
     atomic_store(&live.closing, true);
-    live_halt(live.engine); /* nothing is posted after this: the ends below come after every update */
+    for (size_t k = 0; k < live.nengines; k++)
+        live_halt(live.engine[k]); /* nothing is posted after this: the ends below come after every update */
     for (int i = 0; i < http_thread_count(); i++)
         if (http_thread_post(i, on_end_all, NULL) != 0)
             atomic_fetch_add(&live.threads_ended, 1); /* out of memory: its streams are dropped below */
@@ -466,8 +550,11 @@ size_t live_http_wait_ended(uint64_t timeout_ms)
 
 void live_http_stop(void)
 {
-    live_stop(live.engine);
-    live.engine = NULL;
+    for (size_t k = 0; k < live.nengines; k++) {
+        live_stop(live.engine[k]);
+        live.engine[k] = NULL;
+    }
+    live.nengines = 0;
 }
 
 void live_http_stats(live_http_stats_t *out)
@@ -479,9 +566,10 @@ void live_http_stats(live_http_stats_t *out)
         .dropped = atomic_load_explicit(&live.dropped, memory_order_relaxed),
         .refused = atomic_load_explicit(&live.refused, memory_order_relaxed),
     };
-    if (live.engine) {
-        const live_stats_t *st = live_stats(live.engine);
-        out->errors = atomic_load_explicit(&st->errors, memory_order_relaxed);
-        out->cursor = atomic_load_explicit(&st->cursor, memory_order_relaxed);
+    for (size_t k = 0; k < live.nengines; k++) {
+        const live_stats_t *st = live_stats(live.engine[k]);
+        out->errors += atomic_load_explicit(&st->errors, memory_order_relaxed);
+        out->cursor[k] = atomic_load_explicit(&st->cursor, memory_order_relaxed);
     }
+    out->shards = live.nengines;
 }

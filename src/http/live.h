@@ -19,7 +19,7 @@ typedef struct {
     live_options_t follow;         /* --live-interval, --live-keepalive */
 } live_http_options_t;
 
-/* Starts the follower (after the HTTP threads). Returns 0, or -1. */
+/* Starts the followers, one per shard (after the HTTP threads). Returns 0, or -1. */
 int live_http_start(app_t *app, const live_http_options_t *opt);
 
 /* The route (HTTP thread). */
@@ -44,8 +44,9 @@ typedef struct {
     size_t open;                      /* streams open now */
     uint64_t opened, events, dropped; /* streams opened; events sent; streams dropped as slow */
     uint64_t refused;                 /* past a cap: 503 */
-    uint64_t errors;                  /* failed reads of the follower */
-    uint64_t cursor;                  /* the checkpoint the follower last read */
+    uint64_t errors;                  /* failed reads of the followers (every shard's) */
+    size_t shards;                    /* followers: one per shard */
+    uint64_t cursor[SHARD_MAX];       /* [k]: the checkpoint shard k's follower last read */
 } live_http_stats_t;
 
 void live_http_stats(live_http_stats_t *out);

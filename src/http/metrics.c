@@ -340,7 +340,13 @@ static void metrics_render(app_t *app, answer_t *a)
     counter(&t, "tally_exports_failed_total", "Exports ended by a failed store read.", xs.failed);
     counter(&t, "tally_exports_refused_total", "Exports refused with 503 at --max-exports.", xs.refused);
     counter(&t, "tally_export_lines_total", "Lines sent by exports that ended (closing lines not counted).", xs.lines);
-    gauge(&t, "tally_live_cursor", "The checkpoint the live-counts follower read last.", (double)ls.cursor);
+    if (ls.shards > 1) { /* per shard: each follows its own log (with one, the gauge as it always was) */
+        metric_head(&t, "tally_live_cursor", "gauge", "The checkpoint the shard's live-counts follower read last.");
+        for (size_t k = 0; k < ls.shards; k++)
+            textbuf_printf(&t, "tally_live_cursor{shard=\"%zu\"} %llu\n", k, (unsigned long long)ls.cursor[k]);
+    } else {
+        gauge(&t, "tally_live_cursor", "The checkpoint the live-counts follower read last.", (double)ls.cursor[0]);
+    }
     gauge(&t, "tally_writes_failing", "1 for 10 s after a reaction write failed to commit (disk full?).",
           app_writes_failing(app) ? 1 : 0);
     render_webhooks(&t, app);
