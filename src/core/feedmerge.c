@@ -9,9 +9,9 @@
 
 #define FEEDMERGE_FIRST_CAP 64
 
-void feedmerge_shard_init(feedmerge_shard_t *s, uint32_t count, uint32_t shard)
+void feedmerge_shard_init(feedmerge_shard_t *s, const kinds_t *kinds, uint32_t count, uint32_t shard)
 {
-    *s = (feedmerge_shard_t){.count = count, .shard = shard};
+    *s = (feedmerge_shard_t){.count = count, .shard = shard, .kinds = kinds, .stop_after = UINT64_MAX};
 }
 
 /* Room for one more entry. */
@@ -32,18 +32,24 @@ static int entry_room(feedmerge_shard_t *s)
     return 0;
 }
 
-int feedmerge_add(feedmerge_shard_t *s, const kinds_t *kinds, uint64_t seq, const transition_t *t)
+int feedmerge_add(feedmerge_shard_t *s, uint64_t seq, const transition_t *t)
 {
     if (entry_room(s) != 0)
         return -1;
     size_t off = s->text.len;
-    changejson_append_shard(&s->text, kinds, s->count, s->shard, seq, t);
+    changejson_append_shard(&s->text, s->kinds, s->count, s->shard, seq, t);
     if (s->text.failed) {
         s->failed = true;
         return -1;
     }
     s->e[s->n++] = (feedmerge_entry_t){seq, t->at_ms, off, s->text.len - off};
     return 0;
+}
+
+int feedmerge_read_fn(void *arg, uint64_t seq, const transition_t *t)
+{
+    feedmerge_shard_t *s = arg;
+    return seq > s->stop_after || feedmerge_add(s, seq, t) != 0 ? 1 : 0;
 }
 
 int feedmerge_add_text(feedmerge_shard_t *s, uint64_t seq, uint64_t at_ms, span_t text)

@@ -30,21 +30,10 @@ typedef struct {
     atomic_bool woken;
 } changes_query_t;
 
-typedef struct {
-    feedmerge_shard_t list;
-    const kinds_t *kinds;
-} shard_read_t;
-
-static int shard_add(void *arg, uint64_t seq, const transition_t *t)
-{
-    shard_read_t *r = arg;
-    return feedmerge_add(&r->list, r->kinds, seq, t) == 0 ? 0 : 1;
-}
-
-/* Reads shard k's entries after q->pos[k] (at most q->limit) into r with a fresh snapshot; without
+/* Reads shard k's entries after q->pos[k] (at most q->limit) into list with a fresh snapshot; without
  * an `after`, q->pos[k] is set first to just before the oldest retained entry. Returns 0, or -1
  * having put the problem in q->answer. */
-static int shard_read(changes_query_t *q, size_t k, shard_read_t *r)
+static int shard_read(changes_query_t *q, size_t k, feedmerge_shard_t *list)
 {
     store_read_t *snap;
     uint64_t oldest = 0, newest = 0;
@@ -66,9 +55,9 @@ static int shard_read(changes_query_t *q, size_t k, shard_read_t *r)
         return -1;
     }
     if (rc == STORE_OK)
-        rc = store_read_log(snap, q->pos[k], q->limit, shard_add, r);
+        rc = store_read_log(snap, q->pos[k], q->limit, feedmerge_read_fn, list);
     store_read_end(snap);
-    if (rc != STORE_OK || r->list.failed) {
+    if (rc != STORE_OK || list->failed) {
         answer_problem(&q->answer, 500, "internal", "reading the change feed failed");
         return -1;
     }
@@ -80,8 +69,8 @@ static int shard_read(changes_query_t *q, size_t k, shard_read_t *r)
 static int changes_page(changes_query_t *q)
 {
     uint32_t count = (uint32_t)q->app->nshards;
-    shard_read_t *reads = calloc(count, sizeof *reads);
-    if (!reads) {
+    feedmerge_shard_t *lists = calloc(count, sizeof *lists);
+    if (!lists) {
         answer_problem(&q->answer, 503, "overloaded", "out of memory");
         return -1;
     }
@@ -89,14 +78,13 @@ static int changes_page(changes_query_t *q)
     size_t k = 0;
     answer_free(&q->answer);
     for (; k < count; k++) {
-        feedmerge_shard_init(&reads[k].list, count, (uint32_t)k);
-        reads[k].kinds = q->app->kinds;
-        if (shard_read(q, k, &reads[k]) != 0)
+        feedmerge_shard_init(&lists[k], q->app->kinds, count, (uint32_t)k);
+        if (shard_read(q, k, &lists[k]) != 0)
             goto done;
     }
     textbuf_t text = {0};
     textbuf_lit(&text, "{\"changes\":[");
-    n = (int)feedmerge_take(&reads[0].list, count, q->limit, &text, q->pos, NULL);
+    n = (int)feedmerge_take(lists, count, q->limit, &text, q->pos, NULL);
     char token[SHARD_TOKEN_MAX];
     int token_len = shard_token_format(q->pos, count, token, sizeof token);
     textbuf_lit(&text, "],\"next\":\"");
@@ -117,8 +105,8 @@ static int changes_page(changes_query_t *q)
     answer_set_body(&q->answer, 200, ANSWER_JSON, body, len);
 done:
     for (size_t i = 0; i < count && i <= k; i++)
-        feedmerge_shard_free(&reads[i].list);
-    free(reads);
+        feedmerge_shard_free(&lists[i]);
+    free(lists);
     return n;
 }
 

@@ -56,6 +56,7 @@ int main(int argc, char **argv)
         {"features", test_features},
         {"shardmap", test_shardmap},
         {"shards", test_shards},
+        {"feedmerge", test_feedmerge},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

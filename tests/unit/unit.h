@@ -51,5 +51,6 @@ void test_policy(void);
 void test_features(void);
 void test_shardmap(void);
 void test_shards(void);
+void test_feedmerge(void);
 
 #endif
