@@ -303,21 +303,15 @@ bool app_admits_large_body(void *arg, const http_head_t *head)
 }
 
 /* Whether a route is served with several shards. The others need what is not built across shards
- * yet (a user's list folded from every shard's log, the change feed's vector cursor and what
- * follows it, fan-out of voids, imports and exports): with several shards they answer 501
- * not-built-across-shards rather than show one shard's part as the whole (docs/postgresql.md). */
+ * yet (a user's list folded from every shard's log, fan-out of voids, imports and exports): with several shards they
+ * answer 501 not-built-across-shards rather than show one shard's part as the whole (docs/postgresql.md). */
 static bool served_across_shards(route_id_t id)
 {
     switch (id) {
     case ROUTE_USER_REACTIONS:
-    case ROUTE_CHANGES:
     case ROUTE_TRENDING:
     case ROUTE_HOT:
     case ROUTE_IMPORT:
-    case ROUTE_WEBHOOKS:
-    case ROUTE_WEBHOOK:
-    case ROUTE_WEBHOOK_RESUME:
-    case ROUTE_WEBHOOK_SECRET:
     case ROUTE_LIVE:
     case ROUTE_USER_VOID:
     case ROUTE_USER_RESTORE:
