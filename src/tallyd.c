@@ -369,7 +369,10 @@ static int engine_start(app_t *app, const options_t *o, recount_sampler_t **samp
         if (recount_sampler_start(app->shard[k].store, app->shard[k].writer, o->recount_interval_ms,
                                   RECOUNT_SAMPLE_ITEMS, &samplers[k]) != 0)
             what = "the periodic recount";
-    if (!what && webhooks_start(app->store, app->writer, app->kinds, &hopt, &app->webhooks) != 0)
+    store_t *hook_stores[SHARD_MAX]; /* webhooks follow every shard's log */
+    for (size_t k = 0; k < app->nshards; k++)
+        hook_stores[k] = app->shard[k].store;
+    if (!what && webhooks_start(hook_stores, app->nshards, app->writer, app->kinds, &hopt, &app->webhooks) != 0)
         what = "webhook delivery";
     if (what)
         log_line("level=error event=start-failed msg=\"cannot start %s\"", what);

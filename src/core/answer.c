@@ -5,6 +5,7 @@
 #include "core/kindsjson.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -255,6 +256,40 @@ int answer_set_cursor(answer_t *a, uint64_t cursor)
         a->body_cap = len;
     }
     memcpy(a->body + a->body_len - 1, tail, (size_t)n);
+    a->body_len = len;
+    return 0;
+}
+
+/* The write result's ,"cursor":" member: a top-level one, as no ," occurs inside a JSON string (a
+ * quote there is escaped) and a write result has no nested object with a cursor. */
+#define CURSOR_MEMBER ",\"cursor\":\""
+
+int answer_cursor_shard(answer_t *a, uint32_t count, uint32_t shard)
+{
+    if (count <= 1 || !a->body || a->body == fallback_body)
+        return 0;
+    const char *found = memmem(a->body, a->body_len, CURSOR_MEMBER, sizeof CURSOR_MEMBER - 1);
+    if (!found)
+        return 0;
+    size_t name = (size_t)(found - a->body), at = name + sizeof CURSOR_MEMBER - 1; /* at: the first digit */
+    char prefix[16];
+    int n = snprintf(prefix, sizeof prefix, "%" PRIu32 ".", shard);
+    assert(n > 0 && (size_t)n < sizeof prefix);
+    size_t len = a->body_len + (size_t)n;
+    if (body_room(a) < len) {
+        char *body = realloc(a->body, len);
+        if (!body) { /* the member out: ,"cursor":"P" up to its closing quote */
+            const char *end = memchr(a->body + at, '"', a->body_len - at);
+            size_t cut = end ? (size_t)(end + 1 - a->body) - name : 0;
+            memmove(a->body + name, a->body + name + cut, a->body_len - name - cut);
+            a->body_len -= cut;
+            return -1;
+        }
+        a->body = body;
+        a->body_cap = len;
+    }
+    memmove(a->body + at + n, a->body + at, a->body_len - at);
+    memcpy(a->body + at, prefix, (size_t)n);
     a->body_len = len;
     return 0;
 }

@@ -86,6 +86,14 @@ int answer_reserve_cursor(answer_t *a);
  * store that learns the position at commit. */
 int answer_set_cursor(answer_t *a, uint64_t cursor);
 
+/* With several shards, a write result's cursor names its shard: its "cursor":"P" (the position in
+ * the shard's log, as the shard's store spliced and keeps it) becomes the entry cursor "S.P" of
+ * shard `shard` of `count` (core/shardmap.h), done as the answer leaves the writer, so that a
+ * replay (the stored bytes) is qualified the same way. With one shard, or no cursor in the body,
+ * nothing changes. Returns 0, or -1 when out of memory: the cursor member is then taken out (the
+ * answer stands without it, as a write whose splice failed), never left naming the wrong entry. */
+int answer_cursor_shard(answer_t *a, uint32_t count, uint32_t shard);
+
 /* A JSON body (compact, in insertion order) with status; takes the reference to body (NULL: out of
  * memory, a 500). */
 int answer_json(answer_t *a, int status, json_t *body);

@@ -78,9 +78,19 @@ json_t *changejson_entry(const kinds_t *kinds, uint64_t seq, const transition_t 
 
 void changejson_append(textbuf_t *b, const kinds_t *kinds, uint64_t seq, const transition_t *t)
 {
+    changejson_append_shard(b, kinds, 1, 0, seq, t);
+}
+
+void changejson_append_shard(textbuf_t *b, const kinds_t *kinds, uint32_t count, uint32_t shard, uint64_t seq,
+                             const transition_t *t)
+{
     char at[32];
     changejson_iso_time(t->at_ms, at);
     textbuf_lit(b, "{\"cursor\":\"");
+    if (count > 1) { /* "S.P": the shard first (one shard: the position alone, as it has always been) */
+        textbuf_uint(b, shard);
+        textbuf_lit(b, ".");
+    }
     textbuf_uint(b, seq);
     textbuf_lit(b, "\",\"item\":");
     textbuf_safe(b, t->item);

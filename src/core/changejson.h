@@ -24,4 +24,10 @@ json_t *changejson_entry(const kinds_t *kinds, uint64_t seq, const transition_t 
  * gives (tests/unit checks it): what pages and deliveries render, 100 at a time. Any thread. */
 void changejson_append(textbuf_t *b, const kinds_t *kinds, uint64_t seq, const transition_t *t);
 
+/* The same for an entry of shard `shard` of a cluster of `count` shards: its cursor is the entry
+ * cursor (core/shardmap.h: with one shard the decimal position, as changejson_append writes it;
+ * with more "S.P"). Any thread. */
+void changejson_append_shard(textbuf_t *b, const kinds_t *kinds, uint32_t count, uint32_t shard, uint64_t seq,
+                             const transition_t *t);
+
 #endif

@@ -57,17 +57,48 @@ static char *def_json(const whstore_def_t *d)
                 : NULL;
 }
 
-static char *state_json(const whstore_state_t *s)
+bool whstore_pending(const whstore_state_t *s)
 {
-    return dump(json_pack("{s:I,s:I,s:s,s:I,s:s,s:b,s:I}", "delivered", (json_int_t)s->delivered, "pending_to",
-                          (json_int_t)s->pending_to, "delivery_id", s->delivery_id, "failing_since_ms",
-                          (json_int_t)s->failing_since_ms, "last_error", s->last_error, "expired", s->expired, "epoch",
-                          (json_int_t)s->epoch));
+    for (uint32_t k = 0; k < s->count && k < SHARD_MAX; k++)
+        if (s->pending_to[k] > s->delivered[k])
+            return true;
+    return false;
 }
 
-static char *resume_json(const whstore_resume_t *r)
+/* Shard 0's positions as a record of one shard has always held them; with several shards the
+ * others' as "shards": [[delivered, pending_to], …] (shard 1 first). */
+static char *state_json(const whstore_state_t *s)
 {
-    return dump(json_pack("{s:I,s:I}", "epoch", (json_int_t)r->epoch, "after", (json_int_t)r->after));
+    json_t *o = json_pack("{s:I,s:I,s:s,s:I,s:s,s:b,s:I}", "delivered", (json_int_t)s->delivered[0], "pending_to",
+                          (json_int_t)s->pending_to[0], "delivery_id", s->delivery_id, "failing_since_ms",
+                          (json_int_t)s->failing_since_ms, "last_error", s->last_error, "expired", s->expired, "epoch",
+                          (json_int_t)s->epoch);
+    if (o && s->count > 1) {
+        json_t *more = json_array();
+        for (uint32_t k = 1; more && k < s->count && k < SHARD_MAX; k++)
+            if (json_array_append_new(
+                    more, json_pack("[I,I]", (json_int_t)s->delivered[k], (json_int_t)s->pending_to[k])) != 0) {
+                json_decref(more);
+                more = NULL;
+            }
+        if (!more || json_object_set_new(o, "shards", more) != 0) {
+            json_decref(o);
+            o = NULL;
+        }
+    }
+    return dump(o);
+}
+
+/* {"epoch","after"} as a record of one shard has always held it (after: where to go on); with
+ * several shards "shard" beside after, or no after (every shard where it stands). */
+static char *resume_json(const whstore_resume_t *r, uint32_t count)
+{
+    if (count <= 1)
+        return dump(json_pack("{s:I,s:I}", "epoch", (json_int_t)r->epoch, "after", (json_int_t)r->after));
+    if (!r->has_after)
+        return dump(json_pack("{s:I}", "epoch", (json_int_t)r->epoch));
+    return dump(json_pack("{s:I,s:I,s:I}", "epoch", (json_int_t)r->epoch, "shard", (json_int_t)r->shard, "after",
+                          (json_int_t)r->after));
 }
 
 /* A string member into buf (cap bytes with the NUL); false when absent or too long. */
@@ -84,10 +115,15 @@ static bool get_string(json_t *o, const char *name, char *buf, size_t cap, size_
     return true;
 }
 
+static uint64_t get_uint_of(json_t *v)
+{
+    json_int_t n = json_integer_value(v);
+    return n > 0 ? (uint64_t)n : 0;
+}
+
 static uint64_t get_uint(json_t *o, const char *name)
 {
-    json_int_t v = json_integer_value(json_object_get(o, name));
-    return v > 0 ? (uint64_t)v : 0;
+    return get_uint_of(json_object_get(o, name));
 }
 
 static bool parse_def(json_t *o, whstore_def_t *d)
@@ -118,8 +154,19 @@ static bool parse_def(json_t *o, whstore_def_t *d)
 
 static bool parse_state(json_t *o, whstore_state_t *s)
 {
-    s->delivered = get_uint(o, "delivered");
-    s->pending_to = get_uint(o, "pending_to");
+    s->count = 1;
+    s->delivered[0] = get_uint(o, "delivered");
+    s->pending_to[0] = get_uint(o, "pending_to");
+    json_t *more = json_object_get(o, "shards"), *p;
+    size_t i;
+    json_array_foreach(more, i, p)
+    {
+        if (s->count == SHARD_MAX)
+            break;
+        s->delivered[s->count] = get_uint_of(json_array_get(p, 0));
+        s->pending_to[s->count] = get_uint_of(json_array_get(p, 1));
+        s->count++;
+    }
     s->failing_since_ms = get_uint(o, "failing_since_ms");
     s->epoch = get_uint(o, "epoch");
     s->expired = json_is_true(json_object_get(o, "expired"));
@@ -128,6 +175,14 @@ static bool parse_state(json_t *o, whstore_state_t *s)
     if (!get_string(o, "last_error", s->last_error, sizeof s->last_error, NULL))
         s->last_error[0] = '\0';
     return true;
+}
+
+static void parse_resume(json_t *o, whstore_resume_t *r)
+{
+    r->epoch = get_uint(o, "epoch");
+    r->has_after = json_object_get(o, "after") != NULL;
+    r->after = get_uint(o, "after");
+    r->shard = (uint32_t)get_uint(o, "shard");
 }
 
 /* --- reading --- */
@@ -164,8 +219,7 @@ static int collect_one(void *arg, span_t key, span_t value)
         else if (record == 's')
             h->has_state = parse_state(o, &h->state);
         else if (record == 'r') {
-            h->resume.epoch = get_uint(o, "epoch");
-            h->resume.after = get_uint(o, "after");
+            parse_resume(o, &h->resume);
             h->has_resume = true;
         }
     }
@@ -237,7 +291,7 @@ int whstore_write_init(whstore_write_t *w, const char *id, const whstore_def_t *
     if (def)
         rc |= add_put(w, id, 'd', def_json(def));
     if (resume)
-        rc |= add_put(w, id, 'r', resume_json(resume));
+        rc |= add_put(w, id, 'r', resume_json(resume, state ? state->count : 1));
     if (state)
         rc |= add_put(w, id, 's', state_json(state));
     if (rc != 0)
@@ -278,21 +332,37 @@ static int decide_create(whstore_write_t *w, store_write_t *tx)
     return STORE_OK;
 }
 
+/* From after on its shard (the others where they stand), or every shard where it stands: each
+ * cursor judged by its shard's log window. */
 static int decide_resume(whstore_write_t *w)
 {
     const whstore_hook_t *h = &w->current;
-    uint64_t after = w->has_after ? w->after : h->state.delivered;
-    if (w->has_after && after > w->newest)
+    uint32_t count = w->count ? w->count : 1;
+    whstore_resume_t resume = {.has_after = w->has_after, .shard = w->shard, .after = w->after};
+    if (w->has_after && (w->shard >= count || w->after > w->newest[w->shard]))
         return refuse(&w->cmd, 400, "invalid-parameter", "after is not a cursor this server gave");
-    if (after + 1 < w->oldest)
-        return refuse(&w->cmd, 410, "cursor-expired", "the log no longer holds the changes after that cursor");
+    for (uint32_t k = 0; k < count; k++) {
+        if (w->has_after && k != w->shard)
+            continue; /* moved only the shard named: the others are judged where they stand by delivery */
+        uint64_t from = w->has_after ? w->after : k < h->state.count ? h->state.delivered[k] : 0;
+        if (from + 1 < w->oldest[k])
+            return refuse(&w->cmd, 410, "cursor-expired", "the log no longer holds the changes after that cursor");
+    }
+    if (count == 1 && !w->has_after) { /* a record of one shard has always named where it stands */
+        resume.has_after = true;
+        resume.after = h->state.delivered[0];
+    }
     uint64_t epoch = h->resume.epoch > h->state.epoch ? h->resume.epoch : h->state.epoch;
-    whstore_resume_t resume = {.epoch = epoch + 1, .after = after};
-    if (add_put(w, w->id, 'r', resume_json(&resume)) != 0)
+    resume.epoch = epoch + 1;
+    if (add_put(w, w->id, 'r', resume_json(&resume, count)) != 0)
         return refuse(&w->cmd, 503, "unavailable", "out of memory; retry");
-    char cursor[24];
-    snprintf(cursor, sizeof cursor, "%llu", (unsigned long long)after);
-    answer_json(&w->cmd.answer, 200, json_pack("{s:s,s:s}", "id", w->id, "after", cursor));
+    /* the answer's after: the entry cursor given (one shard: the position), else where it stands */
+    char cursor[SHARD_TOKEN_MAX];
+    int n = resume.has_after ? shard_cursor_format(count, resume.shard, resume.after, cursor, sizeof cursor)
+                             : shard_token_format(h->state.delivered, count, cursor, sizeof cursor);
+    if (n <= 0)
+        return refuse(&w->cmd, 503, "unavailable", "out of memory; retry");
+    answer_json(&w->cmd.answer, 200, json_pack("{s:s,s:s%}", "id", w->id, "after", cursor, (size_t)n));
     return STORE_OK;
 }
 

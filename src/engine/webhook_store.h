@@ -1,11 +1,14 @@
-/* webhook_store.h — webhooks as the store keeps them: auxiliary records, shared by every node of a
- * shared store. Three records per webhook, under keys "webhook/<id>/…":
- *   d  the definition: url, secret, the previous secrets and until when each still signs, creation time
+/* webhook_store.h — webhooks as the store keeps them: auxiliary records of shard 0's store (where
+ * the cluster-wide records live), shared by every node of a shared store. Three records per webhook, under keys
+ * "webhook/<id>/…": d  the definition: url, secret, the previous secrets and until when each still signs, creation time
  *      (written by the admin routes only)
- *   r  the last resume asked for: an epoch and the cursor to go on after (admin routes only)
- *   s  the delivery state: the delivered cursor, the pending batch fixed before its first attempt
- *      (its last cursor and its delivery id), failing since, last error, expired, the resume epoch
- *      applied (the delivering thread only, and the creation)
+ *   r  the last resume asked for: an epoch and the cursor to go on after, with several shards the
+ *      shard it names (admin routes only)
+ *   s  the delivery state: the delivered position of each shard's log, the pending batch fixed
+ *      before its first attempt (its last position in each shard and its delivery id), failing
+ *      since, last error, expired, the resume epoch applied (the delivering thread only, and the
+ *      creation). Shard 0's positions are "delivered" and "pending_to", as a record of one shard has
+ *      always held them; the other shards' follow as "shards": [[delivered, pending_to], …].
  * Values are JSON. Writes go through the writer thread (WRITE_AUX); reads come from a snapshot. A
  * write that depends on the records (the limit of 64, a webhook that must still exist, a rotation
  * from the secret in force, a resume's epoch) is decided inside the writer's transaction against
@@ -17,6 +20,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/shardmap.h"
 #include "engine/writer.h"
 #include "store/store.h"
 
@@ -50,18 +54,29 @@ typedef struct {
     uint64_t created_ms;
 } whstore_def_t;
 
+/* Delivery positions per shard: shard k's log is delivered up to delivered[k]; a batch fixed before
+ * its first attempt covers (delivered[k], pending_to[k]] of each shard whose pending_to[k] is above
+ * delivered[k] (a shard it takes nothing from keeps pending_to[k] at most delivered[k]). */
 typedef struct {
-    uint64_t delivered;  /* every entry up to this cursor was answered 2xx */
-    uint64_t pending_to; /* > delivered: the batch (delivered, pending_to] is fixed, with delivery_id */
+    uint32_t count; /* shards: the positions given (the record of one shard holds only [0]) */
+    uint64_t delivered[SHARD_MAX];
+    uint64_t pending_to[SHARD_MAX]; /* some above delivered: a batch is fixed, with delivery_id */
     char delivery_id[WHSTORE_DELIVERY_ID_HEX + 1];
     uint64_t failing_since_ms;              /* wall; 0: not failing */
     char last_error[WHSTORE_ERROR_MAX + 1]; /* a category, "" when none */
-    bool expired;                           /* fell behind the log's retention: delivery stopped */
+    bool expired;                           /* fell behind some shard's log retention: delivery stopped */
     uint64_t epoch;                         /* the resume applied last */
 } whstore_state_t;
 
+/* Whether a batch is fixed (pending) in s. */
+bool whstore_pending(const whstore_state_t *s);
+
+/* A resume: from `after` on shard `shard` (the other shards where they stand), or, without after,
+ * every shard where it stands (failing and expired forgotten). */
 typedef struct {
     uint64_t epoch; /* rises with every resume */
+    bool has_after;
+    uint32_t shard;
     uint64_t after;
 } whstore_resume_t;
 
@@ -96,12 +111,16 @@ typedef struct {
     write_aux_t aux;
     whstore_op_t op;
     char id[WHSTORE_ID_MAX + 1];
-    whstore_def_t def;              /* CREATE: the definition; ROTATE: the new secret */
-    uint64_t now_ms, until_ms;      /* ROTATE: the time of the request, and until when the old secret signs */
-    whstore_state_t state;          /* CREATE, STATE */
-    bool has_after;                 /* RESUME: after given, else where the state stands */
-    uint64_t after, oldest, newest; /* RESUME: the log window the cursor is judged by */
-    whstore_hook_t current;         /* the decision's buffer: the records as the transaction sees them */
+    whstore_def_t def;          /* CREATE: the definition; ROTATE: the new secret */
+    uint64_t now_ms, until_ms;  /* ROTATE: the time of the request, and until when the old secret signs */
+    whstore_state_t state;      /* CREATE, STATE */
+    uint32_t count;             /* CREATE, RESUME: the cluster's shards */
+    bool has_after;             /* RESUME: after given (on shard), else where the state stands */
+    uint32_t shard;             /* RESUME: the shard after names */
+    uint64_t after;             /* RESUME */
+    uint64_t oldest[SHARD_MAX]; /* RESUME: each shard's log window the cursors are judged by */
+    uint64_t newest[SHARD_MAX];
+    whstore_hook_t current; /* the decision's buffer: the records as the transaction sees them */
     char keys[3][WHSTORE_KEY_MAX];
     char *values[3];
     char delete_from[WHSTORE_KEY_MAX], delete_to[WHSTORE_KEY_MAX];

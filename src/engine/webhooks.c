@@ -14,6 +14,7 @@
 
 #include "core/changejson.h"
 #include "core/clock.h"
+#include "core/feedmerge.h"
 #include "core/log.h"
 #include "core/whsign.h"
 #include "engine/thread.h"
@@ -53,8 +54,10 @@ struct hook {
 };
 
 struct webhooks {
-    store_t *store;
-    writer_t *writer;
+    store_t *store; /* shard 0's: the webhooks' records */
+    store_t *stores[SHARD_MAX];
+    uint32_t count;   /* shards: each one's log is followed */
+    writer_t *writer; /* shard 0's */
     const kinds_t *kinds;
     webhooks_options_t opt;
     bool shared;
@@ -66,9 +69,10 @@ struct webhooks {
     pthread_mutex_t lock;
     hook_t *hooks[WHSTORE_MAX];
     size_t nhooks;
-    whstore_hook_t *scan;   /* the thread's buffer for reading every record */
-    whstore_hook_t one;     /* the thread's buffer for reading one webhook's records */
-    whstore_write_t record; /* the thread's command recording a state (large: it holds the records) */
+    whstore_hook_t *scan;               /* the thread's buffer for reading every record */
+    whstore_hook_t one;                 /* the thread's buffer for reading one webhook's records */
+    whstore_write_t record;             /* the thread's command recording a state (large: it holds the records) */
+    feedmerge_shard_t lists[SHARD_MAX]; /* the thread's: a batch's entries from each shard */
     bool leading;
 };
 
@@ -240,25 +244,6 @@ static void hook_free(webhooks_t *wh, hook_t *h)
     free(h);
 }
 
-typedef struct {
-    const kinds_t *kinds;
-    textbuf_t body; /* the delivery's body up to the entries read so far */
-    uint64_t last, first_at_ms;
-    size_t n;
-} batch_read_t;
-
-static int batch_add(void *arg, uint64_t seq, const transition_t *t)
-{
-    batch_read_t *b = arg;
-    if (b->n++ == 0)
-        b->first_at_ms = t->at_ms;
-    else
-        textbuf_lit(&b->body, ",");
-    changejson_append(&b->body, b->kinds, seq, t);
-    b->last = seq;
-    return b->body.failed;
-}
-
 /* Starts a batch's body: {"webhook":id,"mode":…,"transitions":[ — the entries follow, then "]}". */
 static void batch_begin(const webhooks_t *wh, const hook_t *h, textbuf_t *body)
 {
@@ -269,10 +254,53 @@ static void batch_begin(const webhooks_t *wh, const hook_t *h, textbuf_t *body)
     textbuf_lit(body, ",\"transitions\":[");
 }
 
+/* Reads shard k's part of h's next batch into list: its pending range when resending (h's batch
+ * was fixed before), else up to WEBHOOKS_BATCH_MAX entries after its delivered position. Returns 0;
+ * 1 when its log no longer holds what follows that position (*oldest: what it holds); -1 when it
+ * could not be read. Delivery thread; holds a snapshot of the shard only while reading. */
+static int batch_read_shard(webhooks_t *wh, const hook_t *h, uint32_t k, bool resend, feedmerge_shard_t *list,
+                            uint64_t *oldest)
+{
+    store_read_t *snap;
+    if (store_read_begin(wh->stores[k], &snap) != STORE_OK)
+        return -1;
+    uint64_t newest = 0, delivered = h->state.delivered[k], to = h->state.pending_to[k];
+    int rc = store_read_log_window(snap, oldest, &newest);
+    if (rc == STORE_OK && delivered + 1 < *oldest) {
+        store_read_end(snap);
+        return 1;
+    }
+    size_t limit = WEBHOOKS_BATCH_MAX;
+    if (resend) { /* exactly its range (a log that moved meanwhile gives less: fixed anew) */
+        limit = to > delivered ? (to - delivered < limit ? (size_t)(to - delivered) : limit) : 0;
+        list->stop_after = to;
+    }
+    if (rc == STORE_OK && limit)
+        rc = store_read_log(snap, delivered, limit, feedmerge_read_fn, list);
+    store_read_end(snap);
+    return rc == STORE_OK && !list->failed ? 0 : -1;
+}
+
+/* h's webhook expired (its log retention passed what shard k still had to send): delivery stops. */
+static void mark_expired(webhooks_t *wh, hook_t *h, uint32_t k, uint64_t oldest)
+{
+    h->state.expired = true;
+    for (uint32_t i = 0; i < wh->count; i++)
+        h->state.pending_to[i] = 0;
+    if (wh->count > 1)
+        log_line("level=warn event=webhook-expired webhook=%s shard=%u delivered=%llu oldest=%llu", h->def.id, k,
+                 (unsigned long long)h->state.delivered[k], (unsigned long long)oldest);
+    else
+        log_line("level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu", h->def.id,
+                 (unsigned long long)h->state.delivered[k], (unsigned long long)oldest);
+}
+
 /* Fixes h's next batch (leader, nothing in flight): the pending one the store names, else up to
- * WEBHOOKS_BATCH_MAX new entries, recorded as pending before any attempt. Marks the webhook expired
- * when the log no longer holds what it has to send. Delivery thread; holds a snapshot only while
- * reading. */
+ * WEBHOOKS_BATCH_MAX new entries merged from every shard's log (core/feedmerge.h), recorded as
+ * pending — each shard's last position in it — before any attempt. A shard that cannot be read
+ * gives nothing to a new batch (its entries go in a later one); a pending batch waits for every
+ * shard it covers. Marks the webhook expired when a log no longer holds what it has to send.
+ * Delivery thread; holds a snapshot only while reading. */
 static void fix_batch(webhooks_t *wh, hook_t *h)
 {
     if (h->state.expired && h->dirty && h->loaded && mono_ms() >= h->retry_record_ms)
@@ -284,66 +312,75 @@ static void fix_batch(webhooks_t *wh, hook_t *h)
         return;
     /* Deleted or rotated since the last scan: seen before anything new is sent. */
     int found = whstore_read_one(snap, span_of(h->def.id), &wh->one);
+    store_read_end(snap);
     if (found == STORE_OK) {
         pthread_mutex_lock(&wh->lock); /* the metrics read the id */
         h->def = wh->one.def;
         pthread_mutex_unlock(&wh->lock);
     }
     if (found != STORE_OK) {
-        store_read_end(snap);
         h->deleted = found == STORE_NOTFOUND;
         return;
     }
-    uint64_t oldest, newest;
-    bool resend = h->state.pending_to > h->state.delivered;
-    batch_read_t b = {.kinds = wh->kinds};
-    batch_begin(wh, h, &b.body);
-    int rc = store_read_log_window(snap, &oldest, &newest);
-    bool expired = rc == STORE_OK && h->state.delivered + 1 < oldest;
-    if (rc == STORE_OK && !expired) {
-        size_t limit = WEBHOOKS_BATCH_MAX;
-        if (resend && h->state.pending_to - h->state.delivered < limit)
-            limit = (size_t)(h->state.pending_to - h->state.delivered);
-        rc = store_read_log(snap, h->state.delivered, limit, batch_add, &b);
+    bool resend = whstore_pending(&h->state), ok = true;
+    uint32_t k = 0;
+    int got = 0;
+    uint64_t oldest = 0;
+    for (; k < wh->count; k++) {
+        feedmerge_shard_init(&wh->lists[k], wh->kinds, wh->count, k);
+        got = batch_read_shard(wh, h, k, resend, &wh->lists[k], &oldest);
+        if (got == 1 || (got < 0 && resend && h->state.pending_to[k] > h->state.delivered[k]))
+            break; /* expired; or a pending batch cannot be read whole */
+        if (got < 0)
+            feedmerge_shard_free(&wh->lists[k]); /* nothing from this shard this time */
     }
-    store_read_end(snap);
-    textbuf_lit(&b.body, "]}");
+    ok = k == wh->count;
+    textbuf_t text = {0};
+    uint64_t last[SHARD_MAX], first_at_ms = 0;
+    size_t n = 0;
+    memcpy(last, h->state.delivered, wh->count * sizeof last[0]);
+    if (ok) {
+        batch_begin(wh, h, &text);
+        n = feedmerge_take(wh->lists, wh->count, WEBHOOKS_BATCH_MAX, &text, last, &first_at_ms);
+        textbuf_lit(&text, "]}");
+    }
+    for (uint32_t i = 0; i < wh->count && i <= k; i++)
+        feedmerge_shard_free(&wh->lists[i]);
     size_t body_len = 0;
-    char *body = textbuf_finish(&b.body, &body_len);
-    if (rc != STORE_OK || !body) {
-        free(body);
-        return;
-    }
-    if (expired) {
-        free(body);
-        h->state.expired = true;
-        h->state.pending_to = 0;
-        log_line("level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu", h->def.id,
-                 (unsigned long long)h->state.delivered, (unsigned long long)oldest);
+    char *body = ok ? textbuf_finish(&text, &body_len) : NULL;
+    if (!ok && got == 1) {
+        mark_expired(wh, h, k, oldest);
         record_state(wh, h);
         return;
     }
+    if (!body)
+        return;
     pthread_mutex_lock(&wh->lock);
-    h->oldest_ms = b.first_at_ms; /* 0: caught up */
+    h->oldest_ms = first_at_ms; /* 0: caught up */
     pthread_mutex_unlock(&wh->lock);
-    if (b.n == 0) {
+    if (n == 0) {
         free(body);
         if (h->dirty)
             record_state(wh, h);
         return;
     }
-    if (!resend || b.last != h->state.pending_to) {
+    bool same = resend; /* the pending batch read whole, as fixed */
+    for (uint32_t i = 0; same && i < wh->count; i++)
+        same = last[i] ==
+               (h->state.pending_to[i] > h->state.delivered[i] ? h->state.pending_to[i] : h->state.delivered[i]);
+    if (!same) {
         /* a new batch, or a pending one cut short by a move of the log: fixed anew */
         char id[WHSTORE_DELIVERY_ID_HEX + 1];
         if (whstore_random_hex(id, WHSTORE_DELIVERY_ID_HEX / 2) != 0) {
             free(body);
             return;
         }
-        whstore_state_t before = h->state;
-        h->state.pending_to = b.last;
+        whstore_state_t *before = &wh->one.state; /* the thread's buffer, free again (read above) */
+        *before = h->state;
+        memcpy(h->state.pending_to, last, wh->count * sizeof last[0]);
         memcpy(h->state.delivery_id, id, sizeof id);
         if (record_state(wh, h) != 0) { /* never sent before its range is durable */
-            h->state = before;
+            h->state = *before;
             h->dirty = true;
             free(body);
             return;
@@ -503,8 +540,11 @@ static void attempt_done(webhooks_t *wh, hook_t *h, CURLcode rc)
         pthread_mutex_lock(&wh->lock);
         h->deliveries++;
         pthread_mutex_unlock(&wh->lock);
-        h->state.delivered = h->state.pending_to;
-        h->state.pending_to = 0;
+        for (uint32_t k = 0; k < wh->count; k++) {
+            if (h->state.pending_to[k] > h->state.delivered[k])
+                h->state.delivered[k] = h->state.pending_to[k];
+            h->state.pending_to[k] = 0;
+        }
         h->state.delivery_id[0] = '\0';
         h->state.failing_since_ms = 0;
         h->state.last_error[0] = '\0';
@@ -557,19 +597,57 @@ static hook_t *find_hook(webhooks_t *wh, const char *id)
     return NULL;
 }
 
-/* A resume asked for on any node: from its cursor, failing and expired forgotten. */
+/* A resume asked for on any node: from its cursor (on the shard it names; the others where they
+ * stand), or every shard where it stands; failing and expired forgotten. */
 static void apply_resume(webhooks_t *wh, hook_t *h, const whstore_resume_t *r)
 {
     drop_batch(wh, h);
-    h->state.delivered = r->after;
-    h->state.pending_to = 0;
+    if (r->has_after && r->shard < wh->count)
+        h->state.delivered[r->shard] = r->after;
+    for (uint32_t k = 0; k < wh->count; k++)
+        h->state.pending_to[k] = 0;
     h->state.delivery_id[0] = '\0';
     h->state.failing_since_ms = 0;
     h->state.last_error[0] = '\0';
     h->state.expired = false;
     h->state.epoch = r->epoch;
     h->dirty = true;
-    log_line("level=info event=webhook-resumed webhook=%s after=%llu", h->def.id, (unsigned long long)r->after);
+    if (wh->count > 1 && !r->has_after)
+        log_line("level=info event=webhook-resumed webhook=%s", h->def.id);
+    else if (wh->count > 1)
+        log_line("level=info event=webhook-resumed webhook=%s shard=%u after=%llu", h->def.id, r->shard,
+                 (unsigned long long)r->after);
+    else
+        log_line("level=info event=webhook-resumed webhook=%s after=%llu", h->def.id, (unsigned long long)r->after);
+}
+
+/* Each shard's oldest retained log position (0 where it is not known: nothing is judged expired on
+ * that shard this time), and the age of each hook's oldest undelivered transition over every shard
+ * (lag_ms[i] for wh->hooks[i]). Delivery thread; a snapshot of one shard at a time. */
+static void shard_windows_and_lags(webhooks_t *wh, uint64_t now, uint64_t *oldest, uint64_t *lag_ms, bool *lag_known)
+{
+    for (size_t i = 0; i < wh->nhooks; i++)
+        lag_ms[i] = 0, lag_known[i] = true;
+    for (uint32_t k = 0; k < wh->count; k++) {
+        store_read_t *snap;
+        uint64_t newest = 0;
+        oldest[k] = 0;
+        if (store_read_begin(wh->stores[k], &snap) != STORE_OK) {
+            for (size_t i = 0; i < wh->nhooks; i++)
+                lag_known[i] = false;
+            continue;
+        }
+        if (store_read_log_window(snap, &oldest[k], &newest) != STORE_OK)
+            oldest[k] = 0;
+        for (size_t i = 0; i < wh->nhooks; i++) {
+            uint64_t lag = 0;
+            if (webhooks_lag_ms(snap, wh->hooks[i]->state.delivered[k], now, &lag) != STORE_OK)
+                lag_known[i] = false;
+            else if (lag > lag_ms[i])
+                lag_ms[i] = lag;
+        }
+        store_read_end(snap);
+    }
 }
 
 /* Reads every webhook's records and brings the thread's view in line: new ones, deleted ones,
@@ -581,14 +659,11 @@ static void scan_records(webhooks_t *wh)
     if (store_read_begin(wh->store, &snap) != STORE_OK)
         return;
     int rc = whstore_read_all(snap, wh->scan, 2 * WHSTORE_MAX, &n);
-    if (rc != STORE_OK) {
-        store_read_end(snap);
+    store_read_end(snap);
+    if (rc != STORE_OK)
         return;
-    }
-    uint64_t now = wall_ms(), oldest = 0, newest = 0;
+    uint64_t now = wall_ms();
     bool orphans = false;
-    if (store_read_log_window(snap, &oldest, &newest) != STORE_OK)
-        oldest = 0; /* not known: nothing is judged expired this time */
     pthread_mutex_lock(&wh->lock);
     for (size_t i = 0; i < wh->nhooks;) { /* deleted ones go */
         bool seen = false;
@@ -616,35 +691,34 @@ static void scan_records(webhooks_t *wh)
         h->def = s->def;
         if (!wh->leading || !h->loaded) {
             h->state = s->state;
+            h->state.count = wh->count; /* every shard's positions (a record lacks none it was given) */
             h->loaded = wh->leading;
             h->dirty = false;
         }
         if (wh->leading && s->has_resume && s->resume.epoch > h->state.epoch)
             apply_resume(wh, h, &s->resume);
-        if (wh->leading && h->loaded && !h->state.expired && h->state.delivered + 1 < oldest) {
-            /* behind the retention: what it still had to send is gone (even a batch in memory) */
-            drop_batch(wh, h);
-            h->state.expired = true;
-            h->state.pending_to = 0;
-            h->record_now = true;
-            log_line("level=warn event=webhook-expired webhook=%s delivered=%llu oldest=%llu", h->def.id,
-                     (unsigned long long)h->state.delivered, (unsigned long long)oldest);
-        }
-        h->expired_shown = h->state.expired;
     }
     pthread_mutex_unlock(&wh->lock);
-    /* The lags are store reads: made with the lock released (this thread alone changes the hooks
-     * and their states), each published under it, so /metrics never waits on a read. */
+    /* The windows and lags are store reads: made with the lock released (this thread alone changes
+     * the hooks and their states), each published under it, so /metrics never waits on a read. */
+    uint64_t oldest[SHARD_MAX], lag_ms[WHSTORE_MAX];
+    bool lag_known[WHSTORE_MAX];
+    shard_windows_and_lags(wh, now, oldest, lag_ms, lag_known);
+    pthread_mutex_lock(&wh->lock);
     for (size_t i = 0; i < wh->nhooks; i++) {
         hook_t *h = wh->hooks[i];
-        uint64_t lag = 0;
-        if (webhooks_lag_ms(snap, h->state.delivered, now, &lag) != STORE_OK)
-            continue;
-        pthread_mutex_lock(&wh->lock);
-        h->oldest_ms = lag ? now - lag : 0;
-        pthread_mutex_unlock(&wh->lock);
+        for (uint32_t k = 0; wh->leading && h->loaded && !h->state.expired && k < wh->count; k++)
+            if (h->state.delivered[k] + 1 < oldest[k]) {
+                /* behind the retention: what it still had to send is gone (even a batch in memory) */
+                drop_batch(wh, h);
+                mark_expired(wh, h, k, oldest[k]);
+                h->record_now = true;
+            }
+        h->expired_shown = h->state.expired;
+        if (lag_known[i])
+            h->oldest_ms = lag_ms[i] ? now - lag_ms[i] : 0;
     }
-    store_read_end(snap);
+    pthread_mutex_unlock(&wh->lock);
     for (size_t i = 0; i < wh->nhooks; i++)
         if (wh->hooks[i]->record_now) {
             wh->hooks[i]->record_now = false;
@@ -704,19 +778,23 @@ static void *webhooks_main(void *arg)
     return NULL;
 }
 
-int webhooks_start(store_t *store, writer_t *writer, const kinds_t *kinds, const webhooks_options_t *opt,
-                   webhooks_t **out)
+int webhooks_start(store_t *const *stores, size_t count, writer_t *writer, const kinds_t *kinds,
+                   const webhooks_options_t *opt, webhooks_t **out)
 {
+    if (count < 1 || count > SHARD_MAX)
+        return -1;
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
         return -1;
     webhooks_t *wh = calloc(1, sizeof *wh);
     if (!wh)
         return -1;
-    wh->store = store;
+    wh->store = stores[0];
+    memcpy(wh->stores, stores, count * sizeof stores[0]);
+    wh->count = (uint32_t)count;
     wh->writer = writer;
     wh->kinds = kinds;
     wh->opt = *opt;
-    wh->shared = store_shared(store);
+    wh->shared = store_shared(stores[0]);
     wh->scan = calloc(2 * WHSTORE_MAX, sizeof *wh->scan);
     wh->multi = curl_multi_init();
     pthread_mutex_init(&wh->lock, NULL);

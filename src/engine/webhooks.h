@@ -1,5 +1,6 @@
-/* webhooks.h — webhook delivery: a thread of its own follows the log from snapshots and POSTs
- * batches of up to 100 change-feed entries, in commit order, to each webhook (libcurl multi, one
+/* webhooks.h — webhook delivery: a thread of its own follows every shard's log from snapshots and
+ * POSTs batches of up to 100 change-feed entries, each shard's in its commit order (merged as a page
+ * of the feed is, core/feedmerge.h), to each webhook (libcurl multi, one
  * easy handle per webhook), signed, at least once, with backoff; the delivered position and the
  * pending batch are kept in the store (webhook_store.h) through the writer, so a restart or a crash
  * never skips a transition and a retried batch is the same batch with the same delivery id. It
@@ -30,9 +31,11 @@ typedef struct {
     const char *mode;           /* the body's "mode" member: the reaction mode in force ("one") */
 } webhooks_options_t;
 
-/* Starts the delivery thread (and libcurl). Returns 0, or -1. */
-int webhooks_start(store_t *store, writer_t *writer, const kinds_t *kinds, const webhooks_options_t *opt,
-                   webhooks_t **out);
+/* Starts the delivery thread (and libcurl) over every shard's store (stores[0..count), in shard
+ * order: each one's log is followed; the records are shard 0's, written through writer, shard 0's).
+ * Returns 0, or -1. */
+int webhooks_start(store_t *const *stores, size_t count, writer_t *writer, const kinds_t *kinds,
+                   const webhooks_options_t *opt, webhooks_t **out);
 
 /* New transitions were committed (any thread; cheap, called after every commit). */
 void webhooks_notify(webhooks_t *wh);
@@ -63,7 +66,7 @@ typedef struct {
 /* Fills out[0..max) with the webhooks this node knows; returns how many. Any thread. */
 size_t webhooks_stats(webhooks_t *wh, webhooks_stat_t *out, size_t max);
 
-/* The age in ms of the oldest entry after cursor delivered in the snapshot (0 when none). */
+/* The age in ms of the oldest entry after position delivered in the snapshot (0 when none). */
 int webhooks_lag_ms(store_read_t *r, uint64_t delivered, uint64_t now_ms, uint64_t *lag_ms);
 
 /* The category of an attempt's failure (never the receiver's text), NULL when it was delivered:

@@ -302,23 +302,6 @@ bool app_admits_large_body(void *arg, const http_head_t *head)
     return auth_head_is_admin(app, authorization, n_authorization, user, n_user);
 }
 
-/* Whether a route is served with several shards. The others need what is not built across shards
- * yet (the change feed's vector cursor and what follows it): with several shards they answer 501
- * not-built-across-shards rather than show one shard's part as the whole (docs/postgresql.md). */
-static bool served_across_shards(route_id_t id)
-{
-    switch (id) {
-    case ROUTE_CHANGES:
-    case ROUTE_WEBHOOKS:
-    case ROUTE_WEBHOOK:
-    case ROUTE_WEBHOOK_RESUME:
-    case ROUTE_WEBHOOK_SECRET:
-        return false;
-    default:
-        return true;
-    }
-}
-
 void app_handle(void *arg, http_request_t *req)
 {
     app_t *app = arg;
@@ -340,11 +323,6 @@ void app_handle(void *arg, http_request_t *req)
     if (!route_allows(route.id, method)) {
         reply_problem_with(req, 405, "method-not-allowed", "this route does not take that method",
                            (problem_headers_t){.allow = route_allow(route.id)});
-        return;
-    }
-    if (app->nshards > 1 && !served_across_shards(route.id)) {
-        reply_problem(req, 501, "not-built-across-shards",
-                      "this route is not built for several shards yet; see the PostgreSQL guide");
         return;
     }
     bool read = span_eq_str(method, "GET") || span_eq_str(method, "HEAD");

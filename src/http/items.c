@@ -10,6 +10,7 @@
 #include "core/itemjson.h"
 #include "core/jsontext.h"
 #include "core/kindsjson.h"
+#include "core/log.h"
 #include "core/parse.h"
 #include "engine/readers.h"
 #include "http/auth.h"
@@ -482,13 +483,16 @@ typedef struct {
     app_shard_t *shard; /* the item's */
 } item_write_t;
 
-/* Writer thread: the answer is final; note a failed commit (/readyz), and hand it to the request's
- * HTTP thread. The writer answers 503 only when the commit failed. */
+/* Writer thread: the answer is final; note a failed commit (/readyz), name the shard in its cursor
+ * (several shards: "S.P", fresh and replayed answers alike), and hand it to the request's HTTP
+ * thread. The writer answers 503 only when the commit failed. */
 static void write_done(write_cmd_t *cmd)
 {
     app_shard_t *shard = ((item_write_t *)cmd)->shard;
     if (cmd->answer.status == 503)
         atomic_store(&shard->last_write_failed_ms, wall_ms());
+    if (cmd->answer.status == 200 && answer_cursor_shard(&cmd->answer, (uint32_t)shard->app->nshards, shard->k) != 0)
+        log_line("level=error event=cursor-splice-failed shard=%u", shard->k);
     http_pending_respond(cmd->done_arg, &cmd->answer, write_release, cmd);
 }
 

@@ -317,6 +317,9 @@ static json_t *schemas_of(const openapi_config_t *cfg)
                          "type", "string", "null", "enum", "timeout", "connect", "tls", "refused-address", "status-3xx",
                          "status-4xx", "status-5xx", "state", "enum", "active", "failing", "expired"),
                REQUIRED("id", "url", "delivered", "lag_s", "state"), true));
+    /* several shards: each shard's delivered entry cursor ("S.P") beside the page token */
+    json_object_set_new(json_object_get(json_object_get(s, "WebhookState"), "properties"), "delivered_shards",
+                        json_pack("{s:s,s:{s:s}}", "type", "array", "items", "type", "string"));
     json_object_set_new(
         s, "Webhooks",
         object(json_pack("{s:{s:s,s:o}}", "webhooks", "type", "array", "items", schema_ref("WebhookState")),

@@ -15,6 +15,7 @@
 #include "core/changejson.h"
 #include "core/clock.h"
 #include "core/parse.h"
+#include "core/shardmap.h"
 #include "engine/webhook_store.h"
 #include "engine/webhooks.h"
 
@@ -33,6 +34,7 @@ typedef struct {
     char id[WHSTORE_ID_MAX + 1];
     whstore_def_t def; /* create: the new definition; secret: a given new secret (def.secret) */
     bool has_after;
+    uint32_t shard; /* resume: the shard after names */
     uint64_t after;
     whstore_hook_t *all; /* list */
 } wh_req_t;
@@ -72,6 +74,41 @@ static void submit_write(wh_req_t *r)
     http_pending_respond(r->pending, &r->answer, req_free, r);
 }
 
+/* Each shard's log window: shard 0's from snap (where the records are read), the others' each from
+ * a snapshot of its own. STORE_OK, or the first error (a shard that cannot be read). */
+static int shard_windows(app_t *app, store_read_t *snap, uint64_t *oldest, uint64_t *newest)
+{
+    int rc = store_read_log_window(snap, &oldest[0], &newest[0]);
+    for (size_t k = 1; rc == STORE_OK && k < app->nshards; k++) {
+        store_read_t *r;
+        if ((rc = store_read_begin(app->shard[k].store, &r)) != STORE_OK)
+            break;
+        rc = store_read_log_window(r, &oldest[k], &newest[k]);
+        store_read_end(r);
+    }
+    return rc;
+}
+
+/* The age of h's oldest undelivered transition over every shard's log (shard 0's from snap). */
+static int lag_over_shards(app_t *app, store_read_t *snap, const whstore_hook_t *h, uint64_t now, uint64_t *lag_ms)
+{
+    *lag_ms = 0;
+    for (size_t k = 0; k < app->nshards; k++) {
+        uint64_t lag = 0, delivered = k < h->state.count ? h->state.delivered[k] : 0;
+        store_read_t *other;
+        int rc = k == 0 ? webhooks_lag_ms(snap, delivered, now, &lag) : store_read_begin(app->shard[k].store, &other);
+        if (k != 0 && rc == STORE_OK) {
+            rc = webhooks_lag_ms(other, delivered, now, &lag);
+            store_read_end(other);
+        }
+        if (rc != STORE_OK)
+            return rc;
+        if (lag > *lag_ms)
+            *lag_ms = lag;
+    }
+    return STORE_OK;
+}
+
 static const char *state_name(const whstore_state_t *s)
 {
     return s->expired ? "expired" : s->failing_since_ms ? "failing" : "active";
@@ -81,15 +118,37 @@ static const char *state_name(const whstore_state_t *s)
 
 static int op_create(wh_req_t *r, store_read_t *snap)
 {
-    uint64_t oldest, newest;
-    int rc = store_read_log_window(snap, &oldest, &newest);
-    if (rc != STORE_OK)
-        return rc;
     whstore_write_decided(&r->write, WHSTORE_CREATE, r->def.id);
     r->has_write = true;
-    r->write.def = r->def;
-    r->write.state = (whstore_state_t){.delivered = newest}; /* delivery starts from the next transition */
+    whstore_write_t *w = &r->write;
+    int rc = shard_windows(r->app, snap, w->oldest, w->newest);
+    if (rc != STORE_OK)
+        return rc;
+    w->def = r->def;
+    w->count = (uint32_t)r->app->nshards;
+    w->state = (whstore_state_t){.count = w->count};
+    for (uint32_t k = 0; k < w->count; k++)
+        w->state.delivered[k] = w->newest[k]; /* delivery starts from the next transition of each shard */
     return STORE_OK;
+}
+
+/* The listing's delivered: with one shard the position (the cursor it has always been); with more,
+ * the page token of every shard's position (usable as /v1/changes?after=) and each shard's entry
+ * cursor (what a resume takes) as delivered_shards. */
+static json_t *delivered_json(const whstore_state_t *s, uint32_t count, json_t **shards)
+{
+    char text[SHARD_TOKEN_MAX];
+    int n = shard_token_format(s->delivered, count, text, sizeof text);
+    *shards = NULL;
+    if (count > 1) {
+        *shards = json_array();
+        for (uint32_t k = 0; *shards && k < count; k++) {
+            char cursor[SHARD_CURSOR_MAX];
+            int m = shard_cursor_format(count, k, s->delivered[k], cursor, sizeof cursor);
+            json_array_append_new(*shards, m > 0 ? json_stringn(cursor, (size_t)m) : json_null());
+        }
+    }
+    return n > 0 ? json_stringn(text, (size_t)n) : NULL;
 }
 
 static int op_list(wh_req_t *r, store_read_t *snap)
@@ -98,20 +157,24 @@ static int op_list(wh_req_t *r, store_read_t *snap)
     int rc = whstore_read_all(snap, r->all, 2 * WHSTORE_MAX, &n);
     json_t *list = json_array();
     uint64_t now = wall_ms();
+    uint32_t count = (uint32_t)r->app->nshards;
     for (size_t i = 0; rc == STORE_OK && list && i < n; i++) {
         const whstore_hook_t *h = &r->all[i];
         if (!h->has_def)
             continue;
         uint64_t lag_ms = 0;
-        char delivered[24];
-        rc = webhooks_lag_ms(snap, h->state.delivered, now, &lag_ms);
-        snprintf(delivered, sizeof delivered, "%llu", (unsigned long long)h->state.delivered);
-        json_array_append_new(list, json_pack("{s:s,s:s,s:o,s:s,s:f,s:o,s:o,s:s}", "id", h->def.id, "url", h->def.url,
-                                              "created", changejson_time_json(h->def.created_ms), "delivered",
-                                              delivered, "lag_s", (double)lag_ms / 1000.0, "failing_since",
-                                              changejson_time_json(h->state.failing_since_ms), "last_error",
-                                              h->state.last_error[0] ? json_string(h->state.last_error) : json_null(),
-                                              "state", state_name(&h->state)));
+        rc = lag_over_shards(r->app, snap, h, now, &lag_ms);
+        json_t *shards, *delivered = delivered_json(&h->state, count, &shards);
+        json_t *one = json_pack(
+            "{s:s,s:s,s:o,s:o,s:f,s:o,s:o,s:s}", "id", h->def.id, "url", h->def.url, "created",
+            changejson_time_json(h->def.created_ms), "delivered", delivered, "lag_s", (double)lag_ms / 1000.0,
+            "failing_since", changejson_time_json(h->state.failing_since_ms), "last_error",
+            h->state.last_error[0] ? json_string(h->state.last_error) : json_null(), "state", state_name(&h->state));
+        if (one && shards)
+            json_object_set_new(one, "delivered_shards", shards);
+        else
+            json_decref(shards);
+        json_array_append_new(list, one);
     }
     if (rc != STORE_OK) {
         json_decref(list);
@@ -129,19 +192,19 @@ static int op_delete(wh_req_t *r, store_read_t *snap)
     return STORE_OK;
 }
 
-/* The log window comes from the snapshot; the state and the epoch are the transaction's. */
+/* The log windows come from snapshots; the state and the epoch are the transaction's. */
 static int op_resume(wh_req_t *r, store_read_t *snap)
 {
-    uint64_t oldest, newest;
-    int rc = store_read_log_window(snap, &oldest, &newest);
-    if (rc != STORE_OK)
-        return rc;
     whstore_write_decided(&r->write, WHSTORE_RESUME, r->id); /* 404 first, then the cursor's checks */
     r->has_write = true;
-    r->write.has_after = r->has_after;
-    r->write.after = r->after;
-    r->write.oldest = oldest;
-    r->write.newest = newest;
+    whstore_write_t *w = &r->write;
+    int rc = shard_windows(r->app, snap, w->oldest, w->newest);
+    if (rc != STORE_OK)
+        return rc;
+    w->count = (uint32_t)r->app->nshards;
+    w->has_after = r->has_after;
+    w->shard = r->shard;
+    w->after = r->after;
     return STORE_OK;
 }
 
@@ -333,10 +396,13 @@ void webhooks_admin_one(app_t *app, http_request_t *req, span_t id, webhooks_adm
     if (op == OP_RESUME) {
         json_t *after = json_object_get(doc, "after");
         r->has_after = after && !json_is_null(after);
+        /* an entry's cursor: with one shard its digits, as ever; with more "S.P", moving that shard only */
         if (r->has_after &&
-            (!json_is_string(after) || parse_uint((span_t){json_string_value(after), json_string_length(after)},
-                                                  UINT64_MAX - 1, &r->after) != 0)) {
-            reply_problem(req, 400, "invalid-parameter", "after must be a cursor (a string of digits)");
+            (!json_is_string(after) || shard_cursor_parse((span_t){json_string_value(after), json_string_length(after)},
+                                                          (uint32_t)app->nshards, &r->shard, &r->after) != 0)) {
+            reply_problem(req, 400, "invalid-parameter",
+                          app->nshards == 1 ? "after must be a cursor (a string of digits)"
+                                            : "after must be an entry's cursor (\"S.P\": a shard and its position)");
             goto refused;
         }
     }

@@ -58,6 +58,7 @@ int main(int argc, char **argv)
         {"userfold", test_userfold},
         {"shards", test_shards},
         {"claims", test_key_claims},
+        {"feedmerge", test_feedmerge},
     };
     int suites_passed = 0, suites_failed = 0;
     for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++) {

@@ -283,13 +283,14 @@ static void test_records(void)
                               .prev = {{"ob", 2, 77}, {"oc", 2, 66}},
                               .nprev = 2,
                               .created_ms = 2};
-    whstore_state_t st = {.delivered = 5,
-                          .pending_to = 9,
-                          .delivery_id = "d1",
-                          .last_error = "timeout",
-                          .failing_since_ms = 3,
-                          .epoch = 4};
-    whstore_resume_t rs = {.epoch = 5, .after = 2};
+    static whstore_state_t st = {.count = 1,
+                                 .delivered = {5},
+                                 .pending_to = {9},
+                                 .delivery_id = "d1",
+                                 .last_error = "timeout",
+                                 .failing_since_ms = 3,
+                                 .epoch = 4};
+    whstore_resume_t rs = {.epoch = 5, .has_after = true, .after = 2};
     static whstore_write_t w;
     static whstore_hook_t hooks[4], one;
     size_t n = 0;
@@ -302,9 +303,11 @@ static void test_records(void)
     CHECK(whstore_read_all(r, hooks, 4, &n) == STORE_OK && n == 2);
     CHECK(strcmp(hooks[0].def.id, "wh_a") == 0 && hooks[0].has_def && hooks[0].has_state && !hooks[0].has_resume);
     CHECK(strcmp(hooks[0].def.url, a.url) == 0 && hooks[0].def.secret_len == 2 && hooks[0].def.created_ms == 1);
-    CHECK(hooks[0].state.delivered == 5 && hooks[0].state.pending_to == 9 && hooks[0].state.epoch == 4);
+    CHECK(hooks[0].state.count == 1 && hooks[0].state.delivered[0] == 5 && hooks[0].state.pending_to[0] == 9 &&
+          hooks[0].state.epoch == 4 && whstore_pending(&hooks[0].state));
     CHECK(strcmp(hooks[0].state.delivery_id, "d1") == 0 && strcmp(hooks[0].state.last_error, "timeout") == 0);
-    CHECK(strcmp(hooks[1].def.id, "wh_b") == 0 && hooks[1].has_resume && hooks[1].resume.after == 2);
+    CHECK(strcmp(hooks[1].def.id, "wh_b") == 0 && hooks[1].has_resume && hooks[1].resume.has_after &&
+          hooks[1].resume.after == 2 && hooks[1].resume.shard == 0);
     CHECK(hooks[1].def.nprev == 2 && strcmp(hooks[1].def.prev[0].secret, "ob") == 0 && hooks[1].def.prev[0].len == 2 &&
           hooks[1].def.prev[0].until_ms == 77 && strcmp(hooks[1].def.prev[1].secret, "oc") == 0 &&
           hooks[1].def.prev[1].until_ms == 66);
@@ -358,11 +361,90 @@ static void test_embedded_v4_forms(void)
     CHECK(inet_pton(AF_INET6, "2606:4700::1111", pub) == 1 && netallow_permits(NULL, pub));
 }
 
+/* Puts one raw record value (as another build wrote it). */
+static int put_raw(store_t *s, const char *key, const char *value)
+{
+    store_write_t *tx;
+    int rc = store_write_begin(s, &tx);
+    if (rc == STORE_OK && (rc = store_aux_put(tx, span_of(key), span_of(value))) != STORE_OK)
+        store_write_abort(tx);
+    return rc == STORE_OK ? store_write_commit(tx) : rc;
+}
+
+/* The delivery state of one shard is the record the builds before shards wrote, byte for byte, and
+ * such a record reads back; several shards' positions round trip ("shards" beside shard 0's), and a
+ * resume record names its shard or, without after, none. */
+static void test_records_shards(void)
+{
+    char dir[] = "/tmp/tally-unit-whs-XXXXXX", err[256];
+    if (!mkdtemp(dir)) {
+        CHECK(!"mkdtemp");
+        return;
+    }
+    static kinds_t kinds;
+    kinds_parse(&kinds, "like", err, sizeof err);
+    store_options_t opt = {.map_size_bytes = 1ull << 26};
+    store_t *s = NULL;
+    CHECK(store_open(dir, &kinds, &opt, &s, err, sizeof err) == STORE_OK);
+    if (!s)
+        return;
+    static whstore_def_t d = {.id = "wh_s", .url = "https://s.example/", .secret = "ss", .secret_len = 2};
+    static whstore_state_t one = {.count = 1, .delivered = {7}, .pending_to = {0}, .epoch = 1},
+                           three = {.count = 3, .delivered = {4, 0, 12}, .pending_to = {0, 3, 12}, .delivery_id = "x"};
+    static whstore_write_t w;
+    CHECK(whstore_write_init(&w, d.id, NULL, NULL, &one, false) == 0 && w.aux.n == 1);
+    CHECK(strcmp(w.values[0], "{\"delivered\":7,\"pending_to\":0,\"delivery_id\":\"\",\"failing_since_ms\":0,"
+                              "\"last_error\":\"\",\"expired\":false,\"epoch\":1}") == 0);
+    whstore_write_free(&w);
+    CHECK(whstore_write_init(&w, d.id, NULL, NULL, &three, false) == 0);
+    CHECK(w.aux.n == 1 && strstr(w.values[0], "\"shards\":[[0,3],[12,12]]") != NULL);
+    whstore_write_free(&w);
+    CHECK(whstore_write_init(&w, d.id, &d, NULL, &three, false) == 0 && apply_write(s, &w) == STORE_OK);
+    whstore_write_free(&w);
+    static whstore_hook_t h;
+    store_read_t *r;
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(whstore_read_one(r, SPAN_LIT("wh_s"), &h) == STORE_OK && h.state.count == 3);
+    CHECK(h.state.delivered[0] == 4 && h.state.delivered[1] == 0 && h.state.delivered[2] == 12);
+    CHECK(h.state.pending_to[0] == 0 && h.state.pending_to[1] == 3 && h.state.pending_to[2] == 12);
+    CHECK(whstore_pending(&h.state)); /* shard 1's (0, 3] */
+    store_read_end(r);
+    /* a record of a build before shards: state and resume */
+    CHECK(put_raw(s, "webhook/wh_s/s",
+                  "{\"delivered\":40,\"pending_to\":45,\"delivery_id\":\"ab\",\"failing_since_ms\":0,"
+                  "\"last_error\":\"\",\"expired\":false,\"epoch\":2}") == STORE_OK);
+    CHECK(put_raw(s, "webhook/wh_s/r", "{\"epoch\":3,\"after\":39}") == STORE_OK);
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(whstore_read_one(r, SPAN_LIT("wh_s"), &h) == STORE_OK && h.state.count == 1);
+    CHECK(h.state.delivered[0] == 40 && h.state.pending_to[0] == 45 && strcmp(h.state.delivery_id, "ab") == 0);
+    CHECK(h.has_resume && h.resume.epoch == 3 && h.resume.has_after && h.resume.after == 39 && h.resume.shard == 0);
+    store_read_end(r);
+    /* several shards' resume records: with a shard, and without after */
+    static whstore_resume_t moved = {.epoch = 4, .has_after = true, .shard = 2, .after = 9}, stand = {.epoch = 5};
+    CHECK(whstore_write_init(&w, d.id, NULL, &moved, &three, false) == 0 && apply_write(s, &w) == STORE_OK);
+    whstore_write_free(&w);
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(whstore_read_one(r, SPAN_LIT("wh_s"), &h) == STORE_OK && h.resume.has_after && h.resume.shard == 2 &&
+          h.resume.after == 9 && h.resume.epoch == 4);
+    store_read_end(r);
+    CHECK(whstore_write_init(&w, d.id, NULL, &stand, &three, false) == 0 && apply_write(s, &w) == STORE_OK);
+    whstore_write_free(&w);
+    CHECK(store_read_begin(s, &r) == STORE_OK);
+    CHECK(whstore_read_one(r, SPAN_LIT("wh_s"), &h) == STORE_OK && !h.resume.has_after && h.resume.epoch == 5);
+    store_read_end(r);
+    store_close(s);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
 void test_webhooks(void)
 {
     test_failure_category();
     test_embedded_v4_forms();
     test_records();
+    test_records_shards();
     test_rotations();
     test_cidr();
     test_destinations();

@@ -53,5 +53,6 @@ void test_shardmap(void);
 void test_userfold(void);
 void test_shards(void);
 void test_key_claims(void);
+void test_feedmerge(void);
 
 #endif
