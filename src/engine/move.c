@@ -67,6 +67,8 @@ static int move_entry(void *arg, uint64_t seq, const transition_t *t)
 static int move_aux(void *arg, span_t key, span_t value)
 {
     mover_t *m = arg;
+    if (span_eq_str(key, STORE_LOG_PRUNED_KEY))
+        return 0; /* the source's pruning, not the destination's: each store keeps its own */
     m->rc = store_aux_put(m->tx, key, value);
     return mover_step(m);
 }

@@ -65,6 +65,13 @@ enum {
  * a write asks store_user_voided. */
 #define STORE_VOID_PREFIX "void/u/"
 
+/* The auxiliary record of the newest position pruned from the log (decimal), where the log may have
+ * gaps: on the PostgreSQL store, a user's list entry folded from another shard takes a position that
+ * has no entry (engine/userfold.h), so the oldest entry retained is not where pruning stopped. Kept by
+ * the PostgreSQL store's pruning, in the same statement; the embedded store's log has no gaps and
+ * keeps none. */
+#define STORE_LOG_PRUNED_KEY "log/pruned"
+
 typedef struct store store_t;
 typedef struct store_read store_read_t;
 typedef struct store_write store_write_t;
@@ -210,8 +217,10 @@ int store_open(const char *location, const kinds_t *kinds, const store_options_t
 
 /* The cursors this server gave, as the change feed and a webhook's resume judge them: newest is the
  * snapshot's newest entry or checkpoint (pruning never passes the checkpoint), or the newest position
- * a write answer named when that is later (store_read_acknowledged); oldest is the oldest entry still
- * retained (newest + 1 when the log is empty). Made of the operations below; the snapshot's thread. */
+ * a write answer named when that is later (store_read_acknowledged); oldest is the first position
+ * not pruned: the one after STORE_LOG_PRUNED_KEY's where the store keeps it, else the oldest entry
+ * still retained (newest + 1 when the log is empty). Made of the operations below; the snapshot's
+ * thread. */
 int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
 
 /* --- the operations ---

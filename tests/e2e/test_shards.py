@@ -91,7 +91,7 @@ class TwoShardsTest(TallyTestCase):
         with Server(shards=2) as srv:
             self.assertEqual(srv.put("still", "u1", "like")[0], 200)
             for path in ("/v1/changes", "/v1/users/u1/reactions", "/v1/trending", "/v1/admin/webhooks",
-                         "/v1/admin/export", "/v1/admin/users/u1/export"):
+                         "/v1/admin/export", "/v1/users/u1/export"):
                 st, _, _, raw = srv.json("GET", path, user="admin")
                 self.assertEqual(st, 200, "%s: %r" % (path, raw[:300]))
 

@@ -274,6 +274,14 @@ static int schema_setup(pg_store_t *s, const kinds_t *kinds, const store_options
         if (stored < PG_SCHEMA_VERSION && schema_upgraded(s, version) != STORE_OK)
             goto fail;
     }
+    /* where pruning stopped, for a log with gaps (STORE_LOG_PRUNED_KEY): kept by pruning from now on,
+     * first taken from the log as it is (a database made before the record) */
+    if (pg_run(s, s->wsess.conn, "schema",
+               "INSERT INTO tally_aux SELECT '" STORE_LOG_PRUNED_KEY "', convert_to(coalesce((SELECT min(seq) - 1 FROM"
+               " tally_log), (SELECT seq FROM tally_log_head WHERE id = 1), 0)::text, 'UTF8') ON CONFLICT (key) DO "
+               "NOTHING",
+               0, NULL) != STORE_OK)
+        goto fail;
     pg_setting_t set[] = {
         {"idempotency_ttl_ms", "--idempotency-ttl", ""},
         {"log_retention_ms", "--log-retention", ""},

@@ -618,12 +618,17 @@ int pg_log_prune(store_write_t *w_, uint64_t upto_seq, uint64_t before_ms, size_
     pg_num(b, before_ms > INT64_MAX ? INT64_MAX : before_ms);
     pg_num(l, limit);
     const char *p[] = {u, b, l};
-    /* the oldest first, stopping at the first one too young (as on the embedded store) */
+    /* the oldest first, stopping at the first one too young (as on the embedded store); the newest
+     * position pruned is kept with it (STORE_LOG_PRUNED_KEY: the log may have gaps) */
     return pg_count_deleted((pg_write_t *)w_, "log-prune",
                             "WITH c AS (SELECT seq, at_ms FROM tally_log WHERE seq <= $1 ORDER BY seq LIMIT $3),"
                             " stop AS (SELECT coalesce(min(seq), 9223372036854775807) AS s FROM c WHERE at_ms >= $2),"
                             " d AS (DELETE FROM tally_log WHERE seq IN (SELECT seq FROM c, stop WHERE seq < stop.s)"
-                            " RETURNING 1) SELECT count(*) FROM d",
+                            " RETURNING seq),"
+                            " m AS (INSERT INTO tally_aux SELECT '" STORE_LOG_PRUNED_KEY
+                            "', convert_to(max(seq)::text, 'UTF8')"
+                            " FROM d HAVING count(*) > 0 ON CONFLICT (key) DO UPDATE SET value = excluded.value)"
+                            " SELECT count(*) FROM d",
                             3, p, deleted);
 }
 
