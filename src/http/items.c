@@ -12,6 +12,7 @@
 #include "core/kindsjson.h"
 #include "core/log.h"
 #include "core/parse.h"
+#include "engine/claims.h"
 #include "engine/readers.h"
 #include "http/auth.h"
 #include "http/items.h"
@@ -480,20 +481,63 @@ static void write_release(void *arg)
 
 typedef struct {
     write_cmd_t cmd;
-    app_shard_t *shard; /* the item's */
+    app_shard_t *shard;      /* the item's */
+    app_shard_t *user_shard; /* with several shards and a key: where the key's claim is (claims.h) */
+    bool claimed;            /* the claim was taken: released if the write did not commit */
 } item_write_t;
 
-/* Writer thread: the answer is final; note a failed commit (/readyz), name the shard in its cursor
- * (several shards: "S.P", fresh and replayed answers alike), and hand it to the request's HTTP
- * thread. The writer answers 503 only when the commit failed. */
+/* Writer thread: the answer is final; note a failed commit (/readyz), release the key's claim if
+ * the write was refused, name the shard in its cursor (several shards: "S.P", fresh and replayed
+ * answers alike), and hand it to the request's HTTP thread. The writer answers 503 only when the
+ * commit failed. */
 static void write_done(write_cmd_t *cmd)
 {
-    app_shard_t *shard = ((item_write_t *)cmd)->shard;
+    item_write_t *w = (item_write_t *)cmd;
+    app_shard_t *shard = w->shard;
     if (cmd->answer.status == 503)
         atomic_store(&shard->last_write_failed_ms, wall_ms());
+    if (w->claimed && claims_release_due(cmd))
+        claims_release(w->user_shard->writer, (span_t){cmd->react.user, cmd->react.user_len},
+                       (span_t){cmd->react.key, cmd->react.key_len}, cmd->react.fingerprint);
     if (cmd->answer.status == 200 && answer_cursor_shard(&cmd->answer, (uint32_t)shard->app->nshards, shard->k) != 0)
         log_line("level=error event=cursor-splice-failed shard=%u", shard->k);
     http_pending_respond(cmd->done_arg, &cmd->answer, write_release, cmd);
+}
+
+/* Writer thread of the user's shard: the key's claim is decided. Taken: the write goes to the item's
+ * shard; bound to another request: 409, as the item's shard would say; not committed: 503. */
+static void claim_done(void *arg, int outcome)
+{
+    item_write_t *w = arg;
+    write_cmd_t *cmd = &w->cmd;
+    if (outcome == CLAIM_TAKEN) {
+        w->claimed = true;
+        if (writer_submit(w->shard->writer, cmd) == 0)
+            return;
+        claims_release(w->user_shard->writer, (span_t){cmd->react.user, cmd->react.user_len},
+                       (span_t){cmd->react.key, cmd->react.key_len}, cmd->react.fingerprint);
+        answer_problem(&cmd->answer, 503, "overloaded", "too many writes are waiting; retry shortly");
+    } else if (outcome == CLAIM_MISMATCH) {
+        if (answer_idem_mismatch(&cmd->answer) != 0)
+            answer_problem(&cmd->answer, 500, "internal", "out of memory");
+    } else {
+        atomic_store(&w->user_shard->last_write_failed_ms, wall_ms());
+        answer_problem(&cmd->answer, 503, "unavailable", "the user's shard cannot be written; retry shortly");
+    }
+    http_pending_respond(cmd->done_arg, &cmd->answer, write_release, cmd);
+}
+
+/* Queues the write: with several shards and an Idempotency-Key, its claim on the user's shard first
+ * (claims.h), the write once that is taken. Returns 0, or -1 when nothing was queued. */
+static int write_submit(app_t *app, item_write_t *w)
+{
+    write_cmd_t *cmd = &w->cmd;
+    if (app->nshards == 1 || !cmd->react.key_len)
+        return writer_submit(w->shard->writer, cmd);
+    span_t user = {cmd->react.user, cmd->react.user_len};
+    w->user_shard = app_user_shard(app, user);
+    return claims_take(w->user_shard->writer, user, (span_t){cmd->react.key, cmd->react.key_len},
+                       cmd->react.fingerprint, claim_done, w);
 }
 
 void items_write(app_t *app, http_request_t *req, span_t item, item_action_t action, span_t kind)
@@ -533,7 +577,7 @@ void items_write(app_t *app, http_request_t *req, span_t item, item_action_t act
      * this one, or this one sees the shutdown (both atomics are sequentially consistent). The writer
      * refuses only when its queue is full or it is stopping, which comes after draining is set. */
     bool draining = atomic_load(&app->draining);
-    if (!cmd->done_arg || draining || writer_submit(w->shard->writer, cmd) != 0) {
+    if (!cmd->done_arg || draining || write_submit(app, w) != 0) {
         if (cmd->done_arg)
             http_pending_cancel(cmd->done_arg);
         free(w);

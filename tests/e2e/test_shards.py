@@ -2,7 +2,7 @@
 routes every item to its shard — zlib's CRC-32 of the id mod 4096, then the map of virtual shards
 kept in every database's identity — with one writer per shard. Checked against the databases
 themselves: each item's rows, log and counts are on its shard alone, and the counts equal the
-rows. A route not built across shards yet answers 501, never one shard's part as the whole."""
+rows. Every route is served across shards; an Idempotency-Key binds one request across them."""
 
 import json
 import time
@@ -217,3 +217,67 @@ class LaterStartTest(TallyTestCase):
                 self.assertEqual(stranger.sql("SELECT count(*) FROM tally_rows"), "0")
         finally:
             pgcluster_module().destroy(other)
+
+
+def keyed_put(srv, item, user, kind, key):
+    return srv.json("PUT", "/v1/items/%s/reaction" % item, {"reaction": kind}, user=user,
+                    headers={"Idempotency-Key": key})
+
+
+@pg_only("shards are PostgreSQL databases")
+class KeyClaimTest(TallyTestCase):
+    """An Idempotency-Key binds one request wherever the user's items live: its claim is on the
+    user's shard, taken before the write goes to the item's shard."""
+
+    def items_on_both(self, srv, prefix):
+        ranges = shard_map(srv.db)
+        on = {}
+        for i in range(256):
+            on.setdefault(shard_of(ranges, "%s%d" % (prefix, i)), "%s%d" % (prefix, i))
+        self.assertEqual(sorted(on), [0, 1])
+        return on
+
+    def test_one_key_for_items_on_two_shards_is_a_mismatch_on_either_node(self):
+        with Server(shards=2, args=["--rate-limit", "off"]) as srv:
+            with srv.node() as b:
+                on = self.items_on_both(srv, "k")
+                for n, user in enumerate(("ku0", "ku1", "ku2", "ku3")):  # users of either shard
+                    first, second = (on[0], on[1]) if n % 2 else (on[1], on[0])
+                    key = "key-%s" % user
+                    st, _, done, raw = keyed_put(srv, first, user, "like", key)
+                    self.assertEqual(st, 200, raw[:300])
+                    # the same key for another request: 409 from this node and the other, nothing written
+                    for node in (srv, b):
+                        self.assertProblem(keyed_put(node, second, user, "like", key), 409,
+                                           "idempotency-key-mismatch")
+                    self.assertEqual(srv.json("GET", "/v1/items/%s/reaction" % second, user=user)[2]["reaction"],
+                                     "none")
+                    # the first request again, on either node: the stored answer
+                    for node in (srv, b):
+                        st, _, again, raw = keyed_put(node, first, user, "like", key)
+                        self.assertEqual((st, again), (200, done), raw[:300])
+                # every claim is on its user's shard's database alone
+                ranges = shard_map(srv.db)
+                dbs = [srv.db] + srv.shard_dbs
+                for user in ("ku0", "ku1", "ku2", "ku3"):
+                    home = shard_of(ranges, user)
+                    self.assertEqual(dbs[home].sql("SELECT count(*) FROM tally_claims WHERE \"user\" = '%s'" % user),
+                                     "1", user)
+                    self.assertEqual(dbs[1 - home].sql(
+                        "SELECT count(*) FROM tally_claims WHERE \"user\" = '%s'" % user), "0", user)
+
+    def test_a_refused_write_releases_its_claim(self):
+        with Server(shards=2, args=["--rate-limit", "off"]) as srv:
+            on = self.items_on_both(srv, "r")
+            st, _, _, raw = srv.json("PUT", "/v1/admin/policies/" + on[0], {"kinds": ["like"]}, user="admin")
+            self.assertEqual(st, 200, raw[:300])
+            self.assertProblem(keyed_put(srv, on[0], "ru", "dislike", "rk"), 403, "reaction-not-allowed")
+            # refused and not stored: the key is free for a corrected request, on the other shard too
+            st, _, doc, raw = keyed_put(srv, on[1], "ru", "dislike", "rk")
+            self.assertEqual((st, doc["reaction"]), (200, "dislike"), raw[:300])
+            self.assertProblem(keyed_put(srv, on[0], "ru", "like", "rk"), 409, "idempotency-key-mismatch")
+            # a 412 is stored under its key on the item's shard, so its claim is kept
+            self.assertProblem(srv.json("PUT", "/v1/items/%s/reaction" % on[0], {"reaction": "like"}, user="ru2",
+                                        headers={"Idempotency-Key": "rk2", "If-Match": '"7"'}), 412,
+                               "version-mismatch")
+            self.assertProblem(keyed_put(srv, on[1], "ru2", "like", "rk2"), 409, "idempotency-key-mismatch")
