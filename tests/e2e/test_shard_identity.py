@@ -4,7 +4,7 @@ start checks it, and a store that holds the identity of a cluster of another sha
 of a two-shard cluster) makes tallyd exit 1 with a log line naming the difference. On both stores.
 
 Needs build/tally and build/shards_open (`make all build/shards_open`): shards_open gives stores the
-identities of a cluster of several shards, which tallyd does not serve yet."""
+identities of a cluster of several shards (of embedded stores too, which tallyd serves one at a time)."""
 
 import json
 import os
