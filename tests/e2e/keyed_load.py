@@ -114,11 +114,12 @@ def _problem_code(raw):
 
 class LoadCase(TallyTestCase):
 
-    def run_load(self, nodes, crash, seed, load_s=LOAD_S, kill_at_s=KILL_AT_S):
+    def run_load(self, nodes, crash, seed, load_s=LOAD_S, kill_at_s=KILL_AT_S, items=None):
         """Runs the clients against `nodes` (servers; each thread prefers one, and goes to the
-        next on an error) for load_s; calls crash() at kill_at_s (on this thread: the clients
-        go on meanwhile). Returns (ledgers, items, pairs, t_crash)."""
-        items = [uid("fo") for _ in range(ITEMS)]
+        next on an error) for load_s, on `items` (ITEMS fresh ids by default); calls crash() at
+        kill_at_s (on this thread: the clients go on meanwhile). Returns (ledgers, items, pairs,
+        t_crash)."""
+        items = list(items) if items else [uid("fo") for _ in range(ITEMS)]
         ledgers = [Ledger() for _ in range(THREADS)]
         t0 = time.monotonic()
         load_until = t0 + load_s

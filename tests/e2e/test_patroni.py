@@ -9,20 +9,30 @@ a bounded time of the promotion. And the trap the docs warn of: the postmaster k
 (its patroni alive) is started again in place on the same timeline, no failover, as long as
 primary_start_timeout (Patroni's default, 300 s) has not run out.
 
+With two shards, each its own Patroni cluster (a leader and its synchronous standby) on the one
+etcd: shard 1's primary machine is lost under keyed load on two nodes; Patroni promotes its
+standby; every acknowledged write of both shards is present, no key applied twice, counts equal a
+recount; and shard 0 never stopped: a probe writing to shard 0's items is answered 200 throughout,
+and /readyz stays 200, naming shard 1 while it fails.
+
 Runs only with TALLY_PATRONI=1 (tests/run_all.sh's stage "patroni", ~1 minute: etcd, two
 PostgreSQL servers with fsync on, ~10 s of failover); it needs no TALLY_STORE.
 """
 
 import os
+import json
 import random
 import sys
+import threading
 import time
 import unittest
 
-from harness import Server, pgcluster_module, tail
+from harness import SLOW, Server, pgcluster_module, tail
 from keyed_load import FAST, LoadCase
+from test_shards import shard_of
 
 RUN = bool(os.environ.get("TALLY_PATRONI"))
+PROBE_GAP_MAX_S = 2.0  # shard 0's probe: the longest wait between two of its acknowledged writes
 LOAD_S = 20.0  # long enough that new writes go on well past the promotion (~10 s after the kill)
 KILL_AT_S = 3.0
 RECOVER_AFTER_PROMOTION_S = 10.0  # tallyd retries a connection once a second
@@ -150,6 +160,137 @@ class PatroniFailoverTest(LoadCase):
             self.assertLessEqual(outage, OUTAGE_MAX_S, ctx)
             self.assertGreater(len(after), 20, "new writes go on after the failover; " + ctx)
             self.verify(nodes, ledgers, items, pairs, t_crash, ctx)
+            for n in reversed(nodes):
+                n.stop()
+        except pc.PgError as e:
+            self.fail("Patroni cluster: %s" % e)
+        finally:
+            for n in reversed(nodes):
+                n.close()
+
+
+def named_shard_1(raw):
+    doc = json.loads(raw)
+    return 1 in doc.get("unreachable_shards", []) + doc.get("failing_shards", [])
+
+
+class UriDb:
+    """A database by its URI, as Server's shard_dbs takes one."""
+
+    def __init__(self, uri):
+        self._uri = uri
+
+    def uri(self):
+        return self._uri
+
+
+@unittest.skipUnless(RUN, "PostgreSQL under Patroni: its own stage (TALLY_PATRONI=1; tests/run_all.sh)")
+class PatroniShardsTest(LoadCase):
+    """One etcd and two Patroni clusters, one per shard (scopes tally_s0 and tally_s1)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.pc = patroni_module()
+        cls.etcd = None
+        cls.clusters = []
+        try:
+            cls.etcd = cls.pc.start_etcd()
+            for k in range(2):
+                cls.clusters.append(cls.pc.start_cluster("tally_s%d" % k, cls.etcd))
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        for c in reversed(cls.clusters):
+            c.destroy()
+        if cls.etcd is not None:
+            cls.etcd.destroy()
+
+    def probe(self, node, items, users, until, out):
+        """Writes to shard 0's items, unkeyed, one every 50 ms, and asks /readyz: (time, write
+        status, readyz status, readyz body) each time."""
+        c = node.client(timeout=10)
+        n = 0
+        try:
+            while time.monotonic() < until:
+                item, user = items[n % len(items)], users[n % len(users)]
+                kind = ("like", "dislike")[(n // len(users)) % 2]
+                try:
+                    st, _, _ = c.request("PUT", "/v1/items/%s/reaction" % item,
+                                         body=('{"reaction":"%s"}' % kind).encode(),
+                                         headers={"X-User-Id": user, "Content-Type": "application/json"})
+                    rst, _, raw = c.request("GET", "/readyz")
+                except OSError as e:
+                    st, rst, raw = None, None, repr(e).encode()
+                    c.close()
+                    c = node.client(timeout=10)
+                out.append((time.monotonic(), st, rst, raw))
+                n += 1
+                time.sleep(0.05)
+        finally:
+            c.close()
+
+    def test_a_shards_primary_lost_the_other_shard_goes_on(self):
+        pc = self.pc
+        seed = random.randrange(1 << 30)
+        nodes = []
+        try:
+            for c in self.clusters:
+                c.wait_sync()
+                c.create_database("tally")
+            uris = [c.uri("tally") for c in self.clusters]
+            a = Server(args=FAST, store_uri=uris[0], shard_dbs=[UriDb(uris[1])])
+            nodes.append(a)
+            nodes.append(a.node())
+            ident = self.clusters[0].wait_leader().sql(
+                "SELECT convert_from(value, 'UTF8') FROM tally_aux WHERE key = 'cluster/identity'", db="tally")
+            ranges = [tuple(r) for r in json.loads(ident)["map"]]
+            on = {0: [], 1: []}
+            for i in range(200):
+                name = "ps%d-%d" % (seed, i)
+                on[shard_of(ranges, name)].append(name)
+            self.assertTrue(len(on[0]) >= 4 and len(on[1]) >= 2, on)
+            load_items = on[0][:2] + on[1][:2]
+            probe_items = on[0][2:4]
+            probe_users = [u for u in ("pu%d" % i for i in range(100)) if shard_of(ranges, u) == 0][:4]
+            old = self.clusters[1].wait_sync()
+            times, seen = {}, []
+            prober = threading.Thread(target=self.probe, daemon=True,
+                                      args=(nodes[1], probe_items, probe_users,
+                                            time.monotonic() + LOAD_S + 5, seen))
+            prober.start()
+
+            def crash():
+                times["killed"] = time.monotonic()
+                old.kill9()  # shard 1's primary: its patroni and its postmaster
+                times["new"] = self.clusters[1].wait_leader(exclude=old, timeout=60)
+                times["promoted"] = time.monotonic()
+
+            ledgers, items, pairs, t_crash = self.run_load(nodes, crash, seed, load_s=LOAD_S,
+                                                           kill_at_s=KILL_AT_S, items=load_items)
+            prober.join(LOAD_S + 30)
+            self.assertFalse(prober.is_alive(), "the probe is stuck")
+            ctx = "shard 1 failed over (promoted after %.1fs), seed %d" % (
+                times["promoted"] - times["killed"], seed)
+            sys.stdout.write("  %s\n" % ctx)
+            sys.stdout.flush()
+            # shard 0 never stopped: every probe write acknowledged, none waiting long, ready all along
+            window = [s for s in seen if times["killed"] <= s[0] <= times["promoted"]]
+            self.assertGreater(len(window), 10, ctx)
+            self.assertEqual([s for s in seen if s[1] != 200], [], "shard 0's writes in the failover; " + ctx)
+            gaps = [b[0] - a_[0] for a_, b in zip(seen, seen[1:])]
+            self.assertLess(max(gaps), PROBE_GAP_MAX_S * SLOW, ctx)
+            self.assertEqual([s for s in seen if s[2] != 200], [], "/readyz in the failover; " + ctx)
+            named = [s for s in window if named_shard_1(s[3])]
+            self.assertTrue(named, "/readyz never named shard 1; " + ctx)
+            for n in nodes:
+                self.assertTrue(n.running, "a node died in the failover\n" + tail(n.stderr()))
+            self.verify(nodes, ledgers, items, pairs, t_crash, ctx)
+            acked1 = [w for lg in ledgers for w in lg.writes
+                      if w.status == 200 and w.item in on[1] and w.acked_at > times["promoted"]]
+            self.assertTrue(acked1, "shard 1's items written again after the promotion; " + ctx)
             for n in reversed(nodes):
                 n.stop()
         except pc.PgError as e:

@@ -409,6 +409,8 @@ typedef struct {
 static int aux_see(void *arg, span_t key, span_t value)
 {
     aux_seen_t *a = arg;
+    if (span_eq_str(key, STORE_LOG_PRUNED_KEY))
+        return 0; /* the PostgreSQL store's own record of its pruning (case_log) */
     if (a->n < 4) {
         snprintf(a->keys[a->n], sizeof a->keys[0], "%.*s", (int)key.len, key.ptr);
         snprintf(a->values[a->n], sizeof a->values[0], "%.*s", (int)value.len, value.ptr);
@@ -486,6 +488,10 @@ static void case_log(seam_t *t, store_t *s)
     CHECK(store_write_commit(w) == STORE_OK);
     CHECK(store_read_begin(s, &r) == STORE_OK);
     CHECK(store_read_log_bounds(r, &seq, &last) == STORE_OK && seq == first + 6);
+    /* the window's oldest is the first position not pruned, on either store (the PostgreSQL store
+     * keeps it as STORE_LOG_PRUNED_KEY, as its log may have gaps) */
+    uint64_t oldest = 0, newest = 0;
+    CHECK(store_read_log_window(r, &oldest, &newest) == STORE_OK && oldest == first + 6 && newest >= last);
     store_read_end(r);
 }
 
