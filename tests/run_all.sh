@@ -95,7 +95,8 @@ stage e2e-pg-sanitized env TALLYD=build/san/tallyd TALLY_SANITIZED=1 TALLY_STORE
     -k WebhookRaceNodesTest -k test_void -k test_features
 # PostgreSQL under Patroni, from Debian's packages (tests/pg/patronicluster.py: one etcd, a leader
 # and its synchronous standby, fsync on): a postmaster killed alone restarted in place, and the
-# primary's machine lost under keyed load on two nodes, the standby promoted by Patroni (~1 minute).
+# primary's machine lost under keyed load on two nodes, the standby promoted by Patroni; then two
+# shards, each its own Patroni cluster, shard 1's primary lost while shard 0 goes on (~2 minutes).
 stage patroni env TALLYD=build/tallyd TALLY_PATRONI=1 python3 tests/e2e/run_e2e.py -k test_patroni
 # The OpenAPI document, the JavaScript client and the pages in headless Chromium (~15 s).
 stage js tests/js/run.sh

@@ -69,6 +69,14 @@ def embedded_only(reason):
     return unittest.skipIf(PG, "embedded store only: " + reason)
 
 
+def one_shard(reason):
+    """Decorator (test method or class): a test of the one-database forms (decimal cursors and
+    event ids, one writer's threads, shard 0 of 1); skipped when the PostgreSQL store runs with
+    several shards (TALLY_SHARDS), saying why. Their forms with several shards are tested in
+    test_shards*.py."""
+    return unittest.skipIf(PG and SHARDS > 1, "one database only: " + reason)
+
+
 def pg_only(reason="needs TALLY_STORE=pg"):
     """Decorator: runs only with TALLY_STORE=pg (multi-node, failover)."""
     return unittest.skipUnless(PG, reason)
@@ -811,19 +819,26 @@ def long_reals(raw):
             if re.search(rb"[.eE]", t) and significant_digits(t.decode()) > 15]
 
 
+DECIMAL_CURSOR_RE = re.compile(r"^(?P<pos>[0-9]+)$")
+SHARD_CURSOR_RE = re.compile(r"^(0|[1-9][0-9]*)\.(?P<pos>[1-9][0-9]*)$")
+
+
 def split_cursor(doc):
     """A write answer without its "cursor" member, and the cursor (an int, or None when absent).
     docs/api.md § Live counts: an answer that changed something carries its transition's cursor (a
-    decimal string today); one that changed nothing carries none. A malformed cursor is kept in
-    the answer, so that comparing it with the expected one fails."""
+    decimal string with one shard; "S.P" with several, of which the position P is returned); one
+    that changed nothing carries none. A malformed cursor is kept in the answer, so that comparing
+    it with the expected one fails."""
     doc = strip_counts(doc)
     if not isinstance(doc, dict) or "cursor" not in doc:
         return doc, None
     rest = dict(doc)
     cursor = rest.pop("cursor")
-    if not (isinstance(cursor, str) and cursor.isdigit() and doc.get("changed") is True):
+    form = SHARD_CURSOR_RE if PG and SHARDS > 1 else DECIMAL_CURSOR_RE
+    m = form.match(cursor) if isinstance(cursor, str) else None
+    if not (m and doc.get("changed") is True):
         return doc, None
-    return rest, int(cursor)
+    return rest, int(m.group("pos"))
 
 
 def check_sanitizer(stderr_text):

@@ -51,7 +51,7 @@ def fold_feed(node, mode):
                     c[k] = c.get(k, 0) + 1
             reactors[item] = reactors.get(item, 0) - (1 if counted[0] and before else 0) + \
                 (1 if counted[1] and now else 0)
-            states.setdefault(item, []).append((int(e["cursor"]), dict(c), reactors[item]))
+            states.setdefault(item, []).append((e["cursor"], dict(c), reactors[item]))
         if not doc["changes"]:
             return states
         after = doc["next"]
@@ -145,7 +145,7 @@ class AnswerCountsCase(TallyTestCase):
 
             if doc["changed"]:
                 changed += 1
-                cursor = int(doc["cursor"])
+                cursor = doc["cursor"]
                 at = [s for s in hist if s[0] == cursor]
                 self.assertEqual(len(at), 1, "the answer's cursor is its item's entry in the feed: " + ctx)
                 want, reactors = shown(at[0][1], at[0][2])

@@ -10,7 +10,7 @@ import threading
 import time
 import unittest
 
-from harness import (LISTEN_RE, REPO_ROOT, SLOW, Server, TallyTestCase, child_env, embedded_only, run_tallyd,
+from harness import (one_shard, LISTEN_RE, REPO_ROOT, SLOW, Server, TallyTestCase, child_env, embedded_only, run_tallyd,
                      store_args, uid)
 
 
@@ -225,6 +225,7 @@ class StartupTest(TmpDirCase):
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
+    @one_shard("one writer, feed and fold thread each (a thread per shard with several)")
     def test_engine_threads_are_named(self):
         """ps -L, top -H and gdb tell the engine's threads apart: /proc/PID/task/*/comm."""
         with Server() as s:

@@ -13,7 +13,7 @@ import threading
 import time
 import unittest
 
-from harness import (PG, SLOW, Server, TallyTestCase, check_sanitizer, metric, pg_only, run_tallyd,
+from harness import (one_shard, PG, SLOW, Server, TallyTestCase, check_sanitizer, metric, pg_only, run_tallyd,
                      split_cursor, uid)
 
 NO_LIMIT = ["--rate-limit", "off", "--read-rate-limit", "off"]
@@ -162,6 +162,7 @@ class LiveStreamTest(TallyTestCase):
         self.addCleanup(c.close)
         return c
 
+    @one_shard("decimal event ids and cursors (S.P with several shards: test_shards_live.py)")
     def test_retry_first_then_initial_counts_per_id(self):
         a, b, c = uid("la"), uid("lb"), uid("lc")
         put(self.srv, a, uid("u"), "like")
@@ -189,6 +190,7 @@ class LiveStreamTest(TallyTestCase):
             self.assertTrue(e["id"].isdigit(), e)
         self.assertEqual(len(s.counts_events(a)), 1, "one initial event per id, repeats folded")
 
+    @one_shard("decimal event ids and cursors (S.P with several shards: test_shards_live.py)")
     def test_update_after_write_carries_counts_and_cursor(self):
         item = uid("lu")
         s = self.open([item])
@@ -210,6 +212,7 @@ class LiveStreamTest(TallyTestCase):
         self.assertEqual(ids, sorted(ids), "ids never go back")
         self.assertLessEqual(int(ev["id"]), metric(self.srv, "tally_live_cursor"))
 
+    @one_shard("decimal event ids and cursors (S.P with several shards: test_shards_live.py)")
     def test_ids_are_folded_positions_under_writes(self):
         item = uid("lw")
         s = self.open([item])
@@ -251,6 +254,7 @@ class LiveStreamTest(TallyTestCase):
         self.assertEqual(st, 405)
         self.assertEqual(metric(self.srv, "tally_live_streams") or 0, metric(self.srv, "tally_live_streams"))
 
+    @one_shard("decimal event ids and cursors (S.P with several shards: test_shards_live.py)")
     def test_write_answer_cursor_matches_change_feed_and_replays_byte_identical(self):
         item, user = uid("lc"), uid("u")
         key = {"Idempotency-Key": uid("k")}
@@ -270,6 +274,7 @@ class LiveStreamTest(TallyTestCase):
         self.assertEqual(split_cursor(doc)[1], None)
         self.assertNotIn("cursor", doc)
 
+    @one_shard("decimal event ids and cursors (S.P with several shards: test_shards_live.py)")
     def test_cursors_of_one_batch_replayed_byte_identical(self):
         # concurrent keyed writes land in the same batches: each answer's cursor is its own
         # transition's, and each replay is the same bytes
@@ -674,6 +679,7 @@ class LiveShutdownTest(TallyTestCase):
 
 @pg_only("two nodes on one database")
 class LiveNodesTest(TallyTestCase):
+    @one_shard("decimal event ids and cursors (S.P with several shards: test_shards_live.py)")
     def test_stream_on_node_b_sees_writes_on_node_a(self):
         with Server(args=NO_LIMIT) as a:
             b = a.node()

@@ -338,7 +338,8 @@ class ModeSwitchTest(ManyCase):
                 s.start(args)
             self.assertEqual(e.exception.returncode, 1)
             self.assertIn("--reaction-mode", e.exception.stderr)
-            s.db.sql("UPDATE tally_meta SET value = '%s' WHERE name = 'reaction_mode'" % mode)
+            for db in [s.db] + s.shard_dbs:  # every shard's database
+                db.sql("UPDATE tally_meta SET value = '%s' WHERE name = 'reaction_mode'" % mode)
         s.start(args)
 
     def test_one_to_many_and_back(self):
@@ -360,18 +361,21 @@ class ModeSwitchTest(ManyCase):
             s.stop()
             args = ["--reaction-mode", "one", "--reactions", ",".join(KINDS)]
             if PG:
-                s.db.sql("UPDATE tally_meta SET value = 'one' WHERE name = 'reaction_mode'")
+                for db in [s.db] + s.shard_dbs:
+                    db.sql("UPDATE tally_meta SET value = 'one' WHERE name = 'reaction_mode'")
             with self.assertRaises(ServerExited) as e:
                 s.start(args)
             self.assertEqual(e.exception.returncode, 1)
             self.assertIn("several reactions", e.exception.stderr)
             if PG:
-                s.db.sql("UPDATE tally_meta SET value = 'many' WHERE name = 'reaction_mode'")
+                for db in [s.db] + s.shard_dbs:
+                    db.sql("UPDATE tally_meta SET value = 'many' WHERE name = 'reaction_mode'")
             s.start(MANY)
             s.json("DELETE", "/v1/items/%s/like" % item, user="s0")
             s.stop()
             if PG:
-                s.db.sql("UPDATE tally_meta SET value = 'one' WHERE name = 'reaction_mode'")
+                for db in [s.db] + s.shard_dbs:
+                    db.sql("UPDATE tally_meta SET value = 'one' WHERE name = 'reaction_mode'")
             s.start(args)
             self.assertCounts(s, item, {"like": 2, "dislike": 1, "love": 2}, timeout=3)
             self.assertEqual(s.reaction(item, "s0"), {"item": item, "reaction": "love", "version": 3})

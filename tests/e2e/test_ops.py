@@ -21,7 +21,7 @@ import threading
 import time
 import unittest
 
-from harness import (REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
+from harness import (one_shard, REPO_ROOT, SLOW, Server, SharedServerTestCase, TallyTestCase, child_env,
                      embedded_only, secret as new_secret, server_without_rate_limit,
                      significant_digits, tail, uid)
 
@@ -350,6 +350,7 @@ class MetricsTest(SharedServerTestCase):
 
 
 # ============================================================================================
+@one_shard("decimal cursors, next = the last cursor (a token with several shards: test_shards_feed.py)")
 class ChangesTest(SharedServerTestCase, FeedCase):
 
     def test_access(self):
@@ -479,6 +480,7 @@ class ChangesTest(SharedServerTestCase, FeedCase):
         self.assertLess(out["at"] - t_write, 2 * SLOW, "the poll was not woken by the commit")
 
 
+@one_shard("decimal cursors, next = the last cursor (a token with several shards: test_shards_feed.py)")
 class ChangesConcurrentTest(FeedCase):
 
     def test_pages_equal_acknowledged_changes(self):
@@ -573,6 +575,7 @@ class ChangesConcurrentTest(FeedCase):
                 self.assertCounts(s, item, want_counts)
 
 
+@one_shard("decimal cursors, next = the last cursor (a token with several shards: test_shards_feed.py)")
 class ChangesShutdownTest(FeedCase):
 
     def test_sigterm_answers_waiting_poll(self):
@@ -604,6 +607,7 @@ class ChangesShutdownTest(FeedCase):
             self.assertLess(stopped, 10 * SLOW)
 
 
+@one_shard("decimal cursors, next = the last cursor (a token with several shards: test_shards_feed.py)")
 class ChangesRetentionTest(FeedCase):
 
     def test_expired_cursor(self):

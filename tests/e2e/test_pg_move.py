@@ -18,7 +18,7 @@ import tempfile
 import time
 import unittest
 
-from harness import (REPO_ROOT, TALLYD, PgDatabase, Proc, Server, TallyTestCase, child_env, pg_only,
+from harness import (one_shard, REPO_ROOT, TALLYD, PgDatabase, Proc, Server, TallyTestCase, child_env, pg_only,
                      run_tallyd, tail, uid)
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
@@ -77,6 +77,7 @@ def who_reacted(srv, item):
 @pg_only()
 class MoveTest(TallyTestCase):
 
+    @one_shard("tally move fills one database")
     def test_move_keeps_rows_versions_counts_keys_and_cursors(self):
         work = tempfile.mkdtemp(prefix="tally-move-")
         data = os.path.join(work, "data")

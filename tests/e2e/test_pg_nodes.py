@@ -18,7 +18,7 @@ import threading
 import time
 import unittest
 
-from harness import (PG, SLOW, PgDatabase, Server, TallyTestCase, pg_only, pgcluster_module,
+from harness import (one_shard, PG, SLOW, PgDatabase, Server, TallyTestCase, pg_only, pgcluster_module,
                      run_tallyd, split_cursor, tail, uid, run_threads)
 
 ADMIN = {"X-User-Id": "admin"}
@@ -225,6 +225,7 @@ class TwoNodesTest(NodesCase):
                 self.assertEqual(again[1].get("idempotent-replayed"), "true")
         self.assertCountsOnAll((self.a, self.b), item, {"like": 25, "dislike": 0})
 
+    @one_shard("decimal change-feed cursors (a token with several shards: test_shards_feed.py)")
     def test_change_feed_one_order_cursors_work_on_every_node(self):
         # the feed's end now: everything after it is this test's
         start = None
@@ -416,6 +417,7 @@ class FoldTakeoverTest(NodesCase):
 class DatabaseOutageTest(NodesCase):
     """Its own cluster: stopping the run's cluster would take the other tests' servers down."""
 
+    @one_shard("decimal change-feed cursors (a token with several shards: test_shards_feed.py)")
     def test_readyz_503_while_unreachable_and_nodes_reconnect(self):
         pgc = pgcluster_module()
         cluster = pgc.start_primary(name="outage", fsync=False)

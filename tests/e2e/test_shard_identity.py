@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import tempfile
 
-from harness import PG, REPO_ROOT, PgDatabase, Server, ServerExited, TallyTestCase, child_env
+from harness import one_shard, PG, REPO_ROOT, PgDatabase, Server, ServerExited, TallyTestCase, child_env
 
 TALLY = os.path.join(REPO_ROOT, "build", "tally")
 SHARDS_OPEN = os.path.join(REPO_ROOT, "build", "shards_open")
@@ -38,6 +38,7 @@ def stored_identity(srv):
 
 
 class ClusterIdentityTest(TallyTestCase):
+    @one_shard("a single store is shard 0 of 1")
     def test_first_start_writes_the_identity_and_a_restart_keeps_it(self):
         with Server() as srv:
             self.assertEqual(srv.put("i1", "u1", "like")[0], 200)
@@ -55,6 +56,7 @@ class ClusterIdentityTest(TallyTestCase):
             self.assertEqual(m.group(1, 2, 3, 4), (cluster, "1", "0", "1"))  # checked, the same cluster
             self.assertEqual(stored_identity(srv), (cluster, 0, 1))
 
+    @one_shard("a single store is shard 0 of 1")
     def test_a_store_of_another_cluster_makes_tallyd_exit_1(self):
         self.assertTrue(os.path.exists(SHARDS_OPEN), "make build/shards_open")
         srv = Server(start=False)

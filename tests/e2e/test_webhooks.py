@@ -18,7 +18,7 @@ import json
 import threading
 import time
 
-from harness import SLOW, Server, TallyTestCase, child_env, long_reals, pg_only, run_tallyd, uid
+from harness import PG, SHARDS, SLOW, Server, one_shard, TallyTestCase, child_env, long_reals, pg_only, run_tallyd, uid
 
 ADMIN = {"X-User-Id": "admin"}
 FAST = ["--rate-limit", "off", "--recount-interval", "0"]
@@ -139,6 +139,20 @@ class WebhookCase(TallyTestCase):
         self.assertEqual(st, status, raw[:300])
         return doc
 
+    def delivered_up_to(self, srv, hook_id, expected):
+        """Whether the webhook has delivered every entry of `expected` (change-feed entries): its
+        `delivered` is the last one's cursor with one shard; with several, each shard's delivered
+        entry cursor (`delivered_shards`) is that shard's last one in `expected`."""
+        w = self.listing(srv, hook_id)
+        if w is None:
+            return False
+        if "delivered_shards" not in w:
+            return w["delivered"] == expected[-1]["cursor"]
+        last = {}
+        for e in expected:
+            last[int(e["cursor"].split(".")[0])] = e["cursor"]
+        return all(w["delivered_shards"][k] == c for k, c in last.items())
+
     def listing(self, srv, hook_id=None):
         doc = self.assertOk(srv.json("GET", "/v1/admin/webhooks", headers=ADMIN))
         if hook_id is None:
@@ -244,12 +258,13 @@ class WebhookDeliveryTest(WebhookCase):
             self.assertEqual(len(expected), 250)
             last = expected[-1]["cursor"]
             self.wait_for("every transition delivered",
-                          lambda: self.listing(s, doc["id"])["delivered"] == last)
+                          lambda: self.delivered_up_to(s, doc["id"], expected))
             batches = self.check_deliveries(rc.got(), expected, doc["id"], [secret])
             self.assertGreaterEqual(len(batches), 3, "250 transitions need 3 batches at least")
             w = self.listing(s, doc["id"])
-            self.assertEqual(set(w), {"id", "url", "created", "delivered", "lag_s", "failing_since",
-                                      "last_error", "state"})
+            self.assertEqual(set(w) - {"delivered_shards"}, {"id", "url", "created", "delivered", "lag_s",
+                                                             "failing_since", "last_error", "state"})
+            self.assertEqual("delivered_shards" in w, PG and SHARDS > 1, "each shard's cursor with several")
             self.assertEqual((w["state"], w["last_error"], w["failing_since"], w["lag_s"]),
                              ("active", None, None, 0))
             self.assertNotIn("secret", json.dumps(self.listing(s)))
@@ -270,7 +285,7 @@ class WebhookDeliveryTest(WebhookCase):
             self.assertOk(s.json("POST", "/v1/admin/users/%s/restore" % bot, headers=ADMIN))
             expected = self.feed(s, start)
             last = expected[-1]["cursor"]
-            self.wait_for("every transition delivered", lambda: self.listing(s, doc["id"])["delivered"] == last)
+            self.wait_for("every transition delivered", lambda: self.delivered_up_to(s, doc["id"], expected))
             self.check_deliveries(rc.got(), expected, doc["id"])
             delivered = [e for r in rc.got() for e in json.loads(r["body"])["transitions"]]
             self.assertEqual([e.get("counted") for e in delivered],
@@ -297,7 +312,7 @@ class WebhookDeliveryTest(WebhookCase):
             start = self.newest(s)
             self.writes(s, 5)
             expected = self.feed(s, start)
-            self.wait_for("delivered", lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
+            self.wait_for("delivered", lambda: self.delivered_up_to(s, doc["id"], expected))
             self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
 
     def test_failures_retried_same_batch(self):
@@ -328,7 +343,7 @@ class WebhookDeliveryTest(WebhookCase):
             expected = self.feed(s, start)
             self.assertEqual(len(expected), 180)
             self.wait_for("every transition delivered",
-                          lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
+                          lambda: self.delivered_up_to(s, doc["id"], expected))
             got = rc.got()
             self.assertGreater(len(got), n)
             batches = self.check_deliveries(got, expected, doc["id"], [doc["secret"]])
@@ -385,7 +400,7 @@ class WebhookSecurityTest(WebhookCase):
             self.writes(s, 3)
             expected = self.feed(s, start)
             self.wait_for("delivered past the proxy variables",
-                          lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
+                          lambda: self.delivered_up_to(s, doc["id"], expected))
             self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
 
     def test_bad_definitions(self):
@@ -468,7 +483,7 @@ class WebhookLifecycleTest(WebhookCase):
             s.start()
             self.writes(s, 10)
             expected = self.feed(s, start)
-            self.wait_for("all delivered", lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
+            self.wait_for("all delivered", lambda: self.delivered_up_to(s, doc["id"], expected))
             self.assertEqual(rc.arrivals[1], before, "the pending batch kept its delivery id across the restart")
             time.sleep(3.5)  # the hung first attempt ends (answered after tallyd gave up on it)
             self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
@@ -492,7 +507,7 @@ class WebhookLifecycleTest(WebhookCase):
             self.writes(s, 50)
             expected = self.feed(s, start)
             self.assertEqual(len(expected), 450)
-            self.wait_for("all delivered", lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"],
+            self.wait_for("all delivered", lambda: self.delivered_up_to(s, doc["id"], expected),
                           timeout=30 * SLOW)
             self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
 
@@ -558,6 +573,7 @@ class WebhookLifecycleTest(WebhookCase):
             ok = self.create(s, "https://example.com/a@b?c=d@e#f@g")  # an @ past the host is no userinfo
             self.assertEqual(ok["url"], "https://example.com/a@b?c=d@e#f@g")
 
+    @one_shard("a resume after a decimal position (S.P with several shards: test_shards_feed.py)")
     def test_resume_and_expired(self):
         args = FAST + ALLOW + QUICK + ["--log-retention", "1s"]
         with Receiver(mode="fail") as rc, Server(args=args) as s:
@@ -587,7 +603,7 @@ class WebhookLifecycleTest(WebhookCase):
             self.writes(s, 2)
             expected = self.feed(s, newest)
             self.wait_for("delivered after the resume",
-                          lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
+                          lambda: self.delivered_up_to(s, doc["id"], expected))
             self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
             self.assertEqual(metric(s, 'tally_webhook_expired{webhook="%s"}' % doc["id"]), 0)
 
@@ -598,7 +614,7 @@ class WebhookLifecycleTest(WebhookCase):
             doc = self.create(s, rc.url())
             self.writes(s, 5)
             expected = self.feed(s, start)
-            self.wait_for("delivered", lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
+            self.wait_for("delivered", lambda: self.delivered_up_to(s, doc["id"], expected))
             with rc.lock:
                 rc.requests.clear()
             mid = expected[1]["cursor"]
@@ -606,8 +622,11 @@ class WebhookLifecycleTest(WebhookCase):
                                  headers=ADMIN))
             self.wait_for("sent again", lambda: rc.got())
             self.wait_for("delivered again",
-                          lambda: self.listing(s, doc["id"])["delivered"] == expected[-1]["cursor"])
-            self.check_deliveries(rc.got(), expected[2:], doc["id"], [doc["secret"]])
+                          lambda: self.delivered_up_to(s, doc["id"], expected))
+            again = expected[2:]
+            if "." in mid:  # several shards: the resume moves mid's shard only
+                again = [e for e in again if e["cursor"].split(".")[0] == mid.split(".")[0]]
+            self.check_deliveries(rc.got(), again, doc["id"], [doc["secret"]])
 
 
 @pg_only("several nodes share one database")
@@ -622,7 +641,7 @@ class WebhookNodesTest(WebhookCase):
                 self.writes(a, 60)
                 self.writes(b, 60)
                 expected = self.feed(a, start)
-                self.wait_for("delivered", lambda: self.listing(b, doc["id"])["delivered"] == expected[-1]["cursor"])
+                self.wait_for("delivered", lambda: self.delivered_up_to(b, doc["id"], expected))
                 got = rc.got()
                 batches = self.check_deliveries(got, expected, doc["id"], [doc["secret"]])
                 self.assertEqual(len(got), len(batches), "a batch delivered twice (two nodes?)")
@@ -632,11 +651,11 @@ class WebhookNodesTest(WebhookCase):
                 leader = a if counts[a] else b
                 other = b if leader is a else a
                 leader.kill9()
-                start2 = expected[-1]["cursor"]
+                start2 = self.newest(other)  # where expected ends (a page token with several shards)
                 self.writes(other, 40)
                 expected2 = self.feed(other, start2)
                 self.wait_for("the other node took over",
-                              lambda: self.listing(other, doc["id"])["delivered"] == expected2[-1]["cursor"],
+                              lambda: self.delivered_up_to(other, doc["id"], expected2),
                               timeout=30 * SLOW)
                 self.check_deliveries(rc.got(), expected + expected2, doc["id"], [doc["secret"]])
                 self.assertGreater(metric(other, key), 0)
