@@ -30,7 +30,8 @@
 #     only) a write and a batch, the writer's batches (its idempotency look-up, one a batch of
 #     writes, and its claims' lock, one a batch of claims; shard 0's writer commits from /metrics)
 #   - what the claims cost: their statements' calls and execution µs a write, on each shard
-#   - sessions of each shard's database sampled every 100 ms (pg_stat_activity): wait event or on-CPU
+#   - sessions of each shard's database sampled every 100 ms (pg_stat_activity): wait event or on-CPU;
+#     for a Lock wait, the blocker's session, its wait event and statement
 # Before the rounds, the CPU of an idle node with one and with two shards (the followers' polls).
 # Last, the figures side by side and the ratios of each round and pooled. FIGURES="…": only those,
 # in that order, every round (no ratios). NODE_ARGS: more tallyd flags.
@@ -104,7 +105,13 @@ sampler() { # INSTANCE: database t's sessions every 100 ms for SECS - 2 s, into 
 CREATE TEMP TABLE s (app text, ev text);
 DO \$\$ BEGIN FOR i IN 1..$(((SECS - 2) * 10)) LOOP PERFORM pg_stat_clear_snapshot();
   INSERT INTO s SELECT CASE WHEN application_name LIKE 'tallyd%' THEN application_name ELSE 'client' END,
-    CASE WHEN a.state <> 'active' THEN a.state ELSE coalesce(a.wait_event_type || ':' || a.wait_event, 'on-CPU') END
+    CASE WHEN a.state <> 'active' THEN a.state WHEN a.wait_event_type = 'Lock' THEN 'Lock:' || a.wait_event || ' <- ' ||
+      coalesce((SELECT b.application_name || ' ' || coalesce(b.wait_event_type || ':' || b.wait_event, b.state || ' on-CPU') || ' ' ||
+        CASE WHEN b.query LIKE 'WITH h AS (UPDATE tally_log_head SET seq = seq +%' THEN 'list-from-other-shards'
+          WHEN b.query LIKE 'WITH h AS (UPDATE tally_log_head%' THEN 'log-head' WHEN b.query ILIKE 'commit%' THEN 'COMMIT'
+          ELSE left(b.query, 16) END
+        FROM pg_stat_activity b WHERE b.pid = (pg_blocking_pids(a.pid))[1]), '?')
+      ELSE coalesce(a.wait_event_type || ':' || a.wait_event, 'on-CPU') END
     FROM pg_stat_activity a WHERE a.datname = 't' AND a.pid <> pg_backend_pid() AND a.backend_type = 'client backend';
   PERFORM pg_sleep(0.1); END LOOP; END \$\$;
 SELECT app, ev, count(*) FROM s GROUP BY 1, 2 ORDER BY 1, 3 DESC;
