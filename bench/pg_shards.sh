@@ -34,7 +34,7 @@
 #     for a Lock wait, the blocker's session, its wait event and statement
 # Before the rounds, the CPU of an idle node with one and with two shards (the followers' polls).
 # Last, the figures side by side and the ratios of each round and pooled. FIGURES="…": only those,
-# in that order, every round (no ratios). NODE_ARGS: more tallyd flags.
+# in that order, every round (no ratios). NODE_ARGS: more tallyd flags. CONNS: wrk connections (64).
 set -u
 cd "$(dirname "$0")/.."
 PEERS=$(cd "${PEERS:?set PEERS to the folder of the peer scripts (pg_schema.sql, B_zipf.sql)}" && pwd) || exit 2
@@ -183,7 +183,7 @@ figure() { # NAME
     PGOPTIONS='-c synchronous_commit=on' /usr/bin/time -f '%U %S' -o $T/gen pgbench -h 127.0.0.1 -p $PORT -U postgres -n -M prepared \
       -c 16 -j 2 -T $SECS -f $PEERS/B_zipf.sql bench >$T/pgb 2>&1 &
   else
-    /usr/bin/time -f '%U %S' -o $T/gen wrk -t1 -c64 -d${SECS}s --latency --timeout 10s -s bench/load.lua $U -- \
+    /usr/bin/time -f '%U %S' -o $T/gen wrk -t1 -c${CONNS:-64} -d${SECS}s --latency --timeout 10s -s bench/load.lua $U -- \
       $scen tally $T/r $RANDOM >/dev/null 2>&1 &
   fi
   local wk=$! sp=()
