@@ -2,12 +2,14 @@
 --
 --   wrk -t1 -c64 -d12s --latency -s bench/load.lua URL -- SCENARIO TARGET OUT SEED [RATE]
 --
--- SCENARIO  write | keyed | viral | feed | mixed | toggle | paced (the write requests, RATE a second) |
---           paced_keyed (the keyed requests, RATE a second) |
+-- SCENARIO  write | keyed | viral | viral_keyed | feed | mixed | toggle | paced (the write requests, RATE a
+--           second) | paced_keyed (the keyed requests, RATE a second) |
 --           who (a page of 20 of who reacted to an item, Zipf item, as an admin) |
 --           mine (a page of 20 of a user's reactions, uniform user, as that user)
 --           keyed: the writes of `write`, each with a fresh Idempotency-Key (as the peers store an
 --           idempotency record for every write)
+--           viral_keyed: the writes of `viral`, each with a fresh Idempotency-Key (one item's load with
+--           the same per-write work as `keyed`: what bench/pg_shards.sh compares across shards)
 -- TARGET    tally | nginx (nginx: same requests, no record of what was sent)
 -- OUT       file prefix: OUT.result (one line of key=value) and, for tally writes,
 --           OUT.pairs ("item user" for every write sent, for the correctness check)
@@ -125,6 +127,14 @@ local function viral_req()
                write_bodies[1])
 end
 
+local function viral_keyed_req()
+   local ui = user_index()
+   record(-1, ui)
+   return http("PUT", "/v1/items/" .. VIRAL .. "/reaction",
+               "X-User-Id: u" .. ui .. "\r\nIdempotency-Key: v" .. seed .. "-" .. tid .. "-" .. n_req .. "\r\n",
+               write_bodies[1])
+end
+
 local function read_req()
    local ii = item_index(zipf_rank())
    return http("GET", "/v1/items/p" .. ii, "X-User-Id: u" .. user_index() .. "\r\n")
@@ -224,6 +234,8 @@ function request()
       return keyed_req()
    elseif scenario == "viral" then
       return viral_req()
+   elseif scenario == "viral_keyed" then
+      return viral_keyed_req()
    elseif scenario == "feed" then
       return feed[(n_req - 1) % FEED_PAGES + 1]
    elseif scenario == "mixed" then
@@ -241,7 +253,7 @@ end
 
 function response(status, headers, body)
    st[status] = (st[status] or 0) + 1
-   if scenario == "viral" then
+   if scenario == "viral" or scenario == "viral_keyed" then
       if body and body:find('"changed":true', 1, true) then changed_true = changed_true + 1 end
    elseif scenario == "toggle" then
       if headers["idempotent-replayed"] == "true" or headers["Idempotent-Replayed"] == "true" then
