@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -201,12 +202,94 @@ static void render_webhooks(textbuf_t *t, app_t *app)
     pthread_mutex_unlock(&metrics_lock);
 }
 
+/* into += from, bucket by bucket (the same bounds: every shard's histogram is made alike). */
+static void histogram_add(histogram_t *into, const histogram_t *from)
+{
+    if (!from)
+        return;
+    if (!into->nbounds) {
+        into->nbounds = from->nbounds;
+        memcpy(into->bounds, from->bounds, sizeof into->bounds);
+    }
+    for (size_t i = 0; i <= from->nbounds; i++)
+        atomic_fetch_add_explicit(&into->counts[i], atomic_load_explicit(&from->counts[i], memory_order_relaxed),
+                                  memory_order_relaxed);
+    atomic_fetch_add_explicit(&into->count, atomic_load_explicit(&from->count, memory_order_relaxed),
+                              memory_order_relaxed);
+    atomic_store(&into->sum, atomic_load(&into->sum) + atomic_load(&from->sum));
+}
+
+#define WRITER_SUM(field) atomic_fetch_add(&sum->field, atomic_load(&ws->field))
+
+/* Every shard's writer, as one: counters and histograms summed, the lag the largest, fold_leader
+ * when this node folds any shard's log (one shard: that writer's own figures). */
+static void writer_sums(const app_t *app, writer_stats_t *sum, uint64_t *lag_ms)
+{
+    *lag_ms = 0;
+    for (size_t k = 0; k < app->nshards; k++) {
+        const writer_stats_t *ws = writer_stats(app->shard[k].writer);
+        WRITER_SUM(batches);
+        WRITER_SUM(commands);
+        WRITER_SUM(failed_commands);
+        WRITER_SUM(replays);
+        WRITER_SUM(transitions);
+        WRITER_SUM(folds);
+        WRITER_SUM(folded);
+        WRITER_SUM(fold_items);
+        WRITER_SUM(swept);
+        WRITER_SUM(pruned);
+        WRITER_SUM(queue_depth);
+        WRITER_SUM(commit_failures);
+        WRITER_SUM(conflict_retries);
+        if (atomic_load(&ws->fold_leader))
+            atomic_store(&sum->fold_leader, true);
+        histogram_add(&sum->write_seconds, &ws->write_seconds);
+        histogram_add(&sum->batch_commands, &ws->batch_commands);
+        histogram_add(&sum->fold_entries, &ws->fold_entries);
+        uint64_t lag = writer_lag_ms(app->shard[k].writer);
+        *lag_ms = lag > *lag_ms ? lag : *lag_ms;
+    }
+}
+
+/* Every shard's store statistics, as one: shard 0's, with the others' sizes and round trips added
+ * (and COMMIT's durations into commit_seconds); connected is shard 0's (tally_db_connected has each). */
+static bool store_sums(const app_t *app, store_stats_t *st, histogram_t *commit_seconds)
+{
+    if (store_stats(app->store, st) != STORE_OK)
+        return false;
+    histogram_add(commit_seconds, st->commit_seconds);
+    for (size_t k = 1; k < app->nshards; k++) {
+        store_stats_t sk = {0};
+        if (store_stats(app->shard[k].store, &sk) != STORE_OK)
+            continue;
+        st->rows += sk.rows;
+        st->items += sk.items;
+        st->log_entries += sk.log_entries;
+        st->idem_records += sk.idem_records;
+        st->used_bytes += sk.used_bytes;
+        st->round_trips += sk.round_trips;
+        st->transactions += sk.transactions;
+        st->writer_round_trips += sk.writer_round_trips;
+        st->fold_round_trips += sk.fold_round_trips;
+        histogram_add(commit_seconds, sk.commit_seconds);
+    }
+    if (st->commit_seconds)
+        st->commit_seconds = commit_seconds;
+    return true;
+}
+
 /* The whole exposition into a; any thread. */
 static void metrics_render(app_t *app, answer_t *a)
 {
-    writer_stats_t *ws = (writer_stats_t *)writer_stats(app->writer);
+    writer_stats_t sums;
+    histogram_t commit_sums;
+    memset(&sums, 0, sizeof sums);
+    memset(&commit_sums, 0, sizeof commit_sums);
+    uint64_t lag_ms;
+    writer_sums(app, &sums, &lag_ms);
+    writer_stats_t *ws = &sums;
     store_stats_t st = {0};
-    bool have_store = store_stats(app->store, &st) == STORE_OK;
+    bool have_store = store_sums(app, &st, &commit_sums);
     textbuf_t t = {0};
     metric_head(&t, "tally_build_info", "gauge", "The version running, its store and its reaction mode (always 1).");
     textbuf_printf(&t, "tally_build_info{version=\"%s\",store=\"%s\",mode=\"%s\"} 1\n", tally_version,
@@ -219,7 +302,7 @@ static void metrics_render(app_t *app, answer_t *a)
     histogram(&t, "tally_pipeline_batch_entries", "Log entries folded into the counts per fold.", &ws->fold_entries);
     gauge(&t, "tally_writer_queue_depth", "Writes waiting for the writer.", (double)atomic_load(&ws->queue_depth));
     gauge(&t, "tally_pipeline_lag_seconds", "Age of the oldest transition not yet folded into the counts.",
-          (double)writer_lag_ms(app->writer) / 1000.0);
+          (double)lag_ms / 1000.0);
     counter(&t, "tally_writer_commits_total", "Writer transactions.", atomic_load(&ws->batches));
     counter(&t, "tally_writes_total", "Write commands processed.", atomic_load(&ws->commands));
     counter(&t, "tally_writer_commit_failures_total", "Writer transactions that failed to commit (nothing applied).",

@@ -5,7 +5,7 @@ import threading
 import time
 import unittest
 
-from harness import PG, SharedServerTestCase, metric, split_cursor, uid, run_threads
+from harness import PG, SHARDS, SharedServerTestCase, metric, split_cursor, uid, run_threads
 
 KINDS = ("like", "dislike")
 
@@ -235,7 +235,8 @@ class ReadYourWritesUnderLoadTest(SharedServerTestCase):
                 self.assertEqual(st, 200, raw[:300])
                 doc, cursor = split_cursor(doc)
                 version = doc["version"]
-                if cursor is not None:  # the answer's cursor is one the feed takes at once
+                if cursor is not None and not (PG and SHARDS > 1):  # one the feed takes at once (an entry
+                    # cursor S.P is not an `after` with several shards)
                     st, _, _, raw = c.json("GET", "/v1/changes?after=%d&limit=1" % cursor, user="admin")
                     self.assertEqual(st, 200, raw[:300])
                 st, _, got, raw = c.json("GET", "/v1/items/%s/reaction" % item, user="reader")

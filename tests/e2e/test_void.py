@@ -436,7 +436,14 @@ class VoidImportExport(VoidCase):
             self.assertCounts(srv, a, {"like": 1, "dislike": 0})
             self.assertCounts(srv, b, {"like": 0, "dislike": 0})
             self.assertEqual(self.assertOk(srv.json("GET", "/v1/admin/users/" + bot, headers=ADMIN))["voided"], True)
+            # the voided viewer is shown their own like (once the fold has the void: a count of 1 seen
+            # above may be the bot's like alone, folded before u1's, when the records reach the fold apart)
+            deadline = time.monotonic() + 2 * SLOW
+            while self.assertOk(srv.item(a, user=bot))["counts"] != {"like": 2, "dislike": 0} and \
+                    time.monotonic() < deadline:
+                time.sleep(0.05)
             self.assertEqual(self.assertOk(srv.item(a, user=bot))["counts"], {"like": 2, "dislike": 0})
+            self.assertEqual(srv.stable_counts(a), {"like": 1, "dislike": 0})
             self.recount(srv, [a, b])
             body = json.dumps({"user": bot, "voided": False}) + "\n"
             doc = self.assertOk(srv.json("POST", "/v1/admin/import", body=body, headers=NDJSON))
