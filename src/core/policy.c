@@ -188,6 +188,17 @@ static int prefix_ptr_cmp(const void *a, const void *b)
     return span_cmp(prefix_of(*(const policy_entry_t *const *)a), prefix_of(*(const policy_entry_t *const *)b));
 }
 
+/* Whether n elements of size bytes are already in cmp's order: a table rebuilt after one change
+ * comes in order, and sorting it again would cost more than the change. */
+static bool in_order(const void *base, size_t n, size_t size, int (*cmp)(const void *, const void *))
+{
+    const char *p = base;
+    for (size_t i = 1; i < n; i++)
+        if (cmp(p + (i - 1) * size, p + i * size) > 0)
+            return false;
+    return true;
+}
+
 int policy_table_build(policy_table_t *t, policy_entry_t *entries, size_t n)
 {
     *t = (policy_table_t){0};
@@ -195,7 +206,8 @@ int policy_table_build(policy_table_t *t, policy_entry_t *entries, size_t n)
     t->n = n;
     if (n == 0)
         return 0;
-    qsort(entries, n, sizeof *entries, entry_cmp);
+    if (!in_order(entries, n, sizeof *entries, entry_cmp))
+        qsort(entries, n, sizeof *entries, entry_cmp);
     t->items = malloc(n * sizeof *t->items);
     t->prefixes = malloc(n * sizeof *t->prefixes);
     if (!t->items || !t->prefixes) {
@@ -217,7 +229,8 @@ int policy_table_build(policy_table_t *t, policy_entry_t *entries, size_t n)
             t->prefixes[t->nprefixes++] = e;
         }
     }
-    qsort(t->prefixes, t->nprefixes, sizeof *t->prefixes, prefix_ptr_cmp);
+    if (!in_order(t->prefixes, t->nprefixes, sizeof *t->prefixes, prefix_ptr_cmp))
+        qsort(t->prefixes, t->nprefixes, sizeof *t->prefixes, prefix_ptr_cmp);
     return 0;
 }
 
