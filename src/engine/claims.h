@@ -30,6 +30,10 @@
  * a node's writer together share its transaction and its one durable commit (group commit); the
  * writer applies a batch's claims in one store call, before its other commands. Batches of reaction
  * writes alone pay nothing for it: one test of each command's type where writer_prepare already looks.
+ * When the user's shard is the item's, there is no WRITE_CLAIM: the write itself carries its claim
+ * (write_react_t.claim), taken in its own transaction with the batch's other claims (the store reads
+ * their locks with the batch's rows, store_write_prepare), and a claim of another fingerprint answers
+ * the write 409 with nothing applied. One durable commit then, not two in a row.
  *
  * Threads: claims_take and claims_release from any thread (an HTTP thread: they never block); done on
  * the writer thread. */

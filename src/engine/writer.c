@@ -61,10 +61,10 @@ struct writer {
     unsigned stop_failures;
     bool unannounced; /* batches with transitions committed that readers may not see yet (store_pending) */
     bool failing; /* the last commit failed */ /* commits failed while stopping: past STOP_FAILURES_MAX, stop anyway */
-    store_pair_t *prep_rows, *prep_keys;       /* batch_max each: what a batch names to store_write_prepare */
-    uint32_t tx_appends;                       /* log entries appended in the current transaction */
-    uint64_t last_seq;                         /* the last one's position (0: taken at commit) */
-    char (*resume_saved)[ID_MAX_LEN];          /* batch_max each: the commands' resume points before an attempt */
+    store_pair_t *prep_rows, *prep_keys, *prep_claims; /* batch_max each: what a batch names to store_write_prepare */
+    uint32_t tx_appends;                               /* log entries appended in the current transaction */
+    uint64_t last_seq;                                 /* the last one's position (0: taken at commit) */
+    char (*resume_saved)[ID_MAX_LEN]; /* batch_max each: the commands' resume points before an attempt */
     size_t *resume_saved_len;
     /* The write answers' counts (writer thread; each attempt anew). own: per item, the deltas of the
      * entries this transaction appended so far. Where the counts are known in the transaction (the
@@ -84,7 +84,7 @@ struct writer {
     uint32_t tx_appends_after_fold;
     store_counts_ask_t *asks; /* batch_max */
     size_t nasks;
-    store_claim_t *claims; /* batch_max: the batch's WRITE_CLAIM commands, in order (writer_prepare) */
+    store_claim_t *claims; /* batch_max: the batch's claims, in order (writer_prepare) */
     size_t nclaims;
     bool tx_commit_sent; /* the attempt's commit was sent: a STORE_UNAVAILABLE leaves its outcome unknown */
     writer_stats_t stats;
@@ -580,6 +580,8 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
 {
     write_react_t *r = &cmd->react;
     span_t item = {r->item, r->item_len}, user = {r->user, r->user_len};
+    if (r->claim && !r->claim_held) /* the key is bound to another request (writer_prepare) */
+        return answer_idem_mismatch(&cmd->answer) == 0 ? STORE_OK : STORE_ERROR;
     if (r->key_len) {
         int rc = idem_lookup(w, tx, cmd, now_ms);
         if (rc != 0)
@@ -745,21 +747,23 @@ static const char *store_error_detail(int rc)
 }
 
 /* One claim of the batch, for store_claims_apply: it expires with the TTL of the records. */
-static void writer_claim_add(writer_t *w, const write_claim_t *cl, uint64_t now_ms)
+static void writer_claim_add(writer_t *w, bool release, span_t user, span_t key, const uint8_t *fingerprint,
+                             uint64_t now_ms)
 {
     assert(w->nclaims < w->opt.batch_max);
+    w->prep_claims[w->nclaims] = (store_pair_t){user, key};
     w->claims[w->nclaims++] = (store_claim_t){
-        .release = cl->release,
-        .user = {cl->user, cl->user_len},
-        .key = {cl->key, cl->key_len},
-        .fingerprint = cl->fingerprint,
+        .release = release,
+        .user = user,
+        .key = key,
+        .fingerprint = fingerprint,
         .expires_ms = now_ms + w->opt.idem_ttl_ms,
     };
 }
 
-/* Names the batch's rows and idempotency records to the store before any is read, and whether the
- * transaction will fold (fold_scan: the log entries the fold will scan; 0: no fold); then applies the
- * batch's claims, all in one call (a shared store reads them in one round trip). */
+/* Names the batch's rows, idempotency records and claims to the store before any is read, and whether
+ * the transaction will fold (fold_scan: the log entries the fold will scan; 0: no fold): a shared store
+ * reads them all in one round trip; then decides the batch's claims, all in one call. */
 static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch, size_t fold_scan, uint64_t now_ms)
 {
     size_t nrows = 0, nkeys = 0;
@@ -767,23 +771,30 @@ static int writer_prepare(writer_t *w, store_write_t *tx, write_cmd_t *batch, si
     for (write_cmd_t *c = batch; c; c = c->next) {
         if (c->type != WRITE_REACT) {
             if (c->type == WRITE_CLAIM)
-                writer_claim_add(w, &c->claim, now_ms);
+                writer_claim_add(w, c->claim.release, (span_t){c->claim.user, c->claim.user_len},
+                                 (span_t){c->claim.key, c->claim.key_len}, c->claim.fingerprint, now_ms);
             continue;
         }
         const write_react_t *r = &c->react;
         w->prep_rows[nrows++] = (store_pair_t){{r->item, r->item_len}, {r->user, r->user_len}};
         if (r->key_len)
             w->prep_keys[nkeys++] = (store_pair_t){{r->user, r->user_len}, {r->key, r->key_len}};
+        if (r->claim && r->key_len)
+            writer_claim_add(w, false, (span_t){r->user, r->user_len}, (span_t){r->key, r->key_len}, r->fingerprint,
+                             now_ms);
     }
-    int rc = store_write_prepare(tx, w->prep_rows, nrows, w->prep_keys, nkeys, fold_scan);
+    int rc = store_write_prepare(tx, w->prep_rows, nrows, w->prep_keys, nkeys, w->prep_claims, w->nclaims, fold_scan);
     if (rc != STORE_OK || !w->nclaims)
         return rc;
     if ((rc = store_claims_apply(tx, w->claims, w->nclaims, now_ms)) != STORE_OK)
         return rc;
     size_t i = 0;
-    for (write_cmd_t *c = batch; c; c = c->next)
+    for (write_cmd_t *c = batch; c; c = c->next) {
         if (c->type == WRITE_CLAIM)
             c->claim.held = w->claims[i++].held;
+        else if (c->type == WRITE_REACT && c->react.claim && c->react.key_len)
+            c->react.claim_held = w->claims[i++].held;
+    }
     return STORE_OK;
 }
 
@@ -881,6 +892,7 @@ static void writer_reset(writer_t *w, write_cmd_t *batch)
         switch (c->type) {
         case WRITE_REACT:
             c->react.changed = 0;
+            c->react.claim_held = false;
             c->react.cursor_ordinal = 0;
             c->react.counts_ask = 0;
             break;
@@ -1117,7 +1129,7 @@ static int fold_run(writer_t *w, uint64_t mono_now)
         rc = store_fold_begin(w->store, &tx);
         bool may_fold = rc == STORE_OK && store_write_may_fold(tx);
         if (rc == STORE_OK && may_fold)
-            rc = store_write_prepare(tx, NULL, 0, NULL, 0, pipeline_fold_scan(w->opt.fold_max));
+            rc = store_write_prepare(tx, NULL, 0, NULL, 0, NULL, 0, pipeline_fold_scan(w->opt.fold_max));
         if (rc == STORE_OK)
             rc = writer_fold(w, tx, mono_now, may_fold);
         if (tx)
@@ -1179,6 +1191,7 @@ static void writer_free_buffers(writer_t *w)
 {
     free(w->prep_rows);
     free(w->prep_keys);
+    free(w->prep_claims);
     free(w->resume_saved);
     free(w->resume_saved_len);
     free(w->asks);
@@ -1201,13 +1214,15 @@ int writer_start(store_t *store, const kinds_t *kinds, const writer_options_t *o
     assert(w->apart || !store_shared(store)); /* store_folds_apart: required of a shared store */
     w->prep_rows = calloc(opt->batch_max, sizeof *w->prep_rows);
     w->prep_keys = calloc(opt->batch_max, sizeof *w->prep_keys);
+    w->prep_claims = calloc(opt->batch_max, sizeof *w->prep_claims);
     w->resume_saved = calloc(opt->batch_max, sizeof *w->resume_saved);
     w->resume_saved_len = calloc(opt->batch_max, sizeof *w->resume_saved_len);
     w->asks = calloc(opt->batch_max, sizeof *w->asks);
     w->claims = calloc(opt->batch_max, sizeof *w->claims);
     /* a store that takes log positions at commit (one that folds apart) learns the counts there */
     w->counts_at_commit = w->apart;
-    if (!w->prep_rows || !w->prep_keys || !w->resume_saved || !w->resume_saved_len || !w->asks || !w->claims) {
+    if (!w->prep_rows || !w->prep_keys || !w->prep_claims || !w->resume_saved || !w->resume_saved_len || !w->asks ||
+        !w->claims) {
         writer_free_buffers(w);
         free(w);
         return -1;

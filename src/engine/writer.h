@@ -67,7 +67,12 @@ typedef struct {
     size_t key_len; /* Idempotency-Key; 0 = none */
     char key[IDEM_KEY_MAX + 1];
     uint8_t fingerprint[FINGERPRINT_LEN];
-    size_t changed; /* result: 1 when the row changed, else 0 */
+    /* With several shards, a keyed write whose user's shard is its item's: the key's claim
+     * (engine/claims.h) is taken in this write's own transaction, with the batch's other claims, and
+     * a claim of another fingerprint answers 409 idempotency-key-mismatch with nothing applied. */
+    bool claim;
+    bool claim_held; /* result: the claim holds this write's fingerprint */
+    size_t changed;  /* result: 1 when the row changed, else 0 */
     /* the writer's: the answer's cursor is the position of the transaction's cursor_ordinal-th
      * appended log entry, known once committed (a store that takes positions at commit); 0: none due */
     uint32_t cursor_ordinal;
@@ -110,7 +115,8 @@ typedef struct {
 } write_void_t;
 
 /* WRITE_CLAIM: (user, key) bound to fingerprint, or that binding released (engine/claims.h). The
- * batch's claims are applied together (store_claims_apply), before its other commands. */
+ * batch's claims (these, and those of its WRITE_REACT commands with claim set) are applied together
+ * (store_claims_apply), before its other commands. */
 typedef struct {
     bool release;
     char user[ID_MAX_LEN];

@@ -496,7 +496,10 @@ static void write_done(write_cmd_t *cmd)
     app_shard_t *shard = w->shard;
     if (cmd->answer.status == 503)
         atomic_store(&shard->last_write_failed_ms, wall_ms());
-    if (w->claimed && claims_release_due(cmd))
+    /* a claim taken in the write's own transaction (the user's shard is the item's) is released the
+     * same way, when the write did not commit */
+    bool claimed = w->claimed || (cmd->react.claim && cmd->react.claim_held);
+    if (claimed && claims_release_due(cmd))
         claims_release(w->user_shard->writer, (span_t){cmd->react.user, cmd->react.user_len},
                        (span_t){cmd->react.key, cmd->react.key_len}, cmd->react.fingerprint);
     if (cmd->answer.status == 200 && answer_cursor_shard(&cmd->answer, (uint32_t)shard->app->nshards, shard->k) != 0)
@@ -528,7 +531,8 @@ static void claim_done(void *arg, int outcome)
 }
 
 /* Queues the write: with several shards and an Idempotency-Key, its claim on the user's shard first
- * (claims.h), the write once that is taken. Returns 0, or -1 when nothing was queued. */
+ * (claims.h), the write once that is taken; in the write's own transaction when the user's shard is
+ * the item's (write_react_t.claim). Returns 0, or -1 when nothing was queued. */
 static int write_submit(app_t *app, item_write_t *w)
 {
     write_cmd_t *cmd = &w->cmd;
@@ -536,6 +540,10 @@ static int write_submit(app_t *app, item_write_t *w)
         return writer_submit(w->shard->writer, cmd);
     span_t user = {cmd->react.user, cmd->react.user_len};
     w->user_shard = app_user_shard(app, user);
+    if (w->user_shard == w->shard) {
+        cmd->react.claim = true;
+        return writer_submit(w->shard->writer, cmd);
+    }
     return claims_take(w->user_shard->writer, user, (span_t){cmd->react.key, cmd->react.key_len},
                        cmd->react.fingerprint, claim_done, w);
 }

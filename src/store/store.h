@@ -372,14 +372,16 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
     /* Names the rows and idempotency records the batch's commands will read, before any is read: a                    \
      * shared store locks the ones that exist in one order (so two processes' batches cannot deadlock) and             \
      * reads them in one round trip; the embedded store has nothing to do. Rows not named may still be                 \
-     * read (slower). keys[i] is (user, key). fold_scan > 0 says this transaction will fold                            \
+     * read (slower). keys[i] is (user, key). claims[i] is the (user, key) of a claim store_claims_apply will          \
+     * decide in this transaction: a shared store locks and reads it in the same round trip (none of its own           \
+     * then). fold_scan > 0 says this transaction will fold                                                            \
      * (store_write_may_fold said yes): it will read the checkpoint and then scan fold_scan log entries                \
      * after it, and the store may read (and lock) both in that same round trip; 0: no fold, or one it                 \
      * need not prepare. w's thread. */                                                                                \
     X(int, write_prepare, w,                                                                                           \
       (store_write_t * w, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys,              \
-       size_t fold_scan),                                                                                              \
-      (w, rows, nrows, keys, nkeys, fold_scan))                                                                        \
+       const store_pair_t *claims, size_t nclaims, size_t fold_scan),                                                  \
+      (w, rows, nrows, keys, nkeys, claims, nclaims, fold_scan))                                                       \
     /* True when this process may fold the log into the counts now (a shared store lets one process at a               \
      * time, the others leave it to that one; a store that folds apart lets only its fold transactions).               \
      * w's thread. */                                                                                                  \

@@ -15,7 +15,8 @@ store URI for this node's sessions only) shows them as "execute tally_wN", not a
 
 import time
 
-from harness import PgDatabase, Server, TallyTestCase, metric, pg_only, uid
+from harness import SHARDS, PgDatabase, Server, TallyTestCase, metric, pg_only, uid
+from test_shards import shard_map, shard_of
 
 FAST = ["--rate-limit", "off", "--recount-interval", "0"]
 WRITES = 60
@@ -67,7 +68,9 @@ class WriterRoundTripsTest(TallyTestCase):
                 start = f.seek(0, 2)
             # this node's sessions log every statement they run (the others' do not)
             with Server(args=FAST, store=db, store_uri=db.uri(options="-c%20log_statement%3Dall")) as srv:
-                item = uid("pp")
+                # with several shards, an item of this database's (shard 0), whose sessions log
+                item = next(i for i in (uid("pp") for _ in range(256))
+                            if SHARDS == 1 or shard_of(shard_map(db), i) == 0)
                 for i in range(WRITES // 3):
                     self.assertOk(srv.put(item, uid("u"), "like", headers={"Idempotency-Key": uid("k")}))
                 self.assertCounts(srv, item, {"like": WRITES // 3, "dislike": 0}, timeout=3.0)

@@ -269,15 +269,30 @@ class KeyClaimTest(TallyTestCase):
     def test_a_refused_write_releases_its_claim(self):
         with Server(shards=2, args=["--rate-limit", "off"]) as srv:
             on = self.items_on_both(srv, "r")
+            ranges = shard_map(srv.db)
             st, _, _, raw = srv.json("PUT", "/v1/admin/policies/" + on[0], {"kinds": ["like"]}, user="admin")
             self.assertEqual(st, 200, raw[:300])
-            self.assertProblem(keyed_put(srv, on[0], "ru", "dislike", "rk"), 403, "reaction-not-allowed")
-            # refused and not stored: the key is free for a corrected request, on the other shard too
-            st, _, doc, raw = keyed_put(srv, on[1], "ru", "dislike", "rk")
-            self.assertEqual((st, doc["reaction"]), (200, "dislike"), raw[:300])
-            self.assertProblem(keyed_put(srv, on[0], "ru", "like", "rk"), 409, "idempotency-key-mismatch")
-            # a 412 is stored under its key on the item's shard, so its claim is kept
-            self.assertProblem(srv.json("PUT", "/v1/items/%s/reaction" % on[0], {"reaction": "like"}, user="ru2",
-                                        headers={"Idempotency-Key": "rk2", "If-Match": '"7"'}), 412,
-                               "version-mismatch")
-            self.assertProblem(keyed_put(srv, on[1], "ru2", "like", "rk2"), 409, "idempotency-key-mismatch")
+            # users of either shard: the claim taken on another shard than the item's, and in the
+            # write's own transaction when the user's shard is the item's
+            users = {}
+            for n in range(256):
+                users.setdefault(shard_of(ranges, "ru%d" % n), "ru%d" % n)
+            self.assertEqual(sorted(users), [0, 1])
+            for home, user in sorted(users.items()):
+                with self.subTest(user_shard=home):
+                    key = "rk-%s" % user
+                    self.assertProblem(keyed_put(srv, on[0], user, "dislike", key), 403, "reaction-not-allowed")
+                    # refused and not stored: the key is free for a corrected request, on the other shard too
+                    st, _, doc, raw = keyed_put(srv, on[1], user, "dislike", key)
+                    self.assertEqual((st, doc["reaction"]), (200, "dislike"), raw[:300])
+                    self.assertProblem(keyed_put(srv, on[0], user, "like", key), 409, "idempotency-key-mismatch")
+                    self.assertEqual(srv.json("GET", "/v1/items/%s/reaction" % on[0], user=user)[2]["reaction"],
+                                     "none")
+                    # a 412 is stored under its key on the item's shard, so its claim is kept
+                    key2 = key + "-412"
+                    other = next(u for u in ("%s-412-%d" % (user, n) for n in range(256))
+                                 if shard_of(ranges, u) == home)
+                    self.assertProblem(srv.json("PUT", "/v1/items/%s/reaction" % on[0], {"reaction": "like"},
+                                                user=other, headers={"Idempotency-Key": key2, "If-Match": '"7"'}),
+                                       412, "version-mismatch")
+                    self.assertProblem(keyed_put(srv, on[1], other, "like", key2), 409, "idempotency-key-mismatch")

@@ -187,6 +187,67 @@ static void test_rules(void)
     bench_close(&b);
 }
 
+/* A keyed reaction write carrying its own claim (the user's shard is the item's): the claim is taken
+ * in the write's transaction, and a key bound to another request refuses the write with 409. */
+static int react_claimed(writer_t *w, const char *item, const char *user, const char *key, uint8_t byte, bool *held)
+{
+    write_cmd_t cmd = {.type = WRITE_REACT, .done = react_done};
+    waiter_t wr;
+    waiter_init(&wr);
+    cmd.done_arg = &wr;
+    cmd.react.op = REACT_SET;
+    cmd.react.arg = kindset_of(1);
+    cmd.react.item_len = strlen(item);
+    memcpy(cmd.react.item, item, cmd.react.item_len);
+    cmd.react.user_len = strlen(user);
+    memcpy(cmd.react.user, user, cmd.react.user_len);
+    cmd.react.key_len = strlen(key);
+    memcpy(cmd.react.key, key, cmd.react.key_len);
+    fp_of(cmd.react.fingerprint, byte);
+    cmd.react.claim = true;
+    if (writer_submit(w, &cmd) != 0)
+        return -1;
+    int status = waiter_wait(&wr);
+    *held = cmd.react.claim_held;
+    answer_free(&cmd.answer);
+    return status;
+}
+
+static void test_claim_in_the_write(void)
+{
+    bench_t b = {0};
+    CHECK(bench_open(&b, 60000));
+    if (!b.writer)
+        return;
+    writer_t *w = b.writer;
+    bool held = false;
+    CHECK(react_claimed(w, "i1", "u1", "k1", 0xa, &held) == 200 && held);
+    CHECK(take(w, "u1", "k1", 0xb) == CLAIM_MISMATCH); /* bound by the write's own transaction */
+    CHECK(take(w, "u1", "k1", 0xa) == CLAIM_TAKEN);
+    CHECK(react_claimed(w, "i1", "u1", "k1", 0xa, &held) == 200 && held); /* the retry: its answer */
+    /* a key claimed for another request (on another item's shard): refused, nothing applied */
+    CHECK(take(w, "u2", "k2", 0xb) == CLAIM_TAKEN);
+    CHECK(react_claimed(w, "i2", "u2", "k2", 0xa, &held) == 409 && !held);
+    store_read_t *snap;
+    reaction_row_t row = {0};
+    CHECK(store_read_begin(b.store, &snap) == STORE_OK);
+    CHECK(store_read_row(snap, SPAN_LIT("i2"), SPAN_LIT("u2"), &row) == STORE_NOTFOUND || row.set == 0);
+    store_read_end(snap);
+    /* claims of the same key in one batch, queued together: the first wins, as for WRITE_CLAIM */
+    enum { N = 12 };
+    static waiter_t claims[N];
+    uint8_t fp[FINGERPRINT_LEN];
+    for (int i = 0; i < N; i++) {
+        waiter_init(&claims[i]);
+        fp_of(fp, (uint8_t)(0x20 + i % 2));
+        CHECK(claims_take(w, SPAN_LIT("u3"), SPAN_LIT("k3"), fp, waiter_done, &claims[i]) == 0);
+    }
+    CHECK(react_claimed(w, "i3", "u3", "k3", 0x20, &held) == 200 && held);
+    for (int i = 0; i < N; i++)
+        CHECK(waiter_wait(&claims[i]) == (i % 2 ? CLAIM_MISMATCH : CLAIM_TAKEN));
+    bench_close(&b);
+}
+
 /* Expired claims: replaced by the next take, then swept by the writer (sweep_max 2 a transaction). */
 static void test_expiry(void)
 {
@@ -251,6 +312,7 @@ static void test_release_due(void)
 void test_key_claims(void)
 {
     test_rules();
+    test_claim_in_the_write();
     test_expiry();
     test_release_due();
 }

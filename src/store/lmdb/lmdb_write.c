@@ -443,10 +443,10 @@ int lmdb_write_commit_at(store_write_t *w, uint64_t *log_base)
 
 /* One process, one writer: nothing to lock or read ahead; the B-tree answers each read at once. */
 int lmdb_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys,
-                       size_t nkeys, size_t fold_scan)
+                       size_t nkeys, const store_pair_t *claims, size_t nclaims, size_t fold_scan)
 {
     LMDB_WRITE_CHECK((lmdb_write_t *)w_);
-    (void)rows, (void)nrows, (void)keys, (void)nkeys, (void)fold_scan;
+    (void)rows, (void)nrows, (void)keys, (void)nkeys, (void)claims, (void)nclaims, (void)fold_scan;
     return STORE_OK;
 }
 

@@ -24,44 +24,40 @@ static int claim_fingerprint(const char *text, size_t len, uint8_t out[FINGERPRI
     return pg_hex_fingerprint(text + 2, len - 2, out);
 }
 
-/* Locks and reads the claims of claims[0..n) the cache does not hold yet; those not found are put in
- * it absent (inserted at commit if taken). */
-static int claims_lock(pg_write_t *w, const store_claim_t *claims, size_t n)
+/* Sends, into the pipeline w's session is in, the locking read of the claims of (user, key) pairs
+ * the cache does not hold yet; *sent says whether one was sent (then pg_claims_lock_read reads it). */
+int pg_claims_lock_send(pg_write_t *w, const store_pair_t *pairs, size_t n, bool *sent)
 {
-    pg_store_t *s = w->store;
     pg_buf_t a = {0}, b = {0};
     pg_buf_open(&a);
     pg_buf_open(&b);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
-        if (pg_cache_find(&w->claims, claims[i].user, claims[i].key))
+        if (pg_cache_find(&w->claims, pairs[i].a, pairs[i].b))
             continue;
-        pg_buf_text_elem(&a, claims[i].user.ptr, claims[i].user.len);
-        pg_buf_text_elem(&b, claims[i].key.ptr, claims[i].key.len);
+        pg_buf_text_elem(&a, pairs[i].a.ptr, pairs[i].a.len);
+        pg_buf_text_elem(&b, pairs[i].b.ptr, pairs[i].b.len);
         m++;
     }
     pg_buf_close(&a);
     pg_buf_close(&b);
     int rc = a.failed || b.failed ? STORE_ERROR : STORE_OK;
-    if (rc != STORE_OK || m == 0) {
-        pg_buf_free(&a), pg_buf_free(&b);
-        return rc;
-    }
     const char *p[] = {a.buf, b.buf};
-    bool send_begin = !w->began;
-    rc = pg_pipe_enter(s, w->sess->conn);
-    bool entered = rc == STORE_OK;
-    if (rc == STORE_OK && send_begin)
-        rc = pg_pipe_send(s, w->sess->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL);
-    if (rc == STORE_OK)
-        rc = pg_pipe_send_session(s, w->sess, LOCK_CLAIMS_SQL, 2, p);
-    if (rc == STORE_OK)
-        rc = pg_pipe_sync(s, w->sess->conn);
-    if (rc == STORE_OK && send_begin) {
-        PQclear(pg_pipe_result(s, w->sess->conn, "begin", &rc));
-        w->began = rc == STORE_OK;
+    *sent = false;
+    if (rc == STORE_OK && m) {
+        rc = pg_pipe_send_session(w->store, w->sess, LOCK_CLAIMS_SQL, 2, p);
+        *sent = rc == STORE_OK;
     }
-    PGresult *res = rc == STORE_OK ? pg_pipe_result(s, w->sess->conn, "lock-claims", &rc) : NULL;
+    pg_buf_free(&a), pg_buf_free(&b);
+    return rc;
+}
+
+/* Reads what pg_claims_lock_send sent (when it sent something) into the cache; then every pair not
+ * found is put in it absent (inserted at commit if taken). */
+int pg_claims_lock_read(pg_write_t *w, const store_pair_t *pairs, size_t n, bool sent)
+{
+    int rc = STORE_OK;
+    PGresult *res = sent ? pg_pipe_result(w->store, w->sess->conn, "lock-claims", &rc) : NULL;
     for (int i = 0; res && rc == STORE_OK && i < PQntuples(res); i++) {
         pg_entry_t *e = pg_cache_put(&w->claims, (span_t){PQgetvalue(res, i, 0), (size_t)PQgetlength(res, i, 0)},
                                      (span_t){PQgetvalue(res, i, 1), (size_t)PQgetlength(res, i, 1)});
@@ -75,16 +71,43 @@ static int claims_lock(pg_write_t *w, const store_claim_t *claims, size_t n)
             rc = STORE_ERROR;
     }
     PQclear(res);
+    for (size_t i = 0; rc == STORE_OK && i < n; i++) /* what was not found does not exist yet */
+        if (!pg_cache_put(&w->claims, pairs[i].a, pairs[i].b))
+            rc = STORE_ERROR;
+    return rc;
+}
+
+/* Locks and reads the claims of pairs[0..n) the cache does not hold yet (those store_write_prepare
+ * named are held already: no round trip then), with the transaction's BEGIN when it is the first. */
+static int claims_lock(pg_write_t *w, const store_pair_t *pairs, size_t n)
+{
+    pg_store_t *s = w->store;
+    size_t missing = 0;
+    for (size_t i = 0; i < n; i++)
+        missing += !pg_cache_find(&w->claims, pairs[i].a, pairs[i].b);
+    if (!missing)
+        return STORE_OK;
+    bool send_begin = !w->began, sent = false;
+    int rc = pg_pipe_enter(s, w->sess->conn);
+    bool entered = rc == STORE_OK;
+    if (rc == STORE_OK && send_begin)
+        rc = pg_pipe_send(s, w->sess->conn, "BEGIN ISOLATION LEVEL READ COMMITTED", 0, NULL);
+    if (rc == STORE_OK)
+        rc = pg_claims_lock_send(w, pairs, n, &sent);
+    if (rc == STORE_OK)
+        rc = pg_pipe_sync(s, w->sess->conn);
+    if (rc == STORE_OK && send_begin) {
+        PQclear(pg_pipe_result(s, w->sess->conn, "begin", &rc));
+        w->began = rc == STORE_OK;
+    }
+    if (rc == STORE_OK)
+        rc = pg_claims_lock_read(w, pairs, n, sent);
     if (entered) {
         int left = pg_pipe_leave(s, w->sess->conn);
         if (rc == STORE_OK)
             rc = left;
     }
     w->began = w->began || (send_begin && PQtransactionStatus(w->sess->conn) != PQTRANS_IDLE);
-    pg_buf_free(&a), pg_buf_free(&b);
-    for (size_t i = 0; rc == STORE_OK && i < n; i++) /* what was not found does not exist yet */
-        if (!pg_cache_put(&w->claims, claims[i].user, claims[i].key))
-            rc = STORE_ERROR;
     return rc;
 }
 
@@ -95,7 +118,13 @@ int pg_claims_apply(store_write_t *w_, store_claim_t *claims, size_t n, uint64_t
     for (size_t i = 0; i < n; i++)
         if (claims[i].key.len == 0 || claims[i].key.len > 255 || claims[i].user.len > ID_MAX_LEN)
             return STORE_ERROR;
-    int rc = claims_lock(w, claims, n);
+    store_pair_t *pairs = malloc((n ? n : 1) * sizeof *pairs);
+    if (!pairs)
+        return STORE_ERROR;
+    for (size_t i = 0; i < n; i++)
+        pairs[i] = (store_pair_t){claims[i].user, claims[i].key};
+    int rc = claims_lock(w, pairs, n);
+    free(pairs);
     for (size_t i = 0; rc == STORE_OK && i < n; i++) {
         store_claim_t *c = &claims[i];
         pg_entry_t *e = pg_cache_find(&w->claims, c->user, c->key);

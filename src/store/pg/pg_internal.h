@@ -321,6 +321,11 @@ static inline uint64_t pg_log_range_end(uint64_t after, uint64_t limit)
 
 /* The claims the transaction changed into the commit's pipeline (pg_claims.c). */
 int pg_claims_flush(pg_write_t *w);
+/* The locking read of the claims of (user, key) pairs the cache does not hold, sent into the pipeline
+ * w's session is in (store_write_prepare's round trip), then its result read into the cache
+ * (pg_claims.c). */
+int pg_claims_lock_send(pg_write_t *w, const store_pair_t *pairs, size_t n, bool *sent);
+int pg_claims_lock_read(pg_write_t *w, const store_pair_t *pairs, size_t n, bool sent);
 /* The lists' changes of the transaction into the commit's pipeline. */
 int pg_lists_flush(pg_write_t *w);
 /* The statements that build the lists from tally_rows and tally_log (a rebuild, the upgrade from 1). */

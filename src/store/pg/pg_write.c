@@ -291,18 +291,19 @@ static const char FOLD_SCAN_SQL[] = "SELECT " PG_LOG_COLUMNS " FROM tally_log WH
                                     " AND seq <= " FOLD_CHECKPOINT_VALUE " + $1::bigint ORDER BY seq LIMIT $1::bigint";
 
 int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, const store_pair_t *keys, size_t nkeys,
-                     size_t fold_scan)
+                     const store_pair_t *claims, size_t nclaims, size_t fold_scan)
 {
     PG_WRITE_CHECK((pg_write_t *)w_);
     pg_write_t *w = (pg_write_t *)w_;
     pg_store_t *s = w->store;
     /* only the leader locks the checkpoint (pg_checkpoint_get); a fold read before is not read again */
     bool fold = fold_scan > 0 && w->sess->leader && !w->checkpoint_dirty && !w->checkpoint_locked && !w->fold_log;
-    if (!nrows && !nkeys && !fold)
+    if (!nrows && !nkeys && !nclaims && !fold)
         return STORE_OK;
     /* One order for everything a batch locks: idempotency records, then rows, each in key order;
-     * then the checkpoint (the leader's fold), then (at commit) counts in key order and the log's
-     * head last. BEGIN, both locking reads and the fold's two reads go in one round trip. */
+     * then the checkpoint (the leader's fold), then the claims (store_claims_apply), then (at commit)
+     * counts in key order and the log's head last. BEGIN, the locking reads and the fold's two reads
+     * go in one round trip. */
     pg_buf_t ka = {0}, kb = {0}, ra = {0}, rb = {0}, ua = {0};
     pairs_arrays(keys, nkeys, &ka, &kb);
     pairs_arrays(rows, nrows, &ra, &rb);
@@ -329,6 +330,9 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
         rc = pg_pipe_send_session(s, w->sess, FOLD_CHECKPOINT_SQL, 0, NULL);
     if (rc == STORE_OK && fold)
         rc = pg_pipe_send_session(s, w->sess, FOLD_SCAN_SQL, 1, fp);
+    bool claims_sent = false;
+    if (rc == STORE_OK && nclaims)
+        rc = pg_claims_lock_send(w, claims, nclaims, &claims_sent);
     pg_buf_free(&ka), pg_buf_free(&kb), pg_buf_free(&ra), pg_buf_free(&rb), pg_buf_free(&ua);
     if (rc == STORE_OK)
         rc = pg_pipe_sync(s, w->sess->conn);
@@ -364,6 +368,8 @@ int pg_write_prepare(store_write_t *w_, const store_pair_t *rows, size_t nrows, 
         w->fold_log = pg_pipe_result(s, w->sess->conn, "log-scan", &rc);
         w->fold_scan = fold_scan;
     }
+    if (rc == STORE_OK && nclaims)
+        rc = pg_claims_lock_read(w, claims, nclaims, claims_sent);
     if (entered) {
         int left = pg_pipe_leave(s, w->sess->conn);
         if (rc == STORE_OK)
