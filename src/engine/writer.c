@@ -580,7 +580,7 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
 {
     write_react_t *r = &cmd->react;
     span_t item = {r->item, r->item_len}, user = {r->user, r->user_len};
-    if (r->claim && !r->claim_held) /* the key is bound to another request (writer_prepare) */
+    if (r->claim && r->key_len && !r->claim_held) /* the key is bound to another request (writer_prepare) */
         return answer_idem_mismatch(&cmd->answer) == 0 ? STORE_OK : STORE_ERROR;
     if (r->key_len) {
         int rc = idem_lookup(w, tx, cmd, now_ms);
