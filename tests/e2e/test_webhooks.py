@@ -593,6 +593,16 @@ class WebhookLifecycleTest(WebhookCase):
                                       headers=ADMIN), 400, "invalid-parameter")
             self.assertProblem(s.json("POST", "/v1/admin/webhooks/%s/resume" % doc["id"],
                                       {"after": "99999999"}, headers=ADMIN), 400, "invalid-parameter")
+            # The resume is checked with the default retention: with 1 s, a loaded machine can prune
+            # the writes below before they are delivered or read back, and the webhook expires again.
+            # The expired state is kept across the restart. On PostgreSQL the retention is a setting
+            # of the database that every node must agree with: changed there as docs/postgresql.md says.
+            s.stop()
+            if PG:
+                for db in [s.db] + list(s.shard_dbs or []):
+                    db.sql("UPDATE tally_meta SET value = '86400000' WHERE name = 'log_retention_ms'")
+            s.start(args=FAST + ALLOW + QUICK)
+            self.assertEqual(self.listing(s, doc["id"])["state"], "expired")
             newest = self.newest(s)
             self.assertEqual(self.assertOk(s.json("POST", "/v1/admin/webhooks/%s/resume" % doc["id"],
                                                   {"after": newest}, headers=ADMIN))["after"], newest)
@@ -600,23 +610,10 @@ class WebhookLifecycleTest(WebhookCase):
                 rc.mode = "ok"
                 rc.requests.clear()
             self.wait_for("active again", lambda: self.listing(s, doc["id"])["state"] == "active")
-            # With a retention of 1 s, a machine slow enough to take longer than that to deliver two
-            # writes prunes them first and the webhook expires again (as it must): then it is resumed
-            # again, a few times at most.
-            for attempt in range(3):
-                self.writes(s, 2)
-                expected = self.feed(s, newest)
-                delivered = self.wait_for("delivered after the resume, or expired again", lambda: (
-                    self.delivered_up_to(s, doc["id"], expected) and "delivered"
-                    or self.listing(s, doc["id"])["state"] == "expired" and "expired"))
-                if delivered == "delivered":
-                    break
-                newest = self.newest(s)
-                self.assertOk(s.json("POST", "/v1/admin/webhooks/%s/resume" % doc["id"], {"after": newest},
-                                     headers=ADMIN))
-                with rc.lock:
-                    rc.requests.clear()
-            self.assertEqual(delivered, "delivered", "expired again on each of 3 tries")
+            self.writes(s, 2)
+            expected = self.feed(s, newest)
+            self.assertEqual(len(expected), 2)
+            self.wait_for("delivered after the resume", lambda: self.delivered_up_to(s, doc["id"], expected))
             self.check_deliveries(rc.got(), expected, doc["id"], [doc["secret"]])
             self.assertEqual(metric(s, 'tally_webhook_expired{webhook="%s"}' % doc["id"]), 0)
 

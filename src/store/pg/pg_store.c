@@ -61,7 +61,7 @@ static int settings_check(pg_store_t *s, pg_setting_t *set, size_t n, char *err,
         if (strcmp(stored, set[i].value) != 0) {
             snprintf(err, errlen,
                      "%s differs from the database's: this node has %s, the database %s (nodes sharing a database must "
-                     "agree; see docs/operations.md \"Changing a shared setting\")",
+                     "agree; see docs/postgresql.md \"Settings that must agree\")",
                      set[i].flag, set[i].value, stored);
             PQclear(res);
             return STORE_ERROR;
