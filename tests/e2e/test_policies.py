@@ -320,6 +320,8 @@ class PolicyManyMode(SharedServerTestCase, PolicyCase):
         self.assertEqual((doc["reactors"], doc["counts"]["love"]), (1, 1))
 
 
+@unittest.skipIf(SLOW > 1, "10000 admin writes (~45 s under the sanitizer): the release stages run it; the "
+                           "policies' code is the same as in the other tests here")
 class PolicyLimitAndRestart(PolicyCase):
 
     def test_ten_thousand_then_too_many_policies_and_restart(self):
