@@ -112,6 +112,23 @@ static void react_done(write_cmd_t *cmd)
     waiter_done(cmd->done_arg, cmd->answer.status);
 }
 
+/* A keyed reaction write (like) of item by user, answered to wr. */
+static void react_init(write_cmd_t *cmd, waiter_t *wr, const char *item, const char *user, const char *key,
+                       uint8_t byte)
+{
+    *cmd = (write_cmd_t){.type = WRITE_REACT, .done = react_done, .done_arg = wr};
+    waiter_init(wr);
+    cmd->react.op = REACT_SET;
+    cmd->react.arg = kindset_of(1);
+    cmd->react.item_len = strlen(item);
+    memcpy(cmd->react.item, item, cmd->react.item_len);
+    cmd->react.user_len = strlen(user);
+    memcpy(cmd->react.user, user, cmd->react.user_len);
+    cmd->react.key_len = strlen(key);
+    memcpy(cmd->react.key, key, cmd->react.key_len);
+    fp_of(cmd->react.fingerprint, byte);
+}
+
 static void test_rules(void)
 {
     bench_t b = {0};
@@ -161,19 +178,9 @@ static void test_rules(void)
 
     /* a keyed reaction write beside claims of the same user and key: the two are apart (the record
      * is the item's shard's, the claim the user's; here one store is both) */
-    write_cmd_t cmd = {.type = WRITE_REACT, .done = react_done};
+    write_cmd_t cmd;
     waiter_t wr;
-    waiter_init(&wr);
-    cmd.done_arg = &wr;
-    cmd.react.op = REACT_SET;
-    cmd.react.arg = kindset_of(1);
-    memcpy(cmd.react.item, "i1", 2);
-    cmd.react.item_len = 2;
-    memcpy(cmd.react.user, "u1", 2);
-    cmd.react.user_len = 2;
-    memcpy(cmd.react.key, "k9", 2);
-    cmd.react.key_len = 2;
-    fp_of(cmd.react.fingerprint, 0xa);
+    react_init(&cmd, &wr, "i1", "u1", "k9", 0xa);
     waiter_t wc;
     waiter_init(&wc);
     fp_of(fp, 0xa);
@@ -191,19 +198,9 @@ static void test_rules(void)
  * in the write's transaction, and a key bound to another request refuses the write with 409. */
 static int react_claimed(writer_t *w, const char *item, const char *user, const char *key, uint8_t byte, bool *held)
 {
-    write_cmd_t cmd = {.type = WRITE_REACT, .done = react_done};
+    write_cmd_t cmd;
     waiter_t wr;
-    waiter_init(&wr);
-    cmd.done_arg = &wr;
-    cmd.react.op = REACT_SET;
-    cmd.react.arg = kindset_of(1);
-    cmd.react.item_len = strlen(item);
-    memcpy(cmd.react.item, item, cmd.react.item_len);
-    cmd.react.user_len = strlen(user);
-    memcpy(cmd.react.user, user, cmd.react.user_len);
-    cmd.react.key_len = strlen(key);
-    memcpy(cmd.react.key, key, cmd.react.key_len);
-    fp_of(cmd.react.fingerprint, byte);
+    react_init(&cmd, &wr, item, user, key, byte);
     cmd.react.claim = true;
     if (writer_submit(w, &cmd) != 0)
         return -1;
