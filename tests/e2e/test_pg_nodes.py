@@ -370,6 +370,33 @@ class TwoNodesTest(NodesCase):
 
 # ============================================================================================
 @pg_only()
+class StartTogetherTest(NodesCase):
+
+    def test_two_nodes_start_at_once_on_a_fresh_repeatable_read_database(self):
+        # The schema step decides under its advisory lock from what it then reads: an operator's
+        # default_transaction_isolation of repeatable read must not give the second node a view
+        # taken before the first one's schema was committed (it would create it again and fail).
+        for round_no in range(3):
+            db = PgDatabase()
+            self.addCleanup(db.drop)
+            a = Server(args=FAST, store=db, start=False)
+            self.addCleanup(a.close)
+            b = a.node(start=False)
+            self.addCleanup(b.close)
+            for d in [db] + a.shard_dbs:
+                d.sql("ALTER DATABASE \"%s\" SET default_transaction_isolation = 'repeatable read'" % d.name)
+            errors = run_threads([a.start, b.start])
+            self.assertEqual(errors, [], "round %d: both nodes start" % round_no)
+            item, user = uid("together"), uid("u")
+            self.assertEqual(a.put(item, user, "like")[0], 200)
+            self.assertCountsOnAll([a, b], item, {"like": 1, "dislike": 0})
+            self.assertNoDrift(b)
+            b.stop()
+            a.stop()
+
+
+# ============================================================================================
+@pg_only()
 class FoldTakeoverTest(NodesCase):
 
     def test_counts_taken_over_when_the_folding_node_is_killed(self):

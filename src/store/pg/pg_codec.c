@@ -297,7 +297,10 @@ void pg_session_drop(pg_session_t *sess)
  *   execution again (its cost guess for a generic plan over unnest() of an array parameter is above the
  *   custom plans', so it never switches), which is most of what preparing saves;
  * - the fold's commits without a wait for the WAL's flush (pg_fold_begin says why); the writer's stay as
- *   the server, role or URI say (on, remote_apply, …). */
+ *   the server, role or URI say (on, remote_apply, …);
+ * - read committed for every transaction, whatever the server's, database's or role's default: a write
+ *   decides after its locks from what the statement after them sees (under repeatable read, a plain
+ *   BEGIN, such as the schema step's, would take its snapshot before its advisory lock was granted). */
 static int session_setup(pg_store_t *s, pg_session_t *sess, char *err, size_t errlen)
 {
     const char *app = PQparameterStatus(sess->conn, "application_name");
@@ -310,6 +313,7 @@ static int session_setup(pg_store_t *s, pg_session_t *sess, char *err, size_t er
     int rc = pg_run(s, sess->conn, "session",
                     "SELECT set_config('application_name', $1, false), set_config('enable_seqscan', 'off', false),"
                     " set_config('plan_cache_mode', 'force_generic_plan', false),"
+                    " set_config('default_transaction_isolation', 'read committed', false),"
                     " CASE WHEN $2::text IS NOT NULL THEN set_config('synchronous_commit', $2, false) END",
                     2, p);
     if (rc != STORE_OK)
