@@ -38,7 +38,7 @@
 #define LISTEN_BACKLOG 1024
 #define DRAIN_TIMEOUT_MS 10000
 #define SHUTDOWN_FLUSH_MS 200
-#define LIVE_END_WAIT_MS 2000 /* live streams that will not end cleanly (clients not reading) are dropped at half */
+#define LIVE_END_WAIT_MS 2000 /* live streams whose clients stopped reading are dropped from half of it */
 #define RECOUNT_SAMPLE_ITEMS 100
 #define ADMIN_JOB_WAIT_MS 60000
 #define EXPORT_END_WAIT_MS 5000             /* exports let go of their snapshots at shutdown: a page each at most */

@@ -24,7 +24,8 @@
 #define LIVE_THREADS_MAX 64 /* server.c's MAX_THREADS */
 #define TOKEN_THREAD_BITS 6 /* a token is (serial << 6) | thread */
 #define PEER_MAX FORWARDED_KEY_MAX
-#define LIVE_END_TICK_MS 10 /* shutdown: how often live_http_wait_ended looks */
+#define LIVE_END_TICK_MS 10     /* shutdown: how often live_http_wait_ended looks */
+#define LIVE_STALL_LOOK_MS 250  /* shutdown, past half the wait: how often a stream must have been taken from */
 
 typedef struct live_stream live_stream_t;
 
@@ -47,6 +48,7 @@ struct live_stream {
     sub_node_t nodes[LIVE_IDS_MAX];
     char client[PEER_MAX];
     size_t client_len;
+    uint64_t taken_seen;        /* shutdown: http_stream_taken at the last look */
     live_stream_t *prev, *next; /* the thread's streams */
     char names[];               /* the ids, one after another */
 };
@@ -404,19 +406,25 @@ static void on_end_all(void *arg)
     live_thread_t *t = &live.threads[http_thread_index()];
     for (live_stream_t *s = t->streams, *next; s; s = next) {
         next = s->next;
+        s->taken_seen = http_stream_taken(s->http);
         http_stream_end(s->http);
     }
     atomic_fetch_add(&live.threads_ended, 1);
 }
 
-/* Shutdown, past the time given to end cleanly: the streams left are closed. */
-static void on_drop_all(void *arg)
+/* Shutdown, past half the time given to end cleanly: a stream whose client took nothing since the
+ * last look (it stopped reading) is closed; one still reading goes on to its last chunk. */
+static void on_drop_stalled(void *arg)
 {
     (void)arg;
     live_thread_t *t = &live.threads[http_thread_index()];
     for (live_stream_t *s = t->streams, *next; s; s = next) {
         next = s->next; /* a dropped stream may unlink itself at once */
-        http_stream_drop(s->http);
+        uint64_t taken = http_stream_taken(s->http);
+        if (taken == s->taken_seen)
+            http_stream_drop(s->http);
+        else
+            s->taken_seen = taken;
     }
 }
 
@@ -533,16 +541,16 @@ void live_http_end_all(void)
 size_t live_http_wait_ended(uint64_t timeout_ms)
 {
     const struct timespec tick = {0, LIVE_END_TICK_MS * 1000000L};
-    bool dropped = false;
+    uint64_t next_look = timeout_ms / 2;
     for (uint64_t waited = 0;; waited += LIVE_END_TICK_MS) {
         if (atomic_load(&live.threads_ended) >= http_thread_count() && atomic_load(&live.open) == 0)
             return 0;
         if (waited >= timeout_ms)
             return atomic_load(&live.open);
-        if (!dropped && waited >= timeout_ms / 2 && atomic_load(&live.threads_ended) >= http_thread_count()) {
-            dropped = true;
+        if (waited >= next_look && atomic_load(&live.threads_ended) >= http_thread_count()) {
+            next_look = waited + LIVE_STALL_LOOK_MS;
             for (int i = 0; i < http_thread_count(); i++)
-                http_thread_post(i, on_drop_all, NULL);
+                http_thread_post(i, on_drop_stalled, NULL);
         }
         nanosleep(&tick, NULL);
     }

@@ -32,7 +32,9 @@ void live_http_get(app_t *app, http_request_t *req, span_t query);
 void live_http_end_all(void);
 
 /* Waits (while the event loops still run) until every HTTP thread has ended its streams and every
- * stream is over; past half of timeout_ms the streams left (clients not reading) are dropped. Returns
+ * stream is over; past half of timeout_ms a stream whose client took nothing since the streams were
+ * ended (or since the last look, a quarter second before) is dropped: a client still reading gets
+ * its last chunk, within timeout_ms. Returns
  * how many streams were still open at timeout_ms (0: all ended). Main thread, after
  * live_http_end_all, before http_server_stop. */
 size_t live_http_wait_ended(uint64_t timeout_ms);

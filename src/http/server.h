@@ -107,6 +107,10 @@ void http_stream_end(http_stream_t *s);
  * in time at shutdown); on_end follows (maybe during this call). */
 void http_stream_drop(http_stream_t *s);
 
+/* The stream's thread: the bytes its connection has taken so far (a client still reading makes it
+ * grow; one that stopped does not). */
+uint64_t http_stream_taken(const http_stream_t *s);
+
 /* The index (0 .. http_thread_count() - 1) of the calling HTTP thread, or -1 on another thread. */
 int http_thread_index(void);
 int http_thread_count(void);

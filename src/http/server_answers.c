@@ -132,6 +132,7 @@ struct http_stream {
     char *sending;             /* handed to h2o_send; kept until proceed says it is sent */
     char *buf;                 /* written, not handed to h2o yet */
     size_t len, cap, sending_len, max_unsent;
+    uint64_t taken;    /* bytes the connection took (each write handed to h2o, once it was sent) */
     bool ending;       /* end once buf is sent */
     bool finished;     /* the final h2o_send is made, or the stream dropped: nothing more goes out */
     bool abort_due;    /* dropped while a write was in flight: abort the answer once it is done */
@@ -212,6 +213,7 @@ static void stream_proceed(h2o_generator_t *g, h2o_req_t *req)
 {
     (void)req;
     http_stream_t *s = (http_stream_t *)g;
+    s->taken += s->sending_len;
     free(s->sending);
     s->sending = NULL;
     s->sending_len = 0;
@@ -256,6 +258,11 @@ static void stream_drop(http_stream_t *s)
 void http_stream_drop(http_stream_t *s)
 {
     stream_drop(s);
+}
+
+uint64_t http_stream_taken(const http_stream_t *s)
+{
+    return s->taken;
 }
 
 /* The client closed its end (or sent something: nothing may follow a stream's request): h2o does

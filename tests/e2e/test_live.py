@@ -606,75 +606,100 @@ class LiveShutdownTest(TallyTestCase):
                     s.close()
 
 
-    def test_sigterm_waits_for_a_stream_that_reads_late(self):
-        """A stream whose client paused reading holds unsent updates beyond the sockets' buffers
-        (below the slow-reader cap) at SIGTERM; its client reads again 0.6 s later. The loops
-        keep running until that stream has ended: it gets the rest and its last chunk."""
-        with Server(args=NO_LIMIT + ["--live-interval", "5ms"]) as srv:
-            items = [uid("late") + "-" + "x" * 48 for _ in range(100)]
-            reader = SSEClient(srv, items)
-            late = SSEClient(srv, items, rcvbuf=4096)
-            stop = threading.Event()
+    def paused_at_sigterm(self, srv, resume_after):
+        """Two streams of the same 100 items: one read all along, one whose client paused reading
+        after its first events; writes go on until the paused one holds unsent updates beyond the
+        sockets' buffers (below the slow-reader cap). Then SIGTERM; the paused client reads again
+        resume_after seconds later (None: never). Returns (exit status, stderr, seconds to exit,
+        the reading stream, the paused one), both read to their end."""
+        items = [uid("late") + "-" + "x" * 48 for _ in range(100)]
+        reader = SSEClient(srv, items)
+        late = SSEClient(srv, items, rcvbuf=4096)
+        self.addCleanup(reader.close)
+        self.addCleanup(late.close)
+        stop = threading.Event()
+        self.addCleanup(stop.set)
 
-            def read():  # until its end (the writers' stop is no reason to stop reading)
-                deadline = time.monotonic() + 60 * SLOW
-                while not (reader.ended or reader.closed) and time.monotonic() < deadline:
-                    reader.pump(0.1)
+        def read():  # until its end (the writers' stop is no reason to stop reading)
+            deadline = time.monotonic() + 60 * SLOW
+            while not (reader.ended or reader.closed) and time.monotonic() < deadline:
+                reader.pump(0.1)
 
-            def write(k):
-                c = srv.client(timeout=5)
-                try:
-                    for n in range(1000000):
-                        if stop.is_set():
-                            return
-                        body = ('{"reaction":"%s"}' % ("like" if (n // len(items)) % 2 else "none")).encode()
-                        st, _, _ = c.request("PUT", "/v1/items/%s/reaction" % items[n % len(items)],
-                                             body=body, headers={"X-User-Id": "u%d" % k,
-                                                                 "Content-Type": "application/json"})
-                        if st != 200:
-                            return
-                except Exception:  # noqa: BLE001 (the server went)
-                    return
-                finally:
-                    c.close()
-
+        def write(k):
+            c = srv.client(timeout=5)
             try:
-                self.assertIsNotNone(reader.wait_for(lambda e: e.get("event") == "counts", 3))
-                self.assertIsNotNone(late.wait_for(lambda e: e.get("event") == "counts", 3))
-                late.pump(0.5)  # its first events, then it stops reading
-                t = threading.Thread(target=read)
-                writers = [threading.Thread(target=write, args=(k,)) for k in range(3)]
-                t.start()
-                for w in writers:
-                    w.start()
-                # what the paused stream was sent meanwhile: what the reading one got (same items)
-                sent = 0
-                deadline = time.monotonic() + 20 * SLOW
-                while time.monotonic() < deadline:
-                    sent = sum(len(e.get("id", "")) + 16 + len(json.dumps(e.get("data", ""))) + 16
-                               for e in reader.counts_events()[len(items):])
-                    if sent >= 120000:
-                        break
-                    time.sleep(0.01)
-                stop.set()
-                for w in writers:
-                    w.join(10)
-                self.assertGreaterEqual(sent, 120000, "not enough updates to fill the sockets")
-                self.assertEqual(metric(srv, "tally_live_dropped_total"), 0, "the paused stream is below the cap")
-                srv.proc.popen.send_signal(signal.SIGTERM)
-                time.sleep(0.6)
-                late.pump(5 * SLOW)
-                rc, err = srv.signal_and_wait(signal.SIGTERM, timeout=15)
-                t.join(10)
-                self.assertEqual(rc, 0, err[-2000:])
-                check_sanitizer(err)
-                self.assertTrue(late.ended, "the stream that read late got its last chunk (%d events, closed=%s)"
-                                % (len(late.events), late.closed))
-                self.assertTrue(reader.ended, "the stream that kept reading got its last chunk")
+                for n in range(1000000):
+                    if stop.is_set():
+                        return
+                    body = ('{"reaction":"%s"}' % ("like" if (n // len(items)) % 2 else "none")).encode()
+                    st, _, _ = c.request("PUT", "/v1/items/%s/reaction" % items[n % len(items)],
+                                         body=body, headers={"X-User-Id": "u%d" % k,
+                                                             "Content-Type": "application/json"})
+                    if st != 200:
+                        return
+            except Exception:  # noqa: BLE001 (the server went)
+                return
             finally:
-                stop.set()
-                reader.close()  # a read thread still running sees the closed socket
-                late.close()
+                c.close()
+
+        self.assertIsNotNone(reader.wait_for(lambda e: e.get("event") == "counts", 3))
+        self.assertIsNotNone(late.wait_for(lambda e: e.get("event") == "counts", 3))
+        late.pump(0.5)  # its first events, then it stops reading
+        t = threading.Thread(target=read)
+        writers = [threading.Thread(target=write, args=(k,)) for k in range(3)]
+        t.start()
+        for w in writers:
+            w.start()
+        # what the paused stream was sent meanwhile: what the reading one got (same items)
+        sent = 0
+        deadline = time.monotonic() + 20 * SLOW
+        while time.monotonic() < deadline:
+            sent = sum(len(e.get("id", "")) + 16 + len(json.dumps(e.get("data", ""))) + 16
+                       for e in reader.counts_events()[len(items):])
+            if sent >= 120000:
+                break
+            time.sleep(0.01)
+        stop.set()
+        for w in writers:
+            w.join(10)
+        self.assertGreaterEqual(sent, 120000, "not enough updates to fill the sockets")
+        self.assertEqual(metric(srv, "tally_live_dropped_total"), 0, "the paused stream is below the cap")
+        t0 = time.monotonic()
+        srv.proc.popen.send_signal(signal.SIGTERM)
+        if resume_after is not None:
+            time.sleep(resume_after)
+            late.pump(5 * SLOW)
+        rc, err = srv.signal_and_wait(signal.SIGTERM, timeout=15)
+        took = time.monotonic() - t0
+        t.join(10)
+        late.pump(2)  # what is left in the sockets, then its end
+        return rc, err, took, reader, late
+
+    def test_sigterm_waits_for_a_stream_that_reads_late(self):
+        """The paused client reads again 0.6 s after SIGTERM, while the loops still run for the
+        streams: it gets the rest and its last chunk. A client still taking what it was sent is not
+        dropped (past half the wait only one that took nothing for a quarter second is)."""
+        with Server(args=NO_LIMIT + ["--live-interval", "5ms"]) as srv:
+            rc, err, _, reader, late = self.paused_at_sigterm(srv, 0.6)
+            self.assertEqual(rc, 0, err[-2000:])
+            check_sanitizer(err)
+            self.assertTrue(late.ended, "the stream that read late got its last chunk (%d events, closed=%s)"
+                            % (len(late.events), late.closed))
+            self.assertTrue(reader.ended, "the stream that kept reading got its last chunk")
+            self.assertNotIn("shutdown-live-streams", err, "no stream was left open")
+
+    def test_sigterm_drops_a_stream_whose_client_never_reads_again(self):
+        """The paused client never reads again: past half the 2 s given to the streams it is dropped
+        (no last chunk), tallyd exits in time, and the stream that kept reading ends cleanly."""
+        with Server(args=NO_LIMIT + ["--live-interval", "5ms"]) as srv:
+            rc, err, took, reader, late = self.paused_at_sigterm(srv, None)
+            self.assertEqual(rc, 0, err[-2000:])
+            check_sanitizer(err)
+            self.assertLess(took, 5 * SLOW, "tallyd took %.1fs to stop" % took)
+            self.assertTrue(late.closed and not late.ended, "the stalled stream was dropped (%d events, ended=%s)"
+                            % (len(late.events), late.ended))
+            self.assertTrue(reader.ended, "the stream that kept reading got its last chunk")
+            self.assertNotIn("shutdown-live-streams", err, "the stalled stream was dropped before the end")
 
 
 @pg_only("two nodes on one database")
