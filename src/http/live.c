@@ -24,8 +24,8 @@
 #define LIVE_THREADS_MAX 64 /* server.c's MAX_THREADS */
 #define TOKEN_THREAD_BITS 6 /* a token is (serial << 6) | thread */
 #define PEER_MAX FORWARDED_KEY_MAX
-#define LIVE_END_TICK_MS 10     /* shutdown: how often live_http_wait_ended looks */
-#define LIVE_STALL_LOOK_MS 250  /* shutdown, past half the wait: how often a stream must have been taken from */
+#define LIVE_END_TICK_MS 10    /* shutdown: how often live_http_wait_ended looks */
+#define LIVE_STALL_LOOK_MS 250 /* shutdown, past half the wait: how often a stream must have been taken from */
 
 typedef struct live_stream live_stream_t;
 
