@@ -8,7 +8,9 @@
 # each tallyd on a fresh temporary data directory (empty, or a copy of BENCH_STORE=DIR, such as
 # one made by bench/make_store.py), wrk -t1 for BENCH_DURATION seconds (default 8)
 # on 127.0.0.1. Prints req/s, latency percentiles and, for tallyd, the block device's bytes per
-# request over the run (the whole device: other writers on the machine count too).
+# request over the run (the whole device: other writers on the machine count too), and the CPU a
+# request took in the process and in its writer thread (less swayed by the machine's other load than
+# the rate; still larger per request when batches are smaller).
 # SCENARIO is one of load.lua's: write, viral, feed, mixed, toggle.
 # BENCH_ARGS_PREV / BENCH_ARGS_NEW: extra flags for the previous / new tallyd (e.g. the same build
 # twice, BENCH_ARGS_NEW="--reaction-mode many", to compare the two modes).
@@ -51,6 +53,16 @@ put_policies() {
     done
 }
 
+# the process's CPU (user + system) so far, µs; and its writer thread's (schedstat), µs
+proc_cpu_us() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1000000 / hz}' "/proc/$1/stat"; }
+writer_cpu_us() {
+    local t
+    for t in /proc/"$1"/task/*; do
+        [ "$(cat "$t/comm" 2>/dev/null)" = tally-writer ] && { awk '{print $1 / 1000}' "$t/schedstat"; return; }
+    done
+    echo 0
+}
+
 run_tally() {
     local bin=$1 name=$2 extra=$3 policies=${4:-} d port pid s0 s1 line
     d=$(mktemp -d "$T/tally.XXXX")
@@ -70,14 +82,19 @@ run_tally() {
         sleep 0.1
     done
     [ -z "$policies" ] || put_policies "$port" "$policies" || exit 1
-    s0=$(sectors)
+    s0=$(sectors) c0=$(proc_cpu_us "$pid") w0=$(writer_cpu_us "$pid")
     line=$(measure "http://127.0.0.1:$port" tally "$d/r")
-    s1=$(sectors)
+    s1=$(sectors) c1=$(proc_cpu_us "$pid") w1=$(writer_cpu_us "$pid")
     kill "$pid"
     wait "$pid" 2>/dev/null || true
     local n
     n=$(awk '{for (i = 1; i <= NF; i++) {split($i, kv, "="); if (kv[1] == "requests") print kv[2]}}' "$d/r.result")
-    printf '%-16s %s  device %5.1f KB/req\n' "$name" "$line" "$(awk -v s=$((s1 - s0)) -v n="${n:-1}" 'BEGIN {print s * 512 / 1024 / (n > 0 ? n : 1)}')"
+    n=${n:-1}
+    [ "$n" -gt 0 ] || n=1
+    printf '%-16s %s  device %5.1f KB/req  cpu %6.1f us/req  writer %5.1f us/req\n' "$name" "$line" \
+        "$(awk -v s=$((s1 - s0)) -v n="$n" 'BEGIN {print s * 512 / 1024 / n}')" \
+        "$(awk -v a="$c0" -v b="$c1" -v n="$n" 'BEGIN {print (b - a) / n}')" \
+        "$(awk -v a="$w0" -v b="$w1" -v n="$n" 'BEGIN {print (b - a) / n}')"
     rm -rf "$d"
 }
 
