@@ -185,10 +185,23 @@ static int idem_store(writer_t *w, store_write_t *tx, const write_cmd_t *cmd, ui
     return store_idem_put(tx, (span_t){r->user, r->user_len}, (span_t){r->key, r->key_len}, &rec);
 }
 
+/* Whether user is voided, read from the transaction once per command: *voided is -1 until then. */
+static int user_voided_once(store_write_t *tx, span_t user, int *voided)
+{
+    if (*voided >= 0)
+        return STORE_OK;
+    bool v = false;
+    int rc = store_user_voided(tx, user, &v);
+    if (rc == STORE_OK)
+        *voided = v;
+    return rc;
+}
+
 /* Applies one real change: the row at version+1, its transition in the log. The caller decided
- * that target differs from the row's set (invariant 2: a transition is a real change). */
+ * that target differs from the row's set (invariant 2: a transition is a real change). voided: the
+ * command's user_voided_once. */
 static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t user, reaction_row_t *row,
-                             kindset_t target, uint64_t now_ms)
+                             kindset_t target, uint64_t now_ms, int *voided)
 {
     assert(target != row->set && "a transition changes the set");
     assert(!(target & ~KINDSET_ALL(w->kinds->count)) && !(row->set & ~KINDSET_ALL(w->kinds->count)));
@@ -201,11 +214,10 @@ static int writer_transition(writer_t *w, store_write_t *tx, span_t item, span_t
     reaction_row_t next = {target, row->version + 1};
     assert(next.version == row->version + 1 && next.version > row->version && "a version rises by exactly one");
     transition_t t = {item, user, row->set, target, next.version, now_ms, 0};
-    bool voided = false;
-    int rc = store_user_voided(tx, user, &voided); /* a voided user's rows count neither before nor after */
+    int rc = user_voided_once(tx, user, voided); /* a voided user's rows count neither before nor after */
     if (rc != STORE_OK)
         return rc;
-    t.uncounted = voided ? TRANSITION_UNCOUNTED_BOTH : 0;
+    t.uncounted = *voided ? TRANSITION_UNCOUNTED_BOTH : 0;
     uint64_t seq, none = 0;
     rc = store_row_put(tx, item, user, &next);
     if (rc == STORE_OK)
@@ -248,7 +260,8 @@ static int clear_one(void *arg, span_t name)
         return 1;
     if (row.set == KINDSET_EMPTY)
         return 0;
-    if ((c->rc = writer_transition(c->w, c->tx, item, user, &row, KINDSET_EMPTY, c->now_ms)) != STORE_OK)
+    int voided = -1;
+    if ((c->rc = writer_transition(c->w, c->tx, item, user, &row, KINDSET_EMPTY, c->now_ms, &voided)) != STORE_OK)
         return 1;
     cl->changed++;
     return 0;
@@ -541,18 +554,17 @@ static int writer_counts_base(writer_t *w, store_write_t *tx, const write_cmd_t 
  * ask whose result the commit splices into the stored record and writer_run_batch into the answer).
  * hidden: the item's policy hides them from this writer (null). A voided writer is shown them as a read
  * where they are the viewer shows them: with their own reaction (set, the row now) added back. */
-static int writer_counts(writer_t *w, store_write_t *tx, write_cmd_t *cmd, bool hidden, kindset_t set)
+static int writer_counts(writer_t *w, store_write_t *tx, write_cmd_t *cmd, bool hidden, kindset_t set, int *voided)
 {
     write_react_t *r = &cmd->react;
     span_t item = {r->item, r->item_len};
     if (hidden)
         return answer_set_counts(&cmd->answer, w->kinds, NULL) == 0 ? STORE_OK : STORE_ERROR;
-    bool voided = false;
-    int rc = store_user_voided(tx, (span_t){r->user, r->user_len}, &voided);
+    int rc = user_voided_once(tx, (span_t){r->user, r->user_len}, voided);
     if (rc != STORE_OK)
         return rc;
     int64_t back[KINDS_MAX + 1] = {0};
-    if (voided)
+    if (*voided)
         reaction_deltas_add(KINDSET_EMPTY, set, back);
     const itemmap_entry_t *own = itemmap_find(&w->own, item);
     if (!w->counts_at_commit) {
@@ -601,7 +613,9 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         kindset_t target = reaction_target(w->kinds->mode, r->op, r->arg, previous);
         if (!policy_allows(w, cmd, has_policy ? &policy : NULL, previous, target))
             return STORE_OK;
-        if (target != previous && (rc = writer_transition(w, tx, item, user, &row, target, now_ms)) != STORE_OK)
+        int voided = -1; /* read at most once, for the transition and the answer's counts */
+        if (target != previous &&
+            (rc = writer_transition(w, tx, item, user, &row, target, now_ms, &voided)) != STORE_OK)
             return rc;
         r->changed = target != previous;
         /* invariant 1: the version rises by exactly one on a real change and never otherwise */
@@ -614,7 +628,7 @@ static int writer_react(writer_t *w, store_write_t *tx, write_cmd_t *cmd, uint64
         if ((rc = writer_cursor(w, cmd)) != STORE_OK)
             return rc;
         if (!r->no_counts &&
-            (rc = writer_counts(w, tx, cmd, has_policy && policy.hidden && !r->admin, row.set)) != STORE_OK)
+            (rc = writer_counts(w, tx, cmd, has_policy && policy.hidden && !r->admin, row.set, &voided)) != STORE_OK)
             return rc;
     }
     return r->key_len ? idem_store(w, tx, cmd, now_ms) : STORE_OK;
