@@ -122,6 +122,19 @@ stage js tests/js/run.sh
 # package's own build).
 stage package python3 tests/package/test_package.py
 background_wait e2e-slow
+# Every failure again at the end, with the line that says why (the stages' output above is long;
+# a CI page may show only its start and its end).
+if [ "$failed" -ne 0 ]; then
+    echo "=== failures"
+    for f in "$log_dir"/*.log; do
+        awk -v st="$(basename "$f" .log)" '
+            /^(FAIL|ERROR): / { name = $2; next }
+            name != "" && /^[A-Za-z_.]*(Error|Exception|Exited)[:(]/ { print st ": " name ": " substr($0, 1, 300); name = ""; next }
+            /^(FAIL|ERROR) +test_[a-z0-9_]+\.[A-Za-z0-9_]+\.test/ { next }  # an e2e test: its traceback says why
+            /^(not ok|FAIL|ERROR) / { print st ": " substr($0, 1, 200) }
+        ' "$f"
+    done | head -n 60
+fi
 rm -rf "$log_dir"
 echo "(whole suite: ${SECONDS}s)"
 echo "$passed passed, $failed failed"
