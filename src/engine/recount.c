@@ -269,11 +269,29 @@ static int recount_locked(store_t *store, writer_t *writer, const span_t *items,
     itemmap_free(&checked);
     if (rc == STORE_OK) {
         atomic_fetch_add(&recount_stats.runs, 1);
-        atomic_store(&recount_stats.last_drift, report->ndrift);
-        atomic_store(&recount_stats.last_list_mismatches, report->list_mismatches);
+        long k = shard_of_store(store);
+        size_t at = k > 0 ? (size_t)k : 0;
+        atomic_store(&recount_stats.last_drift[at], report->ndrift);
+        atomic_store(&recount_stats.last_list_mismatches[at], report->list_mismatches);
         atomic_fetch_add(&recount_stats.corrected_total, report->corrected);
     }
     return rc;
+}
+
+uint64_t recount_last_drift(void)
+{
+    uint64_t n = 0;
+    for (size_t k = 0; k < SHARD_MAX; k++)
+        n += atomic_load_explicit(&recount_stats.last_drift[k], memory_order_relaxed);
+    return n;
+}
+
+uint64_t recount_last_list_mismatches(void)
+{
+    uint64_t n = 0;
+    for (size_t k = 0; k < SHARD_MAX; k++)
+        n += atomic_load_explicit(&recount_stats.last_list_mismatches[k], memory_order_relaxed);
+    return n;
 }
 
 void recount_report_free(recount_report_t *report)

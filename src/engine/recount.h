@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 
 #include "core/ids.h"
+#include "core/shardmap.h"
 #include "engine/writer.h"
 #include "store/store.h"
 
@@ -50,12 +51,18 @@ int recount_sampler_start(store_t *store, writer_t *writer, uint64_t interval_ms
                           recount_sampler_t **out);
 void recount_sampler_stop(recount_sampler_t *r);
 
-/* For the metrics: drift entries found by the last finished recount, and the total corrected; the
- * lists' entries that disagreed with the rows in the last recount. */
+/* For the metrics: recounts finished and the corrections they made; per shard, the drift entries and
+ * the lists' entries that disagreed with the rows, found by that shard's last finished recount. */
 typedef struct {
-    atomic_uint_fast64_t runs, last_drift, corrected_total;
-    atomic_uint_fast64_t last_list_mismatches; /* found by the last finished recount */
+    atomic_uint_fast64_t runs, corrected_total;
+    atomic_uint_fast64_t last_drift[SHARD_MAX];
+    atomic_uint_fast64_t last_list_mismatches[SHARD_MAX];
 } recount_stats_t;
 extern recount_stats_t recount_stats;
+
+/* Summed over the shards: what each one's last finished recount found (a shard's clean run does not
+ * hide another's drift). */
+uint64_t recount_last_drift(void);
+uint64_t recount_last_list_mismatches(void);
 
 #endif

@@ -326,15 +326,15 @@ static void metrics_render(app_t *app, answer_t *a)
             "Requests from a trusted proxy whose client header could not be used (malformed, unknown, obfuscated, "
             "or no untrusted address): the proxy's address was taken.",
             atomic_load(&app->forwarded_invalid));
-    gauge(&t, "tally_recount_drift", "Drift entries found by the last recount (should be 0).",
-          (double)atomic_load(&recount_stats.last_drift));
+    gauge(&t, "tally_recount_drift", "Drift entries found by the last recount (of each shard, summed; should be 0).",
+          (double)recount_last_drift());
     counter(&t, "tally_recount_corrections_total", "Count corrections made by recounts.",
             atomic_load(&recount_stats.corrected_total));
     counter(&t, "tally_recount_runs_total", "Recounts finished.", atomic_load(&recount_stats.runs));
     gauge(&t, "tally_list_index_mismatches",
           "Entries of the lists (who reacted, a user's reactions) that disagreed with the rows in the last recount "
-          "(should be 0).",
-          (double)atomic_load(&recount_stats.last_list_mismatches));
+          "(of each shard, summed; should be 0).",
+          (double)recount_last_list_mismatches());
     if (have_store) {
         gauge(&t, "tally_store_used_bytes", "Bytes of the store's map in use.", (double)st.used_bytes);
         gauge(&t, "tally_store_rows", "Reaction rows.", (double)st.rows);

@@ -8,7 +8,7 @@ import json
 import time
 import zlib
 
-from harness import PgDatabase, Server, TallyTestCase, pg_only
+from harness import PgDatabase, Server, TallyTestCase, metric, pg_only
 
 ITEMS = 64
 
@@ -69,6 +69,34 @@ class TwoShardsTest(TallyTestCase):
                 logged = db.sql("SELECT DISTINCT item FROM tally_log ORDER BY 1").split()
                 self.assertTrue(logged, "shard %d logs its transitions" % k)
                 self.assertTrue(all(shard_of(ranges, i) == k for i in logged), (k, logged))
+
+    def test_drift_gauge_sums_what_each_shards_last_recount_found(self):
+        # Drift on shard 0's item, none on shard 1's: one recount of both runs shard 0, then
+        # shard 1. The gauge shows what each shard's last run found, summed: shard 1's clean run
+        # after it does not hide shard 0's drift (it did: the gauge was the last run's alone).
+        with Server(shards=2, args=["--rate-limit", "off", "--recount-interval", "0"]) as srv:
+            dbs = [srv.db] + srv.shard_dbs
+            ranges = shard_map(dbs[0])
+            on = {0: None, 1: None}
+            for i in range(200):
+                item = "g%d" % i
+                on[shard_of(ranges, item)] = on[shard_of(ranges, item)] or item
+            a, b = on[0], on[1]
+            for item in (a, b):
+                self.assertEqual(srv.put(item, "u1", "like")[0], 200)
+                self.assertEqual(srv.wait_counts(item, {"like": 1, "dislike": 0}), {"like": 1, "dislike": 0})
+            dbs[0].sql("UPDATE tally_counts SET n = n + 5 WHERE item = '%s' AND kind <> 0" % a)
+            st, _, doc, raw = srv.json("POST", "/v1/admin/recount", {"items": [a, b]}, user="admin")
+            self.assertEqual(st, 200, raw[:300])
+            self.assertEqual([(d["item"], d["kind"]) for d in doc["drift"]], [(a, "like")], doc)
+            self.assertEqual(metric(srv, "tally_recount_drift"), 1, "shard 0's drift, after shard 1's clean run")
+            st, _, doc, raw = srv.json("POST", "/v1/admin/recount", {"items": [b]}, user="admin")
+            self.assertEqual((st, doc["drift"]), (200, []), raw[:300])
+            self.assertEqual(metric(srv, "tally_recount_drift"), 1, "shard 1's clean run leaves shard 0's")
+            st, _, doc, raw = srv.json("POST", "/v1/admin/recount", {"items": [a]}, user="admin")
+            self.assertEqual((st, doc["drift"]), (200, []), "corrected by the first run: %r" % raw[:300])
+            self.assertEqual(metric(srv, "tally_recount_drift"), 0)
+            self.assertEqual(srv.counts(a), {"like": 1, "dislike": 0})
 
     def test_erase_a_user_clears_their_rows_on_every_shard(self):
         with Server(shards=2) as srv:
