@@ -52,6 +52,12 @@ static int drift_add(recount_report_t *rep, span_t item, int kind, int64_t count
     return STORE_OK;
 }
 
+/* A chunk's item, copied out of the walk's call (the store's memory is the walk's only during it). */
+typedef struct {
+    char id[ID_MAX_LEN];
+    size_t len;
+} chunk_item_t;
+
 typedef struct {
     store_read_t *snap;
     const itemmap_t *unfolded;
@@ -61,9 +67,8 @@ typedef struct {
     recount_report_t *report;
     int kinds;
     bool many;
-    int rc;
-    char last[ID_MAX_LEN]; /* the last item checked, to continue after it */
-    size_t last_len;
+    chunk_item_t *walked; /* RECOUNT_CHUNK_ITEMS: the items of a walk's chunk */
+    size_t nwalked;
 } chunk_t;
 
 /* The log not yet folded, summed per item. A scan stopped by a failed itemmap_get would leave a
@@ -100,52 +105,59 @@ static int unfolded_add(void *arg, uint64_t seq, const transition_t *t)
     return 0;
 }
 
-typedef struct {
-    const listmap_t *pairs;
-    span_t item;
-} expect_t;
-
 /* The set the lists should hold for (item, user): the row's, or its set before the unfolded log. */
-static kindset_t expect_folded(void *arg, span_t user, kindset_t row_set)
+static kindset_t expect_folded(void *arg, span_t item, span_t user, kindset_t row_set)
 {
-    const expect_t *x = arg;
-    const listmap_entry_t *p = listmap_find(x->pairs, x->item, user);
+    const listmap_entry_t *p = listmap_find(arg, item, user);
     return p ? p->change.set : row_set;
 }
 
-/* Compares one item inside the chunk's snapshot. */
-static int check_item(void *arg, span_t item)
+/* Compares the chunk's items inside its snapshot: the rows' counts against the stored counts and the
+ * log not yet folded, and the lists against the rows, a few statements for the lot. */
+static int check_items(chunk_t *c, const span_t *items, size_t n)
+{
+    int64_t(*counted)[KINDS_MAX + 1] = calloc(n ? n : 1, sizeof *counted);
+    int64_t(*stored)[KINDS_MAX + 1] = calloc(n ? n : 1, sizeof *stored);
+    int rc = counted && stored ? STORE_OK : STORE_ERROR;
+    if (rc == STORE_OK)
+        rc = store_read_tally_items(c->snap, items, n, counted);
+    if (rc == STORE_OK)
+        rc = store_read_many(c->snap, items, n, (span_t){"", 0}, stored, NULL);
+    for (size_t i = 0; i < n && rc == STORE_OK; i++) {
+        const itemmap_entry_t *pending = itemmap_find(c->unfolded, items[i]);
+        c->report->checked++;
+        if (c->checked && !itemmap_get(c->checked, items[i])) {
+            rc = STORE_ERROR;
+            break;
+        }
+        /* [0], the reactors, is kept in many mode; in one mode it is the sum of the others */
+        for (int k = c->many ? KIND_NONE : 1; k <= c->kinds && rc == STORE_OK; k++) {
+            int64_t effective = stored[i][k] + (pending ? pending->deltas[k] : 0);
+            if (effective == counted[i][k])
+                continue;
+            itemmap_entry_t *fix = itemmap_get(c->fixes, items[i]);
+            if (!fix || drift_add(c->report, items[i], k, counted[i][k], effective) != STORE_OK)
+                rc = STORE_ERROR;
+            else
+                fix->deltas[k] = counted[i][k] - effective;
+        }
+    }
+    free(counted);
+    free(stored);
+    uint64_t mismatches = 0;
+    if (rc == STORE_OK && n &&
+        (rc = store_read_lists_check(c->snap, items, n, expect_folded, (void *)c->unfolded_pairs, &mismatches)) ==
+            STORE_OK)
+        c->report->list_mismatches += mismatches;
+    return rc;
+}
+
+static int walk_one(void *arg, span_t item)
 {
     chunk_t *c = arg;
-    int64_t counted[KINDS_MAX + 1], stored[KINDS_MAX + 1];
-    memcpy(c->last, item.ptr, item.len);
-    c->last_len = item.len;
-    if ((c->rc = store_read_tally_item(c->snap, item, counted)) != STORE_OK ||
-        (c->rc = store_read_counts(c->snap, item, stored)) != STORE_OK)
-        return 1;
-    const itemmap_entry_t *pending = itemmap_find(c->unfolded, item);
-    c->report->checked++;
-    if (c->checked && !itemmap_get(c->checked, item)) {
-        c->rc = STORE_ERROR;
-        return 1;
-    }
-    expect_t x = {c->unfolded_pairs, item};
-    uint64_t mismatches = 0;
-    if ((c->rc = store_read_lists_check(c->snap, item, expect_folded, &x, &mismatches)) != STORE_OK)
-        return 1;
-    c->report->list_mismatches += mismatches;
-    /* [0], the reactors, is kept in many mode; in one mode it is the sum of the others */
-    for (int k = c->many ? KIND_NONE : 1; k <= c->kinds; k++) {
-        int64_t effective = stored[k] + (pending ? pending->deltas[k] : 0);
-        if (effective == counted[k])
-            continue;
-        itemmap_entry_t *fix = itemmap_get(c->fixes, item);
-        if (!fix || drift_add(c->report, item, k, counted[k], effective) != STORE_OK) {
-            c->rc = STORE_ERROR;
-            return 1;
-        }
-        fix->deltas[k] = counted[k] - effective;
-    }
+    chunk_item_t *w = &c->walked[c->nwalked++];
+    memcpy(w->id, item.ptr, item.len);
+    w->len = item.len;
     return 0;
 }
 
@@ -162,7 +174,6 @@ static int recount_chunk(store_t *store, const span_t *items, size_t nitems, chu
     c->snap = snap;
     c->unfolded = &unfolded.map;
     c->unfolded_pairs = &unfolded.pairs;
-    c->rc = STORE_OK;
     rc = store_read_checkpoint(snap, &checkpoint);
     if (rc == STORE_OK)
         rc = store_read_log(snap, checkpoint, SIZE_MAX, unfolded_add, &unfolded);
@@ -174,19 +185,22 @@ static int recount_chunk(store_t *store, const span_t *items, size_t nitems, chu
     }
     *more = false;
     if (rc == STORE_OK && items) {
-        for (size_t i = 0; i < nitems && c->rc == STORE_OK; i++)
-            check_item(c, items[i]);
+        rc = check_items(c, items, nitems);
     } else if (rc == STORE_OK) {
         size_t visited;
-        rc = store_read_items(snap, (span_t){c->last, c->last_len}, RECOUNT_CHUNK_ITEMS, check_item, c, &visited);
+        chunk_item_t last = c->nwalked ? c->walked[c->nwalked - 1] : (chunk_item_t){0}; /* to go on after it */
+        c->nwalked = 0;
+        rc = store_read_items(snap, (span_t){last.id, last.len}, RECOUNT_CHUNK_ITEMS, walk_one, c, &visited);
+        span_t walked[RECOUNT_CHUNK_ITEMS];
+        for (size_t i = 0; i < c->nwalked; i++)
+            walked[i] = (span_t){c->walked[i].id, c->walked[i].len};
+        if (rc == STORE_OK)
+            rc = check_items(c, walked, c->nwalked);
         *more = visited == RECOUNT_CHUNK_ITEMS;
         uint64_t twins = 0; /* after the last chunk: the user index against the item index */
-        if (rc == STORE_OK && !*more &&
-            (rc = store_read_lists_check(snap, (span_t){"", 0}, NULL, NULL, &twins)) == STORE_OK)
+        if (rc == STORE_OK && !*more && (rc = store_read_lists_check(snap, NULL, 0, NULL, NULL, &twins)) == STORE_OK)
             c->report->list_mismatches += twins;
     }
-    if (rc == STORE_OK)
-        rc = c->rc;
     store_read_end(snap);
     itemmap_free(&unfolded.map);
     listmap_free(&unfolded.pairs);
@@ -260,11 +274,14 @@ static int recount_locked(store_t *store, writer_t *writer, const span_t *items,
             rc = recount_chunk(store, items + i, nitems - i < RECOUNT_CHUNK_ITEMS ? nitems - i : RECOUNT_CHUNK_ITEMS,
                                &c, &more);
     } else {
+        c.walked = calloc(RECOUNT_CHUNK_ITEMS, sizeof *c.walked);
+        rc = c.walked ? STORE_OK : STORE_ERROR;
         while (rc == STORE_OK && more)
             rc = recount_chunk(store, NULL, 0, &c, &more);
     }
     if (rc == STORE_OK && writer && fixes.count)
         rc = corrections_apply(writer, &fixes, report);
+    free(c.walked);
     itemmap_free(&fixes);
     itemmap_free(&checked);
     if (rc == STORE_OK) {

@@ -196,7 +196,7 @@ typedef struct {
     bool has_cursor;
     size_t limit;
 } store_list_query_t;
-typedef kindset_t (*store_list_expect_fn)(void *arg, span_t user, kindset_t row_set);
+typedef kindset_t (*store_list_expect_fn)(void *arg, span_t item, span_t user, kindset_t row_set);
 typedef int (*store_pair_fn)(void *arg, span_t user, kindset_t set, kindset_t entries);
 
 /* --- above both stores (store_open.c) --- */
@@ -293,9 +293,11 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
      * server gave. 0 when the store does not keep it (the PostgreSQL store: its snapshots show every                  \
      * answered write). Never fails. r's thread. */                                                                    \
     X(uint64_t, read_acknowledged, r, (store_read_t * r), (r))                                                         \
-    /* Counts item's rows per kind (the truth the counts are checked against): the rows that count, i.e.               \
-     * not those of a voided user (one whose record STORE_VOID_PREFIX<user> exists in the snapshot). r's thread. */    \
-    X(int, read_tally_item, r, (store_read_t * r, span_t item, int64_t counts[KINDS_MAX + 1]), (r, item, counts))      \
+    /* Counts each of n items' rows per kind into counts[i] (the truth the counts are checked against): the            \
+     * rows that count, i.e. not those of a voided user (one whose record STORE_VOID_PREFIX<user> exists in            \
+     * the snapshot). As n calls for one item each, in as few round trips as the store can. r's thread. */             \
+    X(int, read_tally_items, r, (store_read_t * r, const span_t *items, size_t n, int64_t(*counts)[KINDS_MAX + 1]),    \
+      (r, items, n, counts))                                                                                           \
     /* Calls fn for each item that has rows or a counts record, in key order, starting after `after`                   \
      * (from the first when after is empty), at most limit; *visited says how many. r's thread. */                     \
     X(int, read_items, r,                                                                                              \
@@ -322,14 +324,15 @@ int store_read_log_window(store_read_t *r, uint64_t *oldest, uint64_t *newest);
     /* Calls fn for at most q->limit entries of a list, newest first. r's thread. */                                   \
     X(int, read_list, r, (store_read_t * r, const store_list_query_t *q, store_list_fn fn, void *arg),                 \
       (r, q, fn, arg))                                                                                                 \
-    /* The check that the lists equal the rows. For one item: every row compared with the lists' entries               \
-     * for it, in both indexes, and every entry of the item's index with a row; a row's set is the one                 \
-     * expect gives (the set as folded: a pair changed by the log after the checkpoint has its set before              \
-     * that change). With item empty: the two indexes' sizes against each other (an entry of the user                  \
-     * index without its twin in the item index). *mismatches counts what disagrees. r's thread. */                    \
+    /* The check that the lists equal the rows. For each of n items: every row compared with the lists'                \
+     * entries for it, in both indexes, and every entry of the item's index with a row; a row's set is the             \
+     * one expect gives (the set as folded: a pair changed by the log after the checkpoint has its set                 \
+     * before that change). With n 0: the two indexes' sizes against each other (an entry of the user                  \
+     * index without its twin in the item index). *mismatches counts what disagrees. In as few round trips             \
+     * as the store can. r's thread. */                                                                                \
     X(int, read_lists_check, r,                                                                                        \
-      (store_read_t * r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches),                   \
-      (r, item, expect, arg, mismatches))                                                                              \
+      (store_read_t * r, const span_t *items, size_t n, store_list_expect_fn expect, void *arg, uint64_t *mismatches), \
+      (r, items, n, expect, arg, mismatches))                                                                          \
     /* Every pair of item's index, in user order: the pair's set and the kinds it has entries under (bit               \
      * 0: "any kind"), for the check of a user's list kept on another shard than its items                             \
      * (engine/userfold.h). The embedded store (always one shard): STORE_ERROR. r's thread. */                         \

@@ -195,8 +195,11 @@ static void case_write(seam_t *t, store_t *s)
     CHECK(store_read_log(r, 0, 10, log_see, &seen) == STORE_OK && seen.n == 3);
     CHECK(seen.seq[0] == seqs[0] && seen.seq[2] == seqs[2] && seen.at[1] == 1001);
     CHECK(strcmp(seen.names[0], "i1/u1:0>1") == 0 && strcmp(seen.names[2], "i1/u1:1>2") == 0);
-    int64_t counts[KINDS_MAX + 1];
-    CHECK(store_read_tally_item(r, SPAN_LIT("i1"), counts) == STORE_OK && counts[1] == 0 && counts[2] == 2);
+    /* as many items as asked, an id asked twice included, in one call */
+    int64_t tally[3][KINDS_MAX + 1];
+    const span_t asked[] = {SPAN_LIT("i1"), SPAN_LIT("nobody"), SPAN_LIT("i1")};
+    CHECK(store_read_tally_items(r, asked, 3, tally) == STORE_OK && tally[0][1] == 0 && tally[0][2] == 2);
+    CHECK(tally[1][0] == 0 && tally[1][1] == 0 && tally[1][2] == 0 && tally[2][2] == 2 && tally[2][0] == 2);
     store_read_end(r);
 
     /* aborted: nothing of it stays, not even its positions */
@@ -258,7 +261,7 @@ static void case_counts(seam_t *t, store_t *s)
     CHECK(store_read_counts(r, SPAN_LIT("item"), counts) == STORE_OK && counts[1] == 8 && counts[2] == 2);
     CHECK(store_read_counts(r, SPAN_LIT("nobody"), counts) == STORE_OK && counts[1] == 0 && counts[2] == 0);
     CHECK(store_read_checkpoint(r, &cp) == STORE_OK && cp == seen.seq[2]);
-    CHECK(store_read_tally_item(r, SPAN_LIT("item"), counts) == STORE_OK && counts[1] == 4 && counts[2] == 1);
+    CHECK(store_read_tally_items(r, &SPAN_LIT("item"), 1, &counts) == STORE_OK && counts[1] == 4 && counts[2] == 1);
     store_read_end(r);
 
     CHECK(fold_begin(s, &w) == STORE_OK);
@@ -509,11 +512,18 @@ static int list_see(void *arg, span_t name, uint64_t seq, uint64_t at_ms, kindse
     return 0;
 }
 
-static kindset_t expect_row(void *arg, span_t user, kindset_t row_set)
+/* The row's set, or none for the pair arg names ("item/user"): a check must then find it. */
+static kindset_t expect_row(void *arg, span_t item, span_t user, kindset_t row_set)
 {
-    (void)arg;
-    (void)user;
-    return row_set;
+    char pair[2 * ID_MAX_LEN + 2];
+    snprintf(pair, sizeof pair, "%.*s/%.*s", (int)item.len, item.ptr, (int)user.len, user.ptr);
+    return arg && strcmp(arg, pair) == 0 ? KINDSET_EMPTY : row_set;
+}
+
+static uint64_t lists_check(store_read_t *r, const span_t *items, size_t n, const char *wrong)
+{
+    uint64_t mismatches = 99;
+    return store_read_lists_check(r, items, n, expect_row, (void *)wrong, &mismatches) == STORE_OK ? mismatches : 99;
 }
 
 static const char *list_of(store_t *s, bool by_user, const char *key, int kind, list_seen_t *l)
@@ -551,10 +561,15 @@ static void case_lists(seam_t *t, store_t *s)
     CHECK(strcmp(list_of(s, true, "nobody", KIND_NONE, &l), "") == 0);
 
     store_read_t *r;
-    uint64_t mismatches = 99;
+    const span_t items[] = {SPAN_LIT("i3"), SPAN_LIT("i1"), SPAN_LIT("nobody"), SPAN_LIT("i2")};
     CHECK(store_read_begin(s, &r) == STORE_OK);
-    CHECK(store_read_lists_check(r, SPAN_LIT("i1"), expect_row, NULL, &mismatches) == STORE_OK && mismatches == 0);
-    CHECK(store_read_lists_check(r, (span_t){0}, expect_row, NULL, &mismatches) == STORE_OK && mismatches == 0);
+    CHECK(lists_check(r, items + 1, 1, NULL) == 0);
+    CHECK(lists_check(r, NULL, 0, NULL) == 0); /* the two indexes */
+    CHECK(lists_check(r, items, 4, NULL) == 0);
+    /* a pair expected otherwise is found on its own item, whichever items are checked with it */
+    uint64_t alone = lists_check(r, items + 3, 1, "i2/u1");
+    CHECK(alone > 0 && alone != 99 && lists_check(r, items, 4, "i2/u1") == alone);
+    CHECK(lists_check(r, items, 3, "i2/u1") == 0 && lists_check(r, items, 4, "i1/u2") > 0);
     store_read_end(r);
 
     CHECK(fold_begin(s, &w) == STORE_OK);
@@ -562,7 +577,7 @@ static void case_lists(seam_t *t, store_t *s)
     CHECK(store_write_commit(w) == STORE_OK);
     CHECK(strcmp(list_of(s, false, "i1", KIND_NONE, &l), "u2:4,u1:2,") == 0);
     CHECK(store_read_begin(s, &r) == STORE_OK);
-    CHECK(store_read_lists_check(r, SPAN_LIT("i1"), expect_row, NULL, &mismatches) == STORE_OK && mismatches == 0);
+    CHECK(lists_check(r, items, 4, NULL) == 0);
     store_read_end(r);
 
     /* the walks: an item's users (rows, none included), a user's items (set only) */

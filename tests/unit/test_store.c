@@ -444,7 +444,7 @@ static void test_voided(const char *dir)
     char seen[256] = "";
     CHECK(store_read_begin(s, &r) == STORE_OK);
     CHECK(store_read_counts(r, SPAN_LIT("i"), counts) == STORE_OK && counts[1] == 1);
-    CHECK(store_read_tally_item(r, SPAN_LIT("i"), tally) == STORE_OK && tally[1] == 1 && tally[0] == 1);
+    CHECK(store_read_tally_items(r, &SPAN_LIT("i"), 1, &tally) == STORE_OK && tally[1] == 1 && tally[0] == 1);
     CHECK(store_read_log(r, 0, 10, collect_uncounted, seen) == STORE_OK);
     CHECK(strcmp(seen, "bot:0,bo:0,bot:2,") == 0);
     store_read_end(r);
@@ -731,7 +731,7 @@ static void test_sets(const char *dir)
     CHECK(store_read_begin(s, &r) == STORE_OK);
     CHECK(store_read_counts(r, SPAN_LIT("p"), counts) == STORE_OK && counts[0] == 2 && counts[1] == 2 &&
           counts[2] == 1 && counts[3] == 2);
-    CHECK(store_read_tally_item(r, SPAN_LIT("p"), counts) == STORE_OK && counts[0] == 2 && counts[1] == 2 &&
+    CHECK(store_read_tally_items(r, &SPAN_LIT("p"), 1, &counts) == STORE_OK && counts[0] == 2 && counts[1] == 2 &&
           counts[2] == 1 && counts[3] == 2);
     CHECK(store_read_row(r, SPAN_LIT("p"), SPAN_LIT("u1"), &row) == STORE_OK && row.set == (like | love) &&
           row.version == 2);
@@ -802,9 +802,9 @@ static page_t page_of(store_t *s, bool by_user, const char *key, int kind, bool 
     return p;
 }
 
-static kindset_t expect_row(void *arg, span_t user, kindset_t row_set)
+static kindset_t expect_row(void *arg, span_t item, span_t user, kindset_t row_set)
 {
-    (void)arg, (void)user;
+    (void)arg, (void)item, (void)user;
     return row_set;
 }
 
@@ -813,7 +813,7 @@ static uint64_t check_item_lists(store_t *s, const char *item)
     store_read_t *r;
     uint64_t n = UINT64_MAX;
     if (store_read_begin(s, &r) == STORE_OK) {
-        if (store_read_lists_check(r, span_of(item), expect_row, NULL, &n) != STORE_OK)
+        if (store_read_lists_check(r, &(span_t){item, strlen(item)}, 1, expect_row, NULL, &n) != STORE_OK)
             n = UINT64_MAX;
         store_read_end(r);
     }

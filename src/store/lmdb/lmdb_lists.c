@@ -531,21 +531,10 @@ static uint64_t diff(uint64_t a, uint64_t b)
     return a > b ? a - b : b - a;
 }
 
-int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches)
+/* One item's check, added to *mismatches. */
+static int check_item(const lmdb_read_t *r, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches)
 {
-    lmdb_read_t *r = (lmdb_read_t *)r_;
     const lmdb_store_t *s = r->store;
-    *mismatches = 0;
-    if (item.len == 0) {
-        MDB_stat a;
-        uint64_t by_user;
-        int rc = lmdb_rc(mdb_stat(r->txn, s->litem, &a));
-        if (rc == STORE_OK)
-            rc = lmdb_idem_list_entries(s, r->txn, &by_user);
-        if (rc == STORE_OK)
-            *mismatches = diff(a.ms_entries, by_user);
-        return rc;
-    }
     if (item.len > 255)
         return STORE_ERROR;
     char prefix[KEY_BUF_LEN];
@@ -564,7 +553,7 @@ int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn ex
         span_t user = {(const char *)key.mv_data + plen, key.mv_size - plen};
         reaction_row_t row;
         lmdb_row_decode(s, &val, &row);
-        uint32_t want = lmdb_set_to_db(s, expect(arg, user, row.set));
+        uint32_t want = lmdb_set_to_db(s, expect(arg, item, user, row.set));
         pos_t p;
         bool found;
         if ((result = pos_get(s, r->txn, item, user, &p, &found)) != STORE_OK)
@@ -594,6 +583,29 @@ int lmdb_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn ex
     if (result == STORE_OK)
         *mismatches += diff(have_entries, want_entries);
     return result;
+}
+
+/* One item after the other (the snapshot is in memory); with none, the two indexes' sizes. */
+int lmdb_read_lists_check(store_read_t *r_, const span_t *items, size_t n, store_list_expect_fn expect, void *arg,
+                          uint64_t *mismatches)
+{
+    lmdb_read_t *r = (lmdb_read_t *)r_;
+    const lmdb_store_t *s = r->store;
+    *mismatches = 0;
+    if (n == 0) {
+        MDB_stat a;
+        uint64_t by_user;
+        int rc = lmdb_rc(mdb_stat(r->txn, s->litem, &a));
+        if (rc == STORE_OK)
+            rc = lmdb_idem_list_entries(s, r->txn, &by_user);
+        if (rc == STORE_OK)
+            *mismatches = diff(a.ms_entries, by_user);
+        return rc;
+    }
+    int rc = STORE_OK;
+    for (size_t i = 0; i < n && rc == STORE_OK; i++)
+        rc = check_item(r, items[i], expect, arg, mismatches);
+    return rc;
 }
 
 /* --- walks over one item's rows and over the items a user has rows on, for deletion and erasure (writer) --- */

@@ -189,55 +189,93 @@ int pg_read_list(store_read_t *r_, const store_list_query_t *q, store_list_fn fn
 
 /* --- the check: lists against rows --- */
 
-/* For one item: its rows' users and sets, and its entries, both in user order; then a merge. */
-int pg_read_lists_check(store_read_t *r_, span_t item, store_list_expect_fn expect, void *arg, uint64_t *mismatches)
+/* The rows [i, end) of res (ordered by item) whose column 0 is item: *i moves to the first of them, *end
+ * past the last; the empty range where there is none. A binary search, in the column's "C" order. */
+static void item_range(const PGresult *res, span_t item, int *i, int *end)
 {
-    pg_read_t *r = (pg_read_t *)r_;
-    const pg_store_t *s = r->store;
-    *mismatches = 0;
-    if (item.len == 0)
-        return STORE_OK; /* one table holds both indexes: they cannot disagree */
+    int lo = 0, hi = PQntuples(res);
     char it[ID_MAX_LEN + 1];
     pg_cstr(it, item);
-    const char *p[] = {it};
-    int rc;
-    PGresult *rows =
-        pg_rexec(r, "check-rows", "SELECT \"user\", kind FROM tally_rows WHERE item = $1 ORDER BY \"user\"", 1, p, &rc);
-    if (!rows)
-        return rc;
-    PGresult *lists =
-        pg_rexec(r, "check-lists",
-                 "SELECT \"user\", kind, kinds FROM tally_lists WHERE item = $1 ORDER BY \"user\", kind", 1, p, &rc);
-    if (!lists) {
-        PQclear(rows);
-        return rc;
+    while (lo < hi) { /* the first row not before item */
+        int mid = lo + (hi - lo) / 2;
+        if (strcmp(PQgetvalue(res, mid, 0), it) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
-    int nr = PQntuples(rows), nl = PQntuples(lists), j = 0;
-    for (int i = 0; i < nr; i++) {
-        const char *user = PQgetvalue(rows, i, 0);
-        span_t u = {user, (size_t)PQgetlength(rows, i, 0)};
+    *i = *end = lo;
+    while (*end < PQntuples(res) && strcmp(PQgetvalue(res, *end, 0), it) == 0)
+        (*end)++;
+}
+
+/* One item's merge: its rows' users and sets (columns 1, 2 of rows) against its entries (user, kind,
+ * kinds in columns 1-3 of lists), both in user order. */
+static uint64_t check_item(const pg_store_t *s, span_t item, const PGresult *rows, const PGresult *lists,
+                           store_list_expect_fn expect, void *arg)
+{
+    uint64_t mismatches = 0;
+    int i, nr, j, nl;
+    item_range(rows, item, &i, &nr);
+    item_range(lists, item, &j, &nl);
+    for (; i < nr; i++) {
+        const char *user = PQgetvalue(rows, i, 1);
+        span_t u = {user, (size_t)PQgetlength(rows, i, 1)};
         /* entries of users before this one have no row */
-        for (; j < nl && strcmp(PQgetvalue(lists, j, 0), user) < 0; j++)
-            (*mismatches)++;
-        kindset_t want = expect(arg, u, pg_cfg_set(s, strtol(PQgetvalue(rows, i, 1), NULL, 10)));
+        for (; j < nl && strcmp(PQgetvalue(lists, j, 1), user) < 0; j++)
+            mismatches++;
+        kindset_t want = expect(arg, item, u, pg_cfg_set(s, strtol(PQgetvalue(rows, i, 2), NULL, 10)));
         uint32_t want_kinds = want ? db_bits(s, want) | 1u : 0, have_kinds = 0;
         bool set_ok = want == KINDSET_EMPTY;
-        for (; j < nl && strcmp(PQgetvalue(lists, j, 0), user) == 0; j++) {
-            long kind = strtol(PQgetvalue(lists, j, 1), NULL, 10);
+        for (; j < nl && strcmp(PQgetvalue(lists, j, 1), user) == 0; j++) {
+            long kind = strtol(PQgetvalue(lists, j, 2), NULL, 10);
             if (kind < 0 || kind > KINDS_MAX || (have_kinds >> kind & 1u)) {
-                (*mismatches)++;
+                mismatches++;
                 continue;
             }
             have_kinds |= 1u << kind;
             if (kind == 0)
-                set_ok = want && strtol(PQgetvalue(lists, j, 2), NULL, 10) == pg_db_set(s, want);
+                set_ok = want && strtol(PQgetvalue(lists, j, 3), NULL, 10) == pg_db_set(s, want);
         }
-        *mismatches += (uint64_t)__builtin_popcount(have_kinds ^ want_kinds) + (!set_ok && want_kinds == have_kinds);
+        mismatches += (uint64_t)__builtin_popcount(have_kinds ^ want_kinds) + (!set_ok && want_kinds == have_kinds);
     }
-    *mismatches += (uint64_t)(nl - j);
+    return mismatches + (uint64_t)(nl - j);
+}
+
+/* The items' rows and entries in two statements, in item then user order; then a merge per item. */
+int pg_read_lists_check(store_read_t *r_, const span_t *items, size_t n, store_list_expect_fn expect, void *arg,
+                        uint64_t *mismatches)
+{
+    pg_read_t *r = (pg_read_t *)r_;
+    *mismatches = 0;
+    if (n == 0)
+        return STORE_OK; /* one table holds both indexes: they cannot disagree */
+    pg_buf_t list = {0};
+    pg_buf_open(&list);
+    for (size_t i = 0; i < n; i++)
+        pg_buf_text_elem(&list, items[i].ptr, items[i].len);
+    pg_buf_close(&list);
+    if (list.failed) {
+        pg_buf_free(&list);
+        return STORE_ERROR;
+    }
+    const char *p[] = {list.buf};
+    int rc;
+    PGresult *rows = pg_rexec(r, "check-rows",
+                              "SELECT item, \"user\", kind FROM tally_rows WHERE item = ANY($1::text[])"
+                              " ORDER BY item, \"user\"",
+                              1, p, &rc);
+    PGresult *lists = !rows
+                          ? NULL
+                          : pg_rexec(r, "check-lists",
+                                     "SELECT item, \"user\", kind, kinds FROM tally_lists WHERE item = ANY($1::text[])"
+                                     " ORDER BY item, \"user\", kind",
+                                     1, p, &rc);
+    pg_buf_free(&list);
+    for (size_t i = 0; lists && i < n; i++)
+        *mismatches += check_item(r->store, items[i], rows, lists, expect, arg);
     PQclear(rows);
     PQclear(lists);
-    return STORE_OK;
+    return rc;
 }
 
 /* One item's entries, gathered per user (the kind 0 entry holds the pair's set). */

@@ -204,32 +204,47 @@ int pg_read_log_bounds(store_read_t *r_, uint64_t *first, uint64_t *last)
     return rc;
 }
 
-int pg_read_tally_item(store_read_t *r_, span_t item, int64_t counts[KINDS_MAX + 1])
+int pg_read_tally_items(store_read_t *r_, const span_t *items, size_t n, int64_t (*counts)[KINDS_MAX + 1])
 {
     pg_read_t *r = (pg_read_t *)r_;
-    char ibuf[ID_MAX_LEN + 1];
-    pg_cstr(ibuf, item);
-    const char *p[] = {ibuf};
+    pg_buf_t list = {0};
+    pg_buf_open(&list);
+    for (size_t i = 0; i < n; i++) {
+        memset(counts[i], 0, sizeof counts[i]);
+        pg_buf_text_elem(&list, items[i].ptr, items[i].len);
+    }
+    pg_buf_close(&list);
+    if (list.failed) {
+        pg_buf_free(&list);
+        return STORE_ERROR;
+    }
+    const char *p[] = {list.buf};
     int rc;
-    memset(counts, 0, sizeof(int64_t) * (KINDS_MAX + 1));
-    PGresult *res =
-        pg_rexec(r, "tally-item",
-                 "SELECT kind, count(*) FROM tally_rows r WHERE item = $1 AND kind <> 0 AND NOT EXISTS"
-                 " (SELECT 1 FROM tally_aux a WHERE a.key = '" STORE_VOID_PREFIX "' || r.\"user\") GROUP BY kind",
-                 1, p, &rc);
-    if (!res)
-        return rc;
-    for (int i = 0; i < PQntuples(res); i++) { /* one row per stored set */
-        kindset_t set = pg_cfg_set(r->store, strtol(PQgetvalue(res, i, 0), NULL, 10));
-        int64_t n = strtoll(PQgetvalue(res, i, 1), NULL, 10);
-        for (kindset_t k = set; k; k &= k - 1)
-            counts[__builtin_ctz(k)] += n;
-        counts[KIND_NONE] += set ? n : 0; /* the reactors */
+    PGresult *res = pg_rexec(r, "tally-items",
+                             "SELECT item, kind, count(*) FROM tally_rows r WHERE item = ANY($1::text[]) AND kind <> 0"
+                             " AND NOT EXISTS (SELECT 1 FROM tally_aux a WHERE a.key = '" STORE_VOID_PREFIX
+                             "' || r.\"user\") GROUP BY item, kind",
+                             1, p, &rc);
+    pg_buf_free(&list);
+    for (int t = 0; res && t < PQntuples(res); t++) { /* one row per item and stored set */
+        span_t item = {PQgetvalue(res, t, 0), (size_t)PQgetlength(res, t, 0)};
+        kindset_t set = pg_cfg_set(r->store, strtol(PQgetvalue(res, t, 1), NULL, 10));
+        int64_t count = strtoll(PQgetvalue(res, t, 2), NULL, 10);
+        for (size_t i = 0; i < n; i++) { /* an id may be asked twice */
+            if (!span_eq(items[i], item))
+                continue;
+            for (kindset_t k = set; k; k &= k - 1)
+                counts[i][__builtin_ctz(k)] += count;
+            counts[i][KIND_NONE] += set ? count : 0; /* the reactors */
+        }
     }
     PQclear(res);
-    return STORE_OK;
+    return rc;
 }
 
+/* Each table's range after `after` is cut to limit items before the two are merged: an index scan of
+ * a chunk's rows, where one UNION of both whole ranges read every item after `after` for each chunk of
+ * a whole-store walk (110 ms a chunk of 256 on a store of 41k items, quadratic in the store's size). */
 int pg_read_items(store_read_t *r_, span_t after, size_t limit, store_item_fn fn, void *arg, size_t *visited)
 {
     pg_read_t *r = (pg_read_t *)r_;
@@ -240,8 +255,9 @@ int pg_read_items(store_read_t *r_, span_t after, size_t limit, store_item_fn fn
     int rc;
     *visited = 0;
     PGresult *res = pg_rexec(r, "read-items",
-                             "SELECT item FROM (SELECT item FROM tally_rows WHERE item > $1 UNION SELECT item FROM "
-                             "tally_counts WHERE item > $1) i ORDER BY item LIMIT $2",
+                             "SELECT item FROM ((SELECT DISTINCT item FROM tally_rows WHERE item > $1 ORDER BY item"
+                             " LIMIT $2) UNION (SELECT DISTINCT item FROM tally_counts WHERE item > $1 ORDER BY item"
+                             " LIMIT $2)) i ORDER BY item LIMIT $2",
                              2, p, &rc);
     if (!res)
         return rc;
