@@ -473,24 +473,42 @@ class OverloadTest(TallyTestCase):
             time.sleep(0.05)
         self.fail("GET %s not served within %ss: %r" % (path, timeout, last))
 
+    @staticmethod
+    def answered(sock):
+        """True when the server wrote to sock or closed it (a refusal), False while it waits."""
+        sock.setblocking(False)
+        try:
+            sock.recv(1, socket.MSG_PEEK)
+        except BlockingIOError:
+            return False
+        except OSError:
+            pass
+        finally:
+            sock.settimeout(5)
+        return True
+
     def fill(self, s, sockets, n):
         """Opens plain connections (sending nothing) until `sockets` holds n that the server
         accepted. A connection the server refuses (its count of open connections may lag a
-        close by a moment) is answered at once; such a one is dropped and tried again."""
+        close by a moment) is answered at once; such a one is dropped and tried again. A full
+        house is looked at again a moment later: under load a connection still waiting in the
+        listen queue looks accepted at first, and is refused when one opened after it was
+        taken first."""
         for _ in range(50):
             if len(sockets) >= n:
-                return
+                time.sleep(0.5 * SLOW)
+                refused = [sock for sock in sockets if self.answered(sock)]
+                if not refused:
+                    return
+                for sock in refused:
+                    sockets.remove(sock)
+                    sock.close()
+                continue
             sock = socket.create_connection((s.host, s.port), timeout=5)
             time.sleep(0.1 * SLOW)
-            sock.setblocking(False)
-            try:
-                sock.recv(1, socket.MSG_PEEK)
-            except BlockingIOError:
-                sock.settimeout(5)
+            if not self.answered(sock):
                 sockets.append(sock)  # accepted: waiting for a request
                 continue
-            except OSError:
-                pass
             sock.close()  # refused (data or EOF): the count had not caught up yet
             time.sleep(0.1 * SLOW)
         self.fail("could not open %d connections" % n)
