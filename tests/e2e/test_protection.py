@@ -491,12 +491,13 @@ class OverloadTest(TallyTestCase):
         """Opens plain connections (sending nothing) until `sockets` holds n that the server
         accepted. A connection the server refuses (its count of open connections may lag a
         close by a moment) is answered at once; such a one is dropped and tried again. A full
-        house is looked at again a moment later: under load a connection still waiting in the
-        listen queue looks accepted at first, and is refused when one opened after it was
-        taken first."""
+        house is looked at again once a health check's reserve slot would have been refused
+        (1 s without a request, server.c RESERVE_HEAD_MS): a connection that came while the count
+        still held a closed one took that slot and looked accepted, and the count, caught up,
+        then lets in the one the test means to be refused."""
         for _ in range(50):
             if len(sockets) >= n:
-                time.sleep(0.5 * SLOW)
+                time.sleep(1.0 + 0.5 * SLOW)
                 refused = [sock for sock in sockets if self.answered(sock)]
                 if not refused:
                     return
