@@ -466,6 +466,18 @@ void pg_buf_close(pg_buf_t *b)
     pg_buf_add(b, "}", 1);
 }
 
+int pg_buf_items(pg_buf_t *b, const span_t *items, size_t n)
+{
+    pg_buf_open(b);
+    for (size_t i = 0; i < n; i++)
+        pg_buf_text_elem(b, items[i].ptr, items[i].len);
+    pg_buf_close(b);
+    if (!b->failed)
+        return STORE_OK;
+    pg_buf_free(b);
+    return STORE_ERROR;
+}
+
 void pg_buf_text_elem(pg_buf_t *b, const char *p, size_t n)
 {
     pg_buf_comma(b);

@@ -225,6 +225,9 @@ void pg_buf_int_elem(pg_buf_t *b, long long v);
 void pg_buf_open(pg_buf_t *b);  /* "{" */
 void pg_buf_close(pg_buf_t *b); /* "}" and a terminating NUL */
 void pg_buf_free(pg_buf_t *b);
+/* b = the text[] literal of n items (one parameter for "item = ANY($1::text[])"): STORE_OK, or
+ * STORE_ERROR with b freed. */
+int pg_buf_items(pg_buf_t *b, const span_t *items, size_t n);
 
 /* Statements' text parameters: a number (above INT64_MAX, "no limit", as INT64_MAX, which fits a
  * bigint) and an id (at most ID_MAX_LEN bytes, NUL-terminated). */

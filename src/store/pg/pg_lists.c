@@ -250,14 +250,8 @@ int pg_read_lists_check(store_read_t *r_, const span_t *items, size_t n, store_l
     if (n == 0)
         return STORE_OK; /* one table holds both indexes: they cannot disagree */
     pg_buf_t list = {0};
-    pg_buf_open(&list);
-    for (size_t i = 0; i < n; i++)
-        pg_buf_text_elem(&list, items[i].ptr, items[i].len);
-    pg_buf_close(&list);
-    if (list.failed) {
-        pg_buf_free(&list);
+    if (pg_buf_items(&list, items, n) != STORE_OK)
         return STORE_ERROR;
-    }
     const char *p[] = {list.buf};
     int rc;
     PGresult *rows = pg_rexec(r, "check-rows",

@@ -119,18 +119,13 @@ int pg_read_many(store_read_t *r_, const span_t *items, size_t n, span_t user, i
     pg_buf_t list = {0};
     char who[ID_MAX_LEN + 1];
     snprintf(who, sizeof who, "%.*s", (int)(user.len < ID_MAX_LEN ? user.len : ID_MAX_LEN), user.ptr);
-    pg_buf_open(&list);
     for (size_t i = 0; i < n; i++) {
         memset(counts[i], 0, sizeof counts[i]);
         if (user.len)
             rows[i] = (reaction_row_t){KINDSET_EMPTY, 0};
-        pg_buf_text_elem(&list, items[i].ptr, items[i].len);
     }
-    pg_buf_close(&list);
-    if (list.failed) {
-        pg_buf_free(&list);
+    if (pg_buf_items(&list, items, n) != STORE_OK)
         return STORE_ERROR;
-    }
     const char *p[] = {list.buf, who};
     int rc;
     PGresult *res =
@@ -208,16 +203,10 @@ int pg_read_tally_items(store_read_t *r_, const span_t *items, size_t n, int64_t
 {
     pg_read_t *r = (pg_read_t *)r_;
     pg_buf_t list = {0};
-    pg_buf_open(&list);
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++)
         memset(counts[i], 0, sizeof counts[i]);
-        pg_buf_text_elem(&list, items[i].ptr, items[i].len);
-    }
-    pg_buf_close(&list);
-    if (list.failed) {
-        pg_buf_free(&list);
+    if (pg_buf_items(&list, items, n) != STORE_OK)
         return STORE_ERROR;
-    }
     const char *p[] = {list.buf};
     int rc;
     PGresult *res = pg_rexec(r, "tally-items",
